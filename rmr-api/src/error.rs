@@ -1,0 +1,127 @@
+//! The one error type of the API and the `Result` alias.
+
+use std::io;
+
+/// Errors returned by every rmr-api operation.
+///
+/// The variants are matchable: a remote access fault, a protection fault, a
+/// bad key, a broken connection and a timeout are distinct so that a runtime
+/// can react to each (retry on another rail, re-register, give up).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The named provider is not registered in this process.
+    #[error("unknown provider `{name}` (registered: {known})")]
+    UnknownProvider {
+        /// The provider name from the spec string.
+        name: String,
+        /// Comma-separated list of the providers that are registered.
+        known: String,
+    },
+    /// A spec string or address could not be parsed.
+    #[error("bad spec `{spec}`: {why}")]
+    BadSpec {
+        /// The spec that was given.
+        spec: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The backend cannot run here: a library, a kernel module or a device is missing.
+    #[error("no device: {what}")]
+    NoDevice {
+        /// What is missing, in words a user can act on.
+        what: String,
+    },
+    /// The target rejected an RDMA access (rights missing, region deregistered).
+    #[error("remote access error: {0}")]
+    RemoteAccess(String),
+    /// Memory of one protection zone was used with an endpoint of another.
+    #[error("protection error: {0}")]
+    Protection(String),
+    /// A remote key that the target does not know.
+    #[error("bad remote key {key:#x}")]
+    BadKey {
+        /// The offending key.
+        key: u64,
+    },
+    /// An access outside a registered region (local or remote).
+    #[error("out of bounds: offset {offset} + length {len} exceeds {limit}")]
+    OutOfBounds {
+        /// First byte of the access.
+        offset: u64,
+        /// Length of the access.
+        len: u64,
+        /// Size of the region that was addressed.
+        limit: u64,
+    },
+    /// The receive buffer posted at the target is smaller than the message.
+    #[error("receive buffer too small: message of {need} bytes, buffer of {have}")]
+    RecvTooSmall {
+        /// Size of the incoming message.
+        need: u64,
+        /// Size of the posted receive buffer.
+        have: u64,
+    },
+    /// The connection is broken (peer died, link lost, stream corrupted).
+    #[error("connection broken: {0}")]
+    Broken(String),
+    /// The endpoint is not connected (never connected, or disconnected).
+    #[error("endpoint not connected")]
+    NotConnected,
+    /// The DTO was flushed because its endpoint disconnected or broke first.
+    #[error("operation flushed: endpoint disconnected")]
+    Flushed,
+    /// The peer rejected the connection request.
+    #[error("connection rejected by peer ({} bytes of private data)", private_data.len())]
+    Rejected {
+        /// Private data the peer sent with its rejection.
+        private_data: Vec<u8>,
+    },
+    /// The operation did not finish in the time given.
+    #[error("timed out")]
+    Timeout,
+    /// The operation is not supported by this provider (see [`crate::IaAttr::caps`]).
+    #[error("unsupported: {0}")]
+    Unsupported(&'static str),
+    /// A work queue is full; retry after completions were reaped.
+    #[error("queue full")]
+    QueueFull,
+    /// A parameter is invalid (wrong provider's object, bad alignment, too many segments...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A peer sent bytes that break the wire protocol.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// An operating-system call failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// Which call or step failed.
+        what: String,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A backend-specific failure (libfabric, verbs) with the failing call named.
+    #[error("{call} failed: {msg}")]
+    Backend {
+        /// The failing library call, e.g. `fi_getinfo`.
+        call: String,
+        /// The library's own text (fi_strerror, strerror).
+        msg: String,
+    },
+}
+
+impl Error {
+    /// Wraps an `io::Error` with the step that failed.
+    pub fn io(what: impl Into<String>, source: io::Error) -> Self {
+        Error::Io { what: what.into(), source }
+    }
+
+    /// Builds an [`Error::InvalidArgument`].
+    pub fn invalid(why: impl Into<String>) -> Self {
+        Error::InvalidArgument(why.into())
+    }
+}
+
+/// Result alias used across the API.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

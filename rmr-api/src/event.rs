@@ -1,0 +1,145 @@
+//! Events delivered by an [`crate::Evd`].
+
+use crate::{DtoOp, Ep, EpId, Result, Status};
+use std::fmt;
+use std::sync::Arc;
+
+/// Completion of one data transfer operation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DtoCompletion {
+    /// The endpoint the DTO was posted on.
+    pub ep: EpId,
+    /// The user's cookie given at post time.
+    pub cookie: u64,
+    /// Which operation.
+    pub op: DtoOp,
+    /// How it ended.
+    pub status: Status,
+    /// Bytes transferred (received bytes for a receive).
+    pub bytes: u64,
+    /// Immediate data of a write-with-immediate receive, or the old value
+    /// returned by an atomic, when there is one.
+    pub imm: Option<u64>,
+    /// A receive of a message sent with [`crate::DtoFlags::SOLICITED`].
+    pub solicited: bool,
+}
+
+impl DtoCompletion {
+    /// `Ok(())` for success, otherwise the matching [`crate::Error`].
+    ///
+    /// # Errors
+    /// The error corresponding to [`DtoCompletion::status`].
+    pub fn result(&self) -> Result<()> {
+        crate::status_to_result(self.status, self.bytes)
+    }
+}
+
+/// The backend side of a pending connection request.
+pub trait ConnRequestOps: Send + Sync {
+    /// Accepts the request onto `ep` (created on the PSP's IA, unconnected),
+    /// returning `private_data` to the connector.
+    ///
+    /// # Errors
+    /// [`crate::Error::InvalidArgument`] for an EP of another provider or one
+    /// already connected; [`crate::Error::Broken`] when the connector has gone.
+    fn accept(&self, ep: &Arc<dyn Ep>, private_data: &[u8]) -> Result<()>;
+    /// Rejects the request, returning `private_data` to the connector.
+    ///
+    /// # Errors
+    /// [`crate::Error::Broken`] when the connector has gone (nothing to tell).
+    fn reject(&self, private_data: &[u8]) -> Result<()>;
+    /// The connector's private data.
+    fn private_data(&self) -> &[u8];
+    /// The connector's address, as text.
+    fn peer(&self) -> String;
+}
+
+/// A connection request that arrived at a PSP.
+#[derive(Clone)]
+pub struct ConnRequest(pub Arc<dyn ConnRequestOps>);
+
+impl ConnRequest {
+    /// The connector's private data.
+    pub fn private_data(&self) -> &[u8] {
+        self.0.private_data()
+    }
+    /// Accepts onto `ep`; see [`ConnRequestOps::accept`].
+    ///
+    /// # Errors
+    /// As [`ConnRequestOps::accept`].
+    pub fn accept(&self, ep: &Arc<dyn Ep>, private_data: &[u8]) -> Result<()> {
+        self.0.accept(ep, private_data)
+    }
+    /// Rejects; see [`ConnRequestOps::reject`].
+    ///
+    /// # Errors
+    /// As [`ConnRequestOps::reject`].
+    pub fn reject(&self, private_data: &[u8]) -> Result<()> {
+        self.0.reject(private_data)
+    }
+    /// The connector's address.
+    pub fn peer(&self) -> String {
+        self.0.peer()
+    }
+}
+
+impl fmt::Debug for ConnRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ConnRequest(from {}, {} bytes)", self.peer(), self.private_data().len())
+    }
+}
+
+/// An event.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Event {
+    /// A DTO completed (successfully or not).
+    Dto(DtoCompletion),
+    /// A peer asks to connect to a PSP.
+    ConnectionRequest(ConnRequest),
+    /// A connection is established; carries the peer's private data.
+    Established {
+        /// The endpoint.
+        ep: EpId,
+        /// Private data from the peer's accept (or connect, at the passive side).
+        private_data: Vec<u8>,
+    },
+    /// A connect was rejected by the peer.
+    Rejected {
+        /// The endpoint.
+        ep: EpId,
+        /// Private data the peer sent with its rejection.
+        private_data: Vec<u8>,
+    },
+    /// The connection was closed in an orderly way (by either side).
+    Disconnected {
+        /// The endpoint.
+        ep: EpId,
+    },
+    /// The connection broke: peer died, link lost or the stream became untrustworthy.
+    Broken {
+        /// The endpoint.
+        ep: EpId,
+        /// What happened.
+        reason: String,
+    },
+    /// An asynchronous error not tied to one DTO (for example a lost rail).
+    AsyncError {
+        /// The endpoint concerned, when there is one.
+        ep: Option<EpId>,
+        /// What happened.
+        what: String,
+    },
+    /// A software event posted with [`crate::Evd::post_software`].
+    Software(u64),
+}
+
+impl Event {
+    /// The DTO completion, if this is one.
+    pub fn as_dto(&self) -> Option<&DtoCompletion> {
+        match self {
+            Event::Dto(c) => Some(c),
+            _ => None,
+        }
+    }
+}

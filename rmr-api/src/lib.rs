@@ -1,0 +1,82 @@
+//! # rmr-api — one RDMA API over verbs, libfabric and TCP
+//!
+//! uDAPL's object model with Rust's manners. A *provider* (backend) opens an
+//! **IA** (one rail) from a spec string; memory is registered in a **PZ** as
+//! an **LMR**, whose [`RmrContext`] a peer uses to target it; an **EP** is a
+//! reliable connection made through a **PSP**; completions and connection
+//! events arrive on an **EVD**.
+//!
+//! ## Quick start
+//!
+//! Code written against the traits runs on every backend and on a
+//! multirail endpoint unchanged. With a backend registered (for example
+//! `backend_tcp::register()`):
+//!
+//! ```no_run
+//! use rmr_api::{Access, DtoFlags, EpEvds, Event, MemRegion, Sge};
+//! use std::time::Duration;
+//!
+//! # fn main() -> rmr_api::Result<()> {
+//! let ia = rmr_api::open("tcp:127.0.0.1")?;
+//! let evd = ia.create_evd()?;
+//! let pz = ia.create_pz()?;
+//! let buf = MemRegion::new(1 << 20);
+//! let lmr = pz.register_all(&buf, Access::LOCAL_WRITE)?;
+//! let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
+//! ep.connect("127.0.0.1", 4791, b"hello", Duration::from_secs(5))?;
+//! # let peer: rmr_api::RmrContext = unimplemented!();
+//! // Write 1 MiB into the peer's region, then tell it with a send.
+//! ep.post_rdma_write(&[Sge::whole(&*lmr)], &peer, 0, 1, DtoFlags::SUPPRESS)?;
+//! ep.post_send(&[Sge::new(&*lmr, 0, 8)], 2, DtoFlags::empty())?;
+//! match evd.wait(Some(Duration::from_secs(5)), 1)? {
+//!     Event::Dto(c) => c.result()?,
+//!     other => println!("{other:?}"),
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ## Thread safety
+//! Every object is `Send + Sync` and is shared as `Arc<dyn …>`. Several
+//! threads may post on one EP at once; DTOs posted by one thread keep their
+//! order. EVDs may be waited on by several threads (each event goes to one).
+//!
+//! ## Resource cleanup
+//! Children hold their parents (`Arc`): an LMR keeps its PZ and memory alive,
+//! an EP its PZ and EVDs, an in-flight DTO its memory. Dropping the last
+//! handle of an EP disconnects it. [`Lmr::deregister`] revokes remote access
+//! at once, even while other handles exist.
+//!
+//! ## Cargo features
+//! - `conformance`: the backend conformance suite ([`conformance`]), for
+//!   backend tests only.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+mod error;
+mod event;
+mod evd;
+mod memory;
+mod objects;
+mod provider;
+mod types;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use error::{Error, Result};
+pub use evd::{Evd, SoftEvd};
+pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
+pub use memory::{MemRegion, REGION_ALIGN};
+pub use objects::{EpEvds, Ep, Ia, Lmr, Psp, Pz, check_local_sges, status_to_result};
+pub use provider::{Provider, open, provider, providers, register, split_spec};
+pub use types::{
+    Access, Caps, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr, MAX_RAIL_KEYS, RmrContext, Sge,
+    Status, sge_total,
+};
+
+/// A fresh process-unique id for protection zones and other objects.
+pub fn fresh_id() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

@@ -1,0 +1,376 @@
+//! Plain data types shared by every object: access rights, DTO flags,
+//! segments, remote contexts, attributes.
+
+use crate::{Error, Lmr, Result};
+use std::fmt;
+
+macro_rules! bitset {
+    ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$fm:meta])* $flag:ident = $v:expr;)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+        pub struct $name($t);
+        impl $name {
+            $($(#[$fm])* pub const $flag: $name = $name($v);)*
+            /// No bit set.
+            pub const fn empty() -> Self { $name(0) }
+            /// The raw bits.
+            pub const fn bits(self) -> $t { self.0 }
+            /// Rebuilds from raw bits, dropping unknown ones.
+            pub const fn from_bits_truncate(b: $t) -> Self { $name(b & (0 $(| $v)*)) }
+            /// True when every bit of `other` is set in `self`.
+            pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
+            /// True when no bit is set.
+            pub const fn is_empty(self) -> bool { self.0 == 0 }
+        }
+        impl std::ops::BitOr for $name {
+            type Output = Self;
+            fn bitor(self, o: Self) -> Self { $name(self.0 | o.0) }
+        }
+        impl std::ops::BitOrAssign for $name {
+            fn bitor_assign(&mut self, o: Self) { self.0 |= o.0 }
+        }
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let mut first = true;
+                write!(f, "{}(", stringify!($name))?;
+                $(if self.contains($name::$flag) && $v != 0 {
+                    if !first { write!(f, "|")?; }
+                    first = false;
+                    write!(f, "{}", stringify!($flag))?;
+                })*
+                let _ = first;
+                write!(f, ")")
+            }
+        }
+    };
+}
+
+bitset! {
+    /// Access rights of a local memory region (LMR).
+    Access: u32 {
+        /// The local process may let the NIC write into it (receive, RDMA read target).
+        LOCAL_WRITE = 1;
+        /// Peers may RDMA-read it.
+        REMOTE_READ = 2;
+        /// Peers may RDMA-write it.
+        REMOTE_WRITE = 4;
+        /// Peers may run atomics (fetch-and-add, compare-and-swap) on it.
+        REMOTE_ATOMIC = 8;
+    }
+}
+
+impl Access {
+    /// Every right.
+    pub const ALL: Access = Access(1 | 2 | 4 | 8);
+}
+
+bitset! {
+    /// Completion flags of a DTO (uDAPL's `DAT_COMPLETION_FLAGS`).
+    DtoFlags: u32 {
+        /// No completion event on success (an error is still reported).
+        /// A later signalled completion on the same EP implies this DTO completed.
+        SUPPRESS = 1;
+        /// The matching receive completion is solicited: it wakes a waiter
+        /// that asked only for solicited events.
+        SOLICITED = 2;
+        /// Do not start this DTO before every earlier RDMA read of the EP completed.
+        BARRIER_FENCE = 4;
+    }
+}
+
+bitset! {
+    /// Optional capabilities of an IA, read from [`IaAttr::caps`].
+    Caps: u32 {
+        /// RDMA read is available.
+        RDMA_READ = 1;
+        /// RDMA write with immediate data is available.
+        WRITE_IMM = 2;
+        /// 64-bit fetch-and-add and compare-and-swap are available.
+        ATOMICS = 4;
+    }
+}
+
+/// Maximum number of rail keys one [`RmrContext`] can carry.
+pub const MAX_RAIL_KEYS: usize = 8;
+
+/// What a peer needs to target a registered region: its remote key(s),
+/// base address and length (uDAPL's RMR context plus the region's extent).
+///
+/// A multirail region carries one key per rail (same memory registered on
+/// every rail); a plain region carries one. It is `Copy` and serialises to
+/// a fixed-size byte string ([`RmrContext::to_bytes`]) for exchange in a
+/// message.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RmrContext {
+    /// Base address in the target's addressing scheme (a virtual address).
+    pub addr: u64,
+    /// Length of the region in bytes.
+    pub len: u64,
+    nkeys: u8,
+    keys: [u64; MAX_RAIL_KEYS],
+}
+
+impl RmrContext {
+    /// Size of [`RmrContext::to_bytes`]'s output.
+    pub const WIRE_SIZE: usize = 8 + 8 + 1 + 8 * MAX_RAIL_KEYS;
+
+    /// A context with a single key.
+    pub fn new(key: u64, addr: u64, len: u64) -> Self {
+        let mut keys = [0; MAX_RAIL_KEYS];
+        keys[0] = key;
+        RmrContext { addr, len, nkeys: 1, keys }
+    }
+
+    /// A context carrying one key per rail.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when `keys` is empty or longer than [`MAX_RAIL_KEYS`].
+    pub fn with_keys(keys: &[u64], addr: u64, len: u64) -> Result<Self> {
+        if keys.is_empty() || keys.len() > MAX_RAIL_KEYS {
+            return Err(Error::invalid(format!("{} rail keys (1..={MAX_RAIL_KEYS})", keys.len())));
+        }
+        let mut k = [0; MAX_RAIL_KEYS];
+        k[..keys.len()].copy_from_slice(keys);
+        Ok(RmrContext { addr, len, nkeys: keys.len() as u8, keys: k })
+    }
+
+    /// The first (or only) key.
+    pub fn key(&self) -> u64 {
+        self.keys[0]
+    }
+
+    /// All keys, one per rail.
+    pub fn keys(&self) -> &[u64] {
+        &self.keys[..self.nkeys as usize]
+    }
+
+    /// The single-key context of rail `i` (for a multirail layer).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the context has no key `i`.
+    pub fn rail(&self, i: usize) -> Result<RmrContext> {
+        match self.keys().get(i) {
+            Some(&k) => Ok(RmrContext::new(k, self.addr, self.len)),
+            None => Err(Error::invalid(format!("rmr context has no rail {i}"))),
+        }
+    }
+
+    /// Fixed-size little-endian encoding.
+    pub fn to_bytes(&self) -> [u8; Self::WIRE_SIZE] {
+        let mut b = [0u8; Self::WIRE_SIZE];
+        b[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..16].copy_from_slice(&self.len.to_le_bytes());
+        b[16] = self.nkeys;
+        for (i, k) in self.keys.iter().enumerate() {
+            b[17 + 8 * i..25 + 8 * i].copy_from_slice(&k.to_le_bytes());
+        }
+        b
+    }
+
+    /// Decodes [`RmrContext::to_bytes`]'s output.
+    ///
+    /// # Errors
+    /// [`Error::Protocol`] on a short buffer or a bad key count.
+    pub fn from_bytes(b: &[u8]) -> Result<Self> {
+        if b.len() < Self::WIRE_SIZE {
+            return Err(Error::Protocol(format!("rmr context needs {} bytes", Self::WIRE_SIZE)));
+        }
+        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+        let nkeys = b[16];
+        if nkeys == 0 || nkeys as usize > MAX_RAIL_KEYS {
+            return Err(Error::Protocol(format!("rmr context with {nkeys} keys")));
+        }
+        let mut keys = [0; MAX_RAIL_KEYS];
+        for (i, k) in keys.iter_mut().enumerate() {
+            *k = u(17 + 8 * i);
+        }
+        Ok(RmrContext { addr: u(0), len: u(8), nkeys, keys })
+    }
+}
+
+impl fmt::Debug for RmrContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Keys are capabilities: show only that they exist.
+        f.debug_struct("RmrContext")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("len", &self.len)
+            .field("keys", &self.nkeys)
+            .finish()
+    }
+}
+
+/// One element of a gather/scatter list: a range of a local LMR
+/// (uDAPL's LMR triplet). `offset` is relative to the start of the LMR.
+#[derive(Clone, Copy)]
+pub struct Sge<'a> {
+    /// The registered region.
+    pub lmr: &'a dyn Lmr,
+    /// First byte, relative to the LMR's start.
+    pub offset: u64,
+    /// Number of bytes.
+    pub len: u64,
+}
+
+impl<'a> Sge<'a> {
+    /// A segment covering `len` bytes at `offset` of `lmr`.
+    pub fn new(lmr: &'a dyn Lmr, offset: u64, len: u64) -> Self {
+        Sge { lmr, offset, len }
+    }
+
+    /// A segment covering the whole LMR.
+    pub fn whole(lmr: &'a dyn Lmr) -> Self {
+        Sge { lmr, offset: 0, len: lmr.len() }
+    }
+}
+
+impl fmt::Debug for Sge<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Sge(offset={}, len={})", self.offset, self.len)
+    }
+}
+
+/// Total byte count of a segment list.
+pub fn sge_total(sges: &[Sge<'_>]) -> u64 {
+    sges.iter().map(|s| s.len).sum()
+}
+
+/// Which data transfer operation a completion belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DtoOp {
+    /// A send.
+    Send,
+    /// A receive (of a send).
+    Recv,
+    /// A receive consumed by an RDMA write with immediate data.
+    RecvWriteImm,
+    /// An RDMA write (also with immediate, at the initiator).
+    RdmaWrite,
+    /// An RDMA read.
+    RdmaRead,
+    /// A fetch-and-add.
+    FetchAdd,
+    /// A compare-and-swap.
+    CmpSwap,
+}
+
+/// Completion status of a DTO.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Status {
+    /// It worked.
+    Success,
+    /// The target refused the access (rights missing, region deregistered).
+    RemoteAccess,
+    /// Protection zone mismatch at the target.
+    Protection,
+    /// Unknown remote key.
+    BadKey,
+    /// Outside the registered region, or a misaligned atomic.
+    OutOfBounds,
+    /// The receive buffer was too small for the message.
+    RecvTooSmall,
+    /// No receive was posted in time at the target.
+    ReceiverNotReady,
+    /// Flushed by disconnect or break.
+    Flushed,
+    /// The connection broke under this DTO.
+    Broken,
+    /// The peer does not support the operation.
+    Unsupported,
+}
+
+impl Status {
+    /// Wire/FFI code.
+    pub fn code(self) -> u16 {
+        self as u16
+    }
+
+    /// Inverse of [`Status::code`]; unknown codes map to `None`.
+    pub fn from_code(c: u16) -> Option<Status> {
+        use Status::*;
+        [
+            Success,
+            RemoteAccess,
+            Protection,
+            BadKey,
+            OutOfBounds,
+            RecvTooSmall,
+            ReceiverNotReady,
+            Flushed,
+            Broken,
+            Unsupported,
+        ]
+        .get(c as usize)
+        .copied()
+    }
+
+    /// True for [`Status::Success`].
+    pub fn is_ok(self) -> bool {
+        self == Status::Success
+    }
+}
+
+/// Identifies an endpoint in events; unique within the process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct EpId(pub u64);
+
+impl EpId {
+    /// A fresh process-unique id.
+    pub fn fresh() -> EpId {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        EpId(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// Connection state of an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EpState {
+    /// Created, not connected yet.
+    Unconnected,
+    /// A connect or accept is in progress.
+    Pending,
+    /// Connected: DTOs may be posted.
+    Connected,
+    /// Closed by either side in an orderly way.
+    Disconnected,
+    /// The connection failed (peer died, link lost, protocol error).
+    Broken,
+}
+
+/// Attributes of an interface adapter (one rail).
+#[derive(Clone, Debug)]
+pub struct IaAttr {
+    /// Provider name (`tcp`, `ofi`, `verbs`, `multirail`).
+    pub provider: String,
+    /// The local address this IA is bound to, as a spec string would name it.
+    pub address: String,
+    /// Largest message a single DTO may carry.
+    pub max_msg_size: u64,
+    /// Largest gather/scatter list.
+    pub max_sges: usize,
+    /// Largest number of outstanding DTOs per EP (send side).
+    pub max_dtos: usize,
+    /// Largest private data of connection requests and replies.
+    pub max_private_data: usize,
+    /// Optional capabilities.
+    pub caps: Caps,
+    /// Link speed in bits per second when known (multirail uses it as a weight).
+    pub link_speed_bps: Option<u64>,
+}
+
+/// Attributes of an endpoint.
+#[derive(Clone, Debug)]
+pub struct EpAttr {
+    /// Largest message a single DTO may carry.
+    pub max_msg_size: u64,
+    /// Largest number of outstanding send-side DTOs.
+    pub max_dtos: usize,
+    /// Largest number of posted receives.
+    pub max_recvs: usize,
+    /// Largest gather/scatter list.
+    pub max_sges: usize,
+    /// Free-form key/value notes (e.g. a multirail EP reports each rail's
+    /// thread binding here as `rail0.cpu=1`).
+    pub notes: Vec<(String, String)>,
+}
