@@ -1,0 +1,332 @@
+//! The backend conformance suite: the same assertions for every transport,
+//! so "passes the suite" means one thing.
+//!
+//! A backend's `tests/conformance.rs` names a [`Target`] (provider specs for
+//! two IAs that can reach each other) and expands [`conformance_suite!`]
+//! inside a module named `conformance`, which generates one `#[test]` per case
+//! (`conformance::rdma_read`, `conformance::bad_key`, ...):
+//!
+//! ```text
+//! fn target() -> rmr_api::conformance::Target {
+//!     rmr_api::conformance::Target::new("tcp", backend_tcp::register, "tcp:127.0.0.1", "tcp:127.0.0.1")
+//! }
+//! mod conformance {
+//!     rmr_api::conformance_suite!(super::target);
+//! }
+//! ```
+//!
+//! Heavy cases scale with [`Target::scale`] (a slow provider gives less than
+//! 1) but never drop below a meaningful size. A case a provider cannot do
+//! (its [`crate::Caps`] say so) prints `SKIPPED: <why>` and returns.
+#![allow(missing_docs)]
+
+pub mod cases;
+
+use crate::{
+    Access, DtoCompletion, Ep, EpEvds, Event, Evd, Ia, Lmr, MemRegion, Psp, Pz, RmrContext,
+};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Generous bound on any single wait in the suite (a hang fails, it never blocks CI).
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// What the suite runs against.
+#[derive(Clone)]
+pub struct Target {
+    /// Short name, printed in messages.
+    pub name: &'static str,
+    /// Registers the provider(s) the specs need.
+    pub register: fn(),
+    /// Spec of the active (connecting) side's IA.
+    pub spec_a: String,
+    /// Spec of the passive (listening) side's IA.
+    pub spec_b: String,
+    /// Work multiplier for the heavy cases (1.0 = full size).
+    pub scale: f64,
+}
+
+impl Target {
+    /// A target at full scale.
+    pub fn new(name: &'static str, register: fn(), spec_a: &str, spec_b: &str) -> Target {
+        Target { name, register, spec_a: spec_a.into(), spec_b: spec_b.into(), scale: 1.0 }
+    }
+
+    /// The same target with a work multiplier.
+    pub fn scaled(mut self, scale: f64) -> Target {
+        self.scale = scale;
+        self
+    }
+
+    /// `n` scaled, but at least `min`.
+    pub fn n(&self, n: usize, min: usize) -> usize {
+        ((n as f64 * self.scale) as usize).max(min)
+    }
+
+    /// Opens both IAs.
+    pub fn open(&self) -> (Arc<dyn Ia>, Arc<dyn Ia>) {
+        (self.register)();
+        let a = crate::open(&self.spec_a).unwrap_or_else(|e| panic!("open {}: {e}", self.spec_a));
+        let b = crate::open(&self.spec_b).unwrap_or_else(|e| panic!("open {}: {e}", self.spec_b));
+        (a, b)
+    }
+}
+
+/// A connected pair of endpoints with their objects.
+pub struct Pair {
+    pub ia_a: Arc<dyn Ia>,
+    pub ia_b: Arc<dyn Ia>,
+    pub pz_a: Arc<dyn Pz>,
+    pub pz_b: Arc<dyn Pz>,
+    /// DTO completions of side a (requests and receives).
+    pub evd_a: Arc<dyn Evd>,
+    /// DTO completions of side b.
+    pub evd_b: Arc<dyn Evd>,
+    /// Connection events of side a.
+    pub cevd_a: Arc<dyn Evd>,
+    /// Connection events of side b.
+    pub cevd_b: Arc<dyn Evd>,
+    pub a: Arc<dyn Ep>,
+    pub b: Arc<dyn Ep>,
+    pub psp: Arc<dyn Psp>,
+    pub psp_evd: Arc<dyn Evd>,
+}
+
+/// Accepts one request arriving on `psp_evd` onto a new EP of `ia`.
+pub fn accept_one(
+    ia: &Arc<dyn Ia>,
+    pz: &Arc<dyn Pz>,
+    psp_evd: &Arc<dyn Evd>,
+    evds: &EpEvds,
+    reply: &[u8],
+) -> (Arc<dyn Ep>, Vec<u8>) {
+    match psp_evd.wait(Some(WAIT), 1).expect("connection request") {
+        Event::ConnectionRequest(cr) => {
+            let ep = ia.create_ep(pz, evds).expect("create passive ep");
+            let pd = cr.private_data().to_vec();
+            cr.accept(&ep, reply).expect("accept");
+            (ep, pd)
+        }
+        e => panic!("expected a connection request, got {e:?}"),
+    }
+}
+
+/// Connects a new EP of `ia_a` to a new EP of `ia_b` through `psp`.
+#[allow(clippy::too_many_arguments)]
+pub fn connect_through(
+    ia_a: &Arc<dyn Ia>,
+    pz_a: &Arc<dyn Pz>,
+    evds_a: &EpEvds,
+    ia_b: &Arc<dyn Ia>,
+    pz_b: &Arc<dyn Pz>,
+    evds_b: &EpEvds,
+    psp: &Arc<dyn Psp>,
+    psp_evd: &Arc<dyn Evd>,
+) -> (Arc<dyn Ep>, Arc<dyn Ep>) {
+    let a = ia_a.create_ep(pz_a, evds_a).expect("create active ep");
+    let (addr, service) = (psp.address(), psp.service());
+    let b = std::thread::scope(|s| {
+        let a2 = a.clone();
+        let h = s.spawn(move || a2.connect(&addr, service, b"from-a", WAIT));
+        let (b, pd) = accept_one(ia_b, pz_b, psp_evd, evds_b, b"from-b");
+        assert_eq!(pd, b"from-a");
+        let reply = h.join().unwrap().expect("connect");
+        assert_eq!(reply, b"from-b");
+        b
+    });
+    expect_established(&evds_a.conn);
+    expect_established(&evds_b.conn);
+    (a, b)
+}
+
+impl Pair {
+    /// Opens the target's IAs and connects one pair.
+    pub fn new(t: &Target) -> Pair {
+        let (ia_a, ia_b) = t.open();
+        let pz_a = ia_a.create_pz().expect("pz");
+        let pz_b = ia_b.create_pz().expect("pz");
+        let (evd_a, evd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+        let (cevd_a, cevd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+        let psp_evd = ia_b.create_evd().unwrap();
+        let psp = ia_b.create_psp(0, &psp_evd).expect("psp");
+        let (a, b) = connect_through(
+            &ia_a,
+            &pz_a,
+            &evds(&evd_a, &cevd_a),
+            &ia_b,
+            &pz_b,
+            &evds(&evd_b, &cevd_b),
+            &psp,
+            &psp_evd,
+        );
+        Pair { ia_a, ia_b, pz_a, pz_b, evd_a, evd_b, cevd_a, cevd_b, a, b, psp, psp_evd }
+    }
+
+    /// Connects another pair through the same PSP: side a in `pz_a` reporting
+    /// to `evd_a`/`cevd_a`, side b in `self.pz_b` on `self.evd_b`/`self.cevd_b`.
+    pub fn connect_more(
+        &self,
+        pz_a: &Arc<dyn Pz>,
+        evd_a: &Arc<dyn Evd>,
+        cevd_a: &Arc<dyn Evd>,
+    ) -> (Arc<dyn Ep>, Arc<dyn Ep>) {
+        connect_through(
+            &self.ia_a,
+            pz_a,
+            &evds(evd_a, cevd_a),
+            &self.ia_b,
+            &self.pz_b,
+            &evds(&self.evd_b, &self.cevd_b),
+            &self.psp,
+            &self.psp_evd,
+        )
+    }
+}
+
+/// EP EVDs: one for DTOs, one for connection events.
+pub fn evds(dto: &Arc<dyn Evd>, conn: &Arc<dyn Evd>) -> EpEvds {
+    EpEvds { request: dto.clone(), recv: dto.clone(), conn: conn.clone() }
+}
+
+/// Waits for an Established event (skipping nothing else).
+pub fn expect_established(cevd: &Arc<dyn Evd>) {
+    match cevd.wait(Some(WAIT), 1).expect("established event") {
+        Event::Established { .. } => {}
+        e => panic!("expected Established, got {e:?}"),
+    }
+}
+
+/// Waits for the next DTO completion; any other event fails the test.
+pub fn next_dto(evd: &Arc<dyn Evd>) -> DtoCompletion {
+    match evd.wait(Some(WAIT), 1) {
+        Ok(Event::Dto(c)) => c,
+        Ok(e) => panic!("expected a DTO completion, got {e:?}"),
+        Err(e) => panic!("no DTO completion within {WAIT:?}: {e}"),
+    }
+}
+
+/// Waits for the completion with `cookie`, requiring success.
+pub fn expect_ok(evd: &Arc<dyn Evd>, cookie: u64) -> DtoCompletion {
+    let c = next_dto(evd);
+    assert_eq!(c.cookie, cookie, "completion order: got {c:?}");
+    assert!(c.status.is_ok(), "DTO {cookie} failed: {c:?}");
+    c
+}
+
+/// A registered buffer.
+pub struct Buf {
+    pub mem: Arc<MemRegion>,
+    pub lmr: Arc<dyn Lmr>,
+}
+
+impl Buf {
+    /// `len` bytes registered in `pz` with `access`, filled with `fill`.
+    pub fn new(pz: &Arc<dyn Pz>, len: usize, access: Access, fill: u8) -> Buf {
+        let mem = MemRegion::new(len);
+        mem.fill(0, len as u64, fill).unwrap();
+        let lmr = pz.register_all(&mem, access).expect("register");
+        Buf { mem, lmr }
+    }
+    /// The RMR context.
+    pub fn ctx(&self) -> RmrContext {
+        self.lmr.rmr_context()
+    }
+    /// The whole buffer as one segment.
+    pub fn sge(&self) -> crate::Sge<'_> {
+        crate::Sge::whole(&*self.lmr)
+    }
+    /// A part of the buffer.
+    pub fn part(&self, off: u64, len: u64) -> crate::Sge<'_> {
+        crate::Sge::new(&*self.lmr, off, len)
+    }
+    /// A copy of the contents.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.mem.to_vec(0, self.mem.len()).unwrap()
+    }
+}
+
+/// Deterministic test pattern: byte `i` of message `seed`.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// FNV-1a checksum.
+pub fn checksum(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Generates one `#[test]` per conformance case for `$target` (a path to a
+/// `fn() -> Target`). Expand it inside a module named `conformance` so the
+/// test names read `conformance::<case>`.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($target:path) => {
+        $crate::conformance_suite!(@cases $target;
+            ia_attr_and_caps_tell_the_truth,
+            connect_accept_private_data_both_ways,
+            connect_reject_private_data,
+            connect_refused_is_an_error,
+            connect_timeout_is_respected,
+            send_recv_basic,
+            send_recv_in_order_under_load,
+            zero_length_send,
+            solicited_flag_reaches_receiver,
+            recv_too_small_errors_nothing_overwritten,
+            rdma_write_then_send_ordering,
+            rdma_write_large_checksummed,
+            rdma_read,
+            rdma_write_gather,
+            rdma_read_scatter,
+            send_gather_recv_scatter,
+            rmr_context_exchanged_by_send,
+            suppress_no_event_but_implied,
+            suppressed_error_still_reported,
+            barrier_fence_orders_read_before_write,
+            write_with_immediate,
+            fetch_add_racing_initiators,
+            cmp_swap_racing_initiators,
+            atomic_misaligned_is_rejected,
+            bad_key,
+            out_of_bounds_remote,
+            out_of_bounds_local_rejected_at_post,
+            missing_remote_write_right,
+            read_of_write_only_region,
+            lmr_of_another_pz,
+            deregistered_lmr,
+            local_lmr_of_another_pz_rejected,
+            disconnect_events_both_sides,
+            recvs_flushed_on_disconnect,
+            post_after_disconnect_is_error,
+            evd_wait_timeout,
+            evd_wait_threshold,
+            evd_software_events,
+            many_eps_share_one_evd,
+            threads_posting_on_one_ep,
+            window_backpressure_is_a_value
+        );
+        #[test]
+        fn peer_killed_broken_event() {
+            let name = match module_path!().split_once("::") {
+                Some((_, m)) => format!("{m}::peer_killed_broken_event"),
+                None => "peer_killed_broken_event".to_string(),
+            };
+            $crate::conformance::cases::peer_killed_broken_event(&$target(), &name)
+        }
+    };
+    (@cases $target:path; $($case:ident),* $(,)?) => {
+        $(
+            #[test]
+            fn $case() {
+                $crate::conformance::cases::$case(&$target())
+            }
+        )*
+    };
+}
