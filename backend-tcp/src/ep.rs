@@ -257,7 +257,7 @@ pub struct TcpEp {
 }
 
 impl TcpEp {
-    pub(crate) fn new(ia: Arc<IaShared>, pz_id: u64, evds: EpEvds) -> Arc<dyn Ep> {
+    pub(crate) fn create(ia: Arc<IaShared>, pz_id: u64, evds: EpEvds) -> Arc<dyn Ep> {
         Arc::new(TcpEp {
             sh: Arc::new(EpShared {
                 id: EpId::fresh(),
@@ -282,14 +282,21 @@ impl TcpEp {
         local
             .iter()
             .filter(|s| s.len > 0)
-            .map(|s| Seg { region: s.lmr.region().clone(), off: s.lmr.offset() + s.offset, len: s.len })
+            .map(|s| Seg {
+                region: s.lmr.region().clone(),
+                off: s.lmr.offset() + s.offset,
+                len: s.len,
+            })
             .collect()
     }
 
     fn check(&self, local: &[Sge<'_>], need: Access) -> Result<u64> {
         let total = check_local_sges(local, self.sh.pz_id, need, self.sh.ia.attr.max_sges)?;
         if total > wire::MAX_PAYLOAD {
-            return Err(Error::invalid(format!("{total} bytes exceed the {} limit", wire::MAX_PAYLOAD)));
+            return Err(Error::invalid(format!(
+                "{total} bytes exceed the {} limit",
+                wire::MAX_PAYLOAD
+            )));
         }
         Ok(total)
     }
@@ -308,6 +315,7 @@ impl TcpEp {
         Inflight { seq: 0, cookie, op, signalled: !flags.contains(DtoFlags::SUPPRESS), bytes, dest }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn atomic(
         &self,
         op: Op,
@@ -411,8 +419,10 @@ impl Ep for TcpEp {
                 _ => Error::io(format!("connect {to}"), e),
             })?;
             let mut stream: TcpStream = sock.into();
-            tune(&stream, self.sh.ia.cfg.user_timeout).map_err(|e| Error::io("socket options", e))?;
-            handshake_write(&mut stream, Op::ConnReq, pd).map_err(|e| Error::io("send request", e))?;
+            tune(&stream, self.sh.ia.cfg.user_timeout)
+                .map_err(|e| Error::io("socket options", e))?;
+            handshake_write(&mut stream, Op::ConnReq, pd)
+                .map_err(|e| Error::io("send request", e))?;
             let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
             stream.set_read_timeout(Some(left)).map_err(|e| Error::io("set timeout", e))?;
             let (op, peer_pd) = handshake_read(&mut stream)?;

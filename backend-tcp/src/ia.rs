@@ -175,7 +175,7 @@ impl Ia for TcpIa {
         soft_evd(&evds.request)?;
         soft_evd(&evds.recv)?;
         soft_evd(&evds.conn)?;
-        Ok(TcpEp::new(self.shared.clone(), pz.id, evds.clone()))
+        Ok(TcpEp::create(self.shared.clone(), pz.id, evds.clone()))
     }
 
     fn create_psp(&self, service: u16, evd: &Arc<dyn Evd>) -> Result<Arc<dyn Psp>> {
@@ -249,7 +249,11 @@ impl Lmr for TcpLmr {
         self.inner.pz_id
     }
     fn rmr_context(&self) -> RmrContext {
-        RmrContext::new(self.inner.key, self.inner.region.addr() + self.inner.offset, self.inner.len)
+        RmrContext::new(
+            self.inner.key,
+            self.inner.region.addr() + self.inner.offset,
+            self.inner.len,
+        )
     }
     fn is_registered(&self) -> bool {
         self.inner.registered.load(Ordering::Acquire)

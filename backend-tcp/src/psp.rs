@@ -4,7 +4,7 @@
 use crate::ep::{TcpEp, handshake_write, push, tune};
 use crate::ia::IaShared;
 use crate::wire::{HDR, Header, Op};
-use rmr_api::{ConnRequest, ConnRequestOps, Ep, EpState, Error, Event, Evd, Psp, Result};
+use rmr_api::{ConnRequest, ConnRequestOps, Ep, EpState, Error, Evd, Event, Psp, Result};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,7 +25,8 @@ pub struct TcpPsp {
 impl TcpPsp {
     pub(crate) fn listen(ia: Arc<IaShared>, service: u16, evd: Arc<dyn Evd>) -> Result<TcpPsp> {
         let want = SocketAddr::new(ia.ip, service);
-        let listener = TcpListener::bind(want).map_err(|e| Error::io(format!("listen on {want}"), e))?;
+        let listener =
+            TcpListener::bind(want).map_err(|e| Error::io(format!("listen on {want}"), e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("local_addr", e))?;
         let listener = Arc::new(listener);
         let closed = Arc::new(AtomicBool::new(false));

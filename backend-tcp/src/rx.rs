@@ -57,8 +57,7 @@ impl EpShared {
     }
 
     fn send_ack_if_wanted(&self, wanted: &mut bool) -> io::Result<()> {
-        if *wanted
-            && self.rx_done.load(Ordering::Acquire) > self.acked_sent.load(Ordering::Acquire)
+        if *wanted && self.rx_done.load(Ordering::Acquire) > self.acked_sent.load(Ordering::Acquire)
         {
             self.respond(Header::new(Op::Ack), Segs::new())?;
         }
@@ -80,10 +79,14 @@ impl EpShared {
             let mut hb = [0u8; HDR];
             if let Err(e) = r.read_exact(&mut hb) {
                 return match e.kind() {
-                    io::ErrorKind::UnexpectedEof if self.local_disconnect.load(Ordering::Acquire) => {
+                    io::ErrorKind::UnexpectedEof
+                        if self.local_disconnect.load(Ordering::Acquire) =>
+                    {
                         End::Orderly
                     }
-                    io::ErrorKind::UnexpectedEof => End::Broken("peer closed the connection".into()),
+                    io::ErrorKind::UnexpectedEof => {
+                        End::Broken("peer closed the connection".into())
+                    }
                     _ => io_end("read", e),
                 };
             }
@@ -94,7 +97,10 @@ impl EpShared {
             };
             if op.is_request() {
                 if h.seq != expect {
-                    return End::Broken(format!("protocol error: sequence {} expected {expect}", h.seq));
+                    return End::Broken(format!(
+                        "protocol error: sequence {} expected {expect}",
+                        h.seq
+                    ));
                 }
                 expect += 1;
                 if h.flags & F_ACK_REQ != 0 {
@@ -311,7 +317,8 @@ impl EpShared {
         {
             let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
             while let Some(f) = inf.front() {
-                if f.seq > ack || matches!(f.op, DtoOp::RdmaRead | DtoOp::FetchAdd | DtoOp::CmpSwap) {
+                if f.seq > ack || matches!(f.op, DtoOp::RdmaRead | DtoOp::FetchAdd | DtoOp::CmpSwap)
+                {
                     break;
                 }
                 let f = inf.pop_front().expect("front");
@@ -339,7 +346,10 @@ impl EpShared {
 
     fn on_response(&self, r: &mut Rx, h: &Header, op: Op) -> Result<(), End> {
         let Some(f) = self.take_answered(h.seq) else {
-            return Err(End::Broken(format!("protocol error: response to unknown request {}", h.seq)));
+            return Err(End::Broken(format!(
+                "protocol error: response to unknown request {}",
+                h.seq
+            )));
         };
         let mut c = self.dto(f.cookie, f.op, Status::Success, f.bytes);
         match op {
@@ -360,7 +370,9 @@ impl EpShared {
             }
             _ => {
                 if !matches!(f.op, DtoOp::FetchAdd | DtoOp::CmpSwap) {
-                    return Err(End::Broken("protocol error: atomic response does not match".into()));
+                    return Err(End::Broken(
+                        "protocol error: atomic response does not match".into(),
+                    ));
                 }
                 if let Some(s) = f.dest.first() {
                     let _ = s.region.write(s.off, &h.arg0.to_le_bytes());
@@ -398,7 +410,8 @@ impl EpShared {
         for f in pending {
             self.complete(self.dto(f.cookie, f.op, status, 0));
         }
-        let recvs: Vec<_> = self.recvs.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+        let recvs: Vec<_> =
+            self.recvs.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         self.recv_cv.notify_all();
         for wr in recvs {
             self.complete(self.dto(wr.cookie, DtoOp::Recv, Status::Flushed, 0));

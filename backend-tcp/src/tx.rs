@@ -78,7 +78,12 @@ impl Tx {
     pub(crate) fn new(stream: TcpStream) -> Tx {
         Tx {
             stream,
-            st: Mutex::new(TxState { queue: VecDeque::new(), busy: false, closed: false, next_seq: 1 }),
+            st: Mutex::new(TxState {
+                queue: VecDeque::new(),
+                busy: false,
+                closed: false,
+                next_seq: 1,
+            }),
             cv: Condvar::new(),
         }
     }

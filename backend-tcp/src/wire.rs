@@ -170,9 +170,8 @@ impl Header {
         b[1] = self.flags;
         b[2..4].copy_from_slice(&self.status.to_le_bytes());
         b[4..8].copy_from_slice(&self.len.to_le_bytes());
-        for (i, v) in [self.seq, self.ack, self.key, self.addr, self.arg0, self.arg1]
-            .into_iter()
-            .enumerate()
+        for (i, v) in
+            [self.seq, self.ack, self.key, self.addr, self.arg0, self.arg1].into_iter().enumerate()
         {
             b[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
         }

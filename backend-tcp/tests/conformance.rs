@@ -1,7 +1,12 @@
 //! The rmr-api conformance suite against the TCP backend over loopback.
 
 fn target() -> rmr_api::conformance::Target {
-    rmr_api::conformance::Target::new("tcp", backend_tcp::register, "tcp:127.0.0.1", "tcp:127.0.0.1")
+    rmr_api::conformance::Target::new(
+        "tcp",
+        backend_tcp::register,
+        "tcp:127.0.0.1",
+        "tcp:127.0.0.1",
+    )
 }
 
 mod conformance {

@@ -53,8 +53,8 @@
 #![warn(unreachable_pub)]
 
 mod error;
-mod event;
 mod evd;
+mod event;
 mod memory;
 mod objects;
 mod provider;
@@ -67,7 +67,7 @@ pub use error::{Error, Result};
 pub use evd::{Evd, SoftEvd};
 pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
 pub use memory::{MemRegion, REGION_ALIGN};
-pub use objects::{EpEvds, Ep, Ia, Lmr, Psp, Pz, check_local_sges, status_to_result};
+pub use objects::{Ep, EpEvds, Ia, Lmr, Psp, Pz, check_local_sges, status_to_result};
 pub use provider::{Provider, open, provider, providers, register, split_spec};
 pub use types::{
     Access, Caps, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr, MAX_RAIL_KEYS, RmrContext, Sge,

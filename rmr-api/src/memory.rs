@@ -94,7 +94,11 @@ impl MemRegion {
         self.check(off, dst.len() as u64)?;
         // SAFETY: bounds checked above; dst is a distinct Rust buffer.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.as_ptr().add(off as usize), dst.as_mut_ptr(), dst.len())
+            std::ptr::copy_nonoverlapping(
+                self.as_ptr().add(off as usize),
+                dst.as_mut_ptr(),
+                dst.len(),
+            )
         };
         Ok(())
     }
@@ -175,8 +179,9 @@ impl MemRegion {
         self.check(off, len)?;
         // SAFETY: bounds checked; the slice lives only for this call. Concurrent RDMA into the
         // same bytes is a user error with unspecified bytes as result, as on any RDMA NIC.
-        let dst =
-            unsafe { std::slice::from_raw_parts_mut(self.as_ptr().add(off as usize), len as usize) };
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.as_ptr().add(off as usize), len as usize)
+        };
         Ok(r.read_exact(dst))
     }
 
@@ -190,7 +195,8 @@ impl MemRegion {
         self.check(off, len)?;
         // SAFETY: bounds checked; the slice does not outlive the call. Bytes a peer writes
         // concurrently are unspecified (RDMA semantics), never out of bounds.
-        let s = unsafe { std::slice::from_raw_parts(self.as_ptr().add(off as usize), len as usize) };
+        let s =
+            unsafe { std::slice::from_raw_parts(self.as_ptr().add(off as usize), len as usize) };
         Ok(f(s))
     }
 

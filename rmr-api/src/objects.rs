@@ -6,8 +6,7 @@
 //! PZ, an EP its PZ and EVDs).
 
 use crate::{
-    Access, DtoFlags, EpAttr, EpId, EpState, Error, Evd, IaAttr, MemRegion, Result, RmrContext,
-    Sge,
+    Access, DtoFlags, EpAttr, EpId, EpState, Error, Evd, IaAttr, MemRegion, Result, RmrContext, Sge,
 };
 use std::any::Any;
 use std::sync::Arc;
@@ -264,7 +263,12 @@ pub trait Ep: Send + Sync {
 /// [`Error::Protection`], [`Error::OutOfBounds`], [`Error::RemoteAccess`] is never
 /// returned here; [`Error::InvalidArgument`] for too many segments or a
 /// deregistered LMR.
-pub fn check_local_sges(sges: &[Sge<'_>], pz_id: u64, need: Access, max_sges: usize) -> Result<u64> {
+pub fn check_local_sges(
+    sges: &[Sge<'_>],
+    pz_id: u64,
+    need: Access,
+    max_sges: usize,
+) -> Result<u64> {
     if sges.len() > max_sges {
         return Err(Error::invalid(format!("{} segments, at most {max_sges}", sges.len())));
     }
@@ -288,7 +292,11 @@ pub fn check_local_sges(sges: &[Sge<'_>], pz_id: u64, need: Access, max_sges: us
         match s.offset.checked_add(s.len) {
             Some(end) if end <= s.lmr.len() => {}
             _ => {
-                return Err(Error::OutOfBounds { offset: s.offset, len: s.len, limit: s.lmr.len() });
+                return Err(Error::OutOfBounds {
+                    offset: s.offset,
+                    len: s.len,
+                    limit: s.lmr.len(),
+                });
             }
         }
         total += s.len;

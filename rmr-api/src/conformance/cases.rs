@@ -43,7 +43,10 @@ pub fn ia_attr_and_caps_tell_the_truth(t: &Target) {
     let ctx = r.ctx();
     // An absent capability must be an `Unsupported` error at post time, never silence.
     if !attr.caps.contains(Caps::RDMA_READ) {
-        assert!(matches!(p.a.post_rdma_read(&[l.sge()], &ctx, 0, 1, F0), Err(Error::Unsupported(_))));
+        assert!(matches!(
+            p.a.post_rdma_read(&[l.sge()], &ctx, 0, 1, F0),
+            Err(Error::Unsupported(_))
+        ));
     }
     if !attr.caps.contains(Caps::WRITE_IMM) {
         let e = p.a.post_rdma_write_imm(&[l.sge()], &ctx, 0, 1, 1, F0);
@@ -69,7 +72,8 @@ pub fn connect_accept_private_data_both_ways(t: &Target) {
 
 pub fn connect_reject_private_data(t: &Target) {
     let (ia_a, ia_b) = t.open();
-    let (pz_a, evd_a, pevd) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let (pz_a, evd_a, pevd) =
+        (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
     let psp = ia_b.create_psp(0, &pevd).unwrap();
     let ep = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
     let (addr, svc) = (psp.address(), psp.service());
@@ -239,11 +243,16 @@ pub fn rdma_write_then_send_ordering(t: &Target) {
         let pat = pattern(round, len);
         src.mem.write(0, &pat).unwrap();
         p.b.post_recv(&[note.sge()], round, F0).unwrap();
-        p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 100 + round, DtoFlags::SUPPRESS).unwrap();
+        p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 100 + round, DtoFlags::SUPPRESS)
+            .unwrap();
         p.a.post_send(&[src.part(0, 8)], 200 + round, F0).unwrap();
         expect_ok(&p.evd_b, round);
         // Rule 2: the write is visible when the receive completes.
-        assert_eq!(checksum(&target.bytes()), checksum(&pat), "round {round}: write not visible at recv");
+        assert_eq!(
+            checksum(&target.bytes()),
+            checksum(&pat),
+            "round {round}: write not visible at recv"
+        );
         expect_ok(&p.evd_a, 200 + round);
     }
 }
@@ -357,8 +366,14 @@ pub fn suppress_no_event_but_implied(t: &Target) {
     let src = Buf::new(&p.pz_a, (n as usize + 1) * 4096, RW, 0);
     src.mem.write(0, &pattern(9, (n as usize + 1) * 4096)).unwrap();
     for i in 0..n {
-        p.a.post_rdma_write(&[src.part(i * 4096, 4096)], &target.ctx(), i * 4096, i, DtoFlags::SUPPRESS)
-            .unwrap();
+        p.a.post_rdma_write(
+            &[src.part(i * 4096, 4096)],
+            &target.ctx(),
+            i * 4096,
+            i,
+            DtoFlags::SUPPRESS,
+        )
+        .unwrap();
     }
     p.a.post_rdma_write(&[src.part(n * 4096, 4096)], &target.ctx(), n * 4096, 99, F0).unwrap();
     let c = expect_ok(&p.evd_a, 99);
@@ -694,7 +709,9 @@ pub fn many_eps_share_one_evd(t: &Target) {
     for i in 0..per {
         for (e, (a, _)) in pairs.iter().enumerate() {
             let off = (e as u64 * per + i) * 16;
-            sbuf.mem.write(off, &[(e as u64 * 1000 + i).to_le_bytes(), [0xEE; 8]].concat()).unwrap();
+            sbuf.mem
+                .write(off, &[(e as u64 * 1000 + i).to_le_bytes(), [0xEE; 8]].concat())
+                .unwrap();
             a.post_send(&[sbuf.part(off, 16)], i, DtoFlags::SUPPRESS).unwrap();
         }
     }
@@ -728,7 +745,11 @@ pub fn threads_posting_on_one_ep(t: &Target) {
                 for i in 0..per {
                     buf.mem.write(i * 16, &[th.to_le_bytes(), i.to_le_bytes()].concat()).unwrap();
                     loop {
-                        match p.a.post_send(&[buf.part(i * 16, 16)], th << 32 | i, DtoFlags::SUPPRESS) {
+                        match p.a.post_send(
+                            &[buf.part(i * 16, 16)],
+                            th << 32 | i,
+                            DtoFlags::SUPPRESS,
+                        ) {
                             Ok(()) => break,
                             Err(Error::QueueFull) => std::thread::yield_now(),
                             Err(e) => panic!("post: {e}"),
@@ -765,7 +786,13 @@ pub fn window_backpressure_is_a_value(t: &Target) {
     let mut full = 0;
     let posts = (2 * max).min(t.n(20_000, 2_000) as u64);
     for i in 0..posts {
-        match p.a.post_rdma_write(&[src.part(i % 512 * 8, 8)], &target.ctx(), i % 512 * 8, i, DtoFlags::SUPPRESS) {
+        match p.a.post_rdma_write(
+            &[src.part(i % 512 * 8, 8)],
+            &target.ctx(),
+            i % 512 * 8,
+            i,
+            DtoFlags::SUPPRESS,
+        ) {
             Ok(()) => {}
             Err(Error::QueueFull) => {
                 full += 1;
@@ -780,7 +807,9 @@ pub fn window_backpressure_is_a_value(t: &Target) {
         loop {
             match p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, u64::MAX, F0) {
                 Ok(()) => break,
-                Err(Error::QueueFull) if start.elapsed() < WAIT => std::thread::sleep(Duration::from_millis(1)),
+                Err(Error::QueueFull) if start.elapsed() < WAIT => {
+                    std::thread::sleep(Duration::from_millis(1))
+                }
                 Err(e) => panic!("{e}"),
             }
         }
@@ -809,8 +838,12 @@ pub fn peer_killed_broken_event(t: &Target, test_name: &str) {
         return peer_child(t, addr, svc.parse().unwrap());
     }
     let (_, ia) = t.open();
-    let (pz, evd, cevd, pevd) =
-        (ia.create_pz().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let (pz, evd, cevd, pevd) = (
+        ia.create_pz().unwrap(),
+        ia.create_evd().unwrap(),
+        ia.create_evd().unwrap(),
+        ia.create_evd().unwrap(),
+    );
     let psp = ia.create_psp(0, &pevd).unwrap();
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
@@ -819,7 +852,13 @@ pub fn peer_killed_broken_event(t: &Target, test_name: &str) {
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn child");
-    let (ep, pd) = accept_one(&ia, &pz, &pevd, &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() }, b"");
+    let (ep, pd) = accept_one(
+        &ia,
+        &pz,
+        &pevd,
+        &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() },
+        b"",
+    );
     assert_eq!(pd, b"child");
     expect_established(&cevd);
     let buf = Buf::new(&pz, 64, RW, 0);

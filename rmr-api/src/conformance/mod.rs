@@ -15,15 +15,15 @@
 //! }
 //! ```
 //!
-//! Heavy cases scale with [`Target::scale`] (a slow provider gives less than
-//! 1) but never drop below a meaningful size. A case a provider cannot do
-//! (its [`crate::Caps`] say so) prints `SKIPPED: <why>` and returns.
+//! Heavy cases scale with [`Target::scale`] (a slow provider gives less
+//! than one) but never drop below a meaningful size. A case a provider
+//! cannot do, as its [`crate::Caps`] say, prints `SKIPPED: <why>` and returns.
 #![allow(missing_docs)]
 
 pub mod cases;
 
 use crate::{
-    Access, DtoCompletion, Ep, EpEvds, Event, Evd, Ia, Lmr, MemRegion, Psp, Pz, RmrContext,
+    Access, DtoCompletion, Ep, EpEvds, Evd, Event, Ia, Lmr, MemRegion, Psp, Pz, RmrContext,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,7 +260,8 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 
 /// FNV-1a checksum.
 pub fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// Generates one `#[test]` per conformance case for `$target` (a path to a
