@@ -527,7 +527,8 @@ pub fn bad_key(t: &Target) {
     let target = Buf::new(&p.pz_b, 4096, RW, 0x33);
     let src = Buf::new(&p.pz_a, 4096, RW, 0x44);
     let good = target.ctx();
-    let forged = RmrContext::new(good.key() ^ 0x5a5a_5a5a_0000_0001, good.addr, good.len);
+    let keys: Vec<u64> = good.keys().iter().map(|k| k ^ 0x5a5a_5a5a_0000_0001).collect();
+    let forged = RmrContext::with_keys(&keys, good.addr, good.len).unwrap();
     p.a.post_rdma_write(&[src.sge()], &forged, 0, 1, F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x33; 4096]);
 }
@@ -539,7 +540,7 @@ pub fn out_of_bounds_remote(t: &Target) {
     let src = Buf::new(&p.pz_a, 8192, RW, 0x44);
     let good = target.ctx();
     // A forged context claiming a longer region: the target must still refuse.
-    let forged = RmrContext::new(good.key(), good.addr, good.len * 4);
+    let forged = RmrContext::with_keys(good.keys(), good.addr, good.len * 4).unwrap();
     p.a.post_rdma_write(&[src.part(0, 100)], &forged, 4090, 1, F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x33; 4096]);
     assert_eq!(guard.bytes(), vec![0x66; 4096]);

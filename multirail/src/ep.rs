@@ -1,0 +1,1083 @@
+//! The multirail endpoint: plans each DTO into stripes, issues them through
+//! the chosen engine, filters stripe completions into one completion per
+//! user DTO (released in posting order), keeps uDAPL's ordering rules across
+//! rails, and re-issues the stripes of a rail that breaks on the survivors.
+//!
+//! Ordering: two-sided traffic (sends, receives, writes with immediate,
+//! atomics) travels on the *control rail*, the lowest live one, so rule 1
+//! holds by that rail's own order. Rule 2 holds because such an operation
+//! is deferred until every stripe posted before it on the other rails has
+//! completed (stripes on the control rail are ahead of it on the same
+//! stream). Small writes go whole to the least-loaded rail, preferring the
+//! control rail on a tie, so a write+notify ping-pong never waits.
+
+use crate::evd::MrEvd;
+use crate::objects::{MrIa, MrLmr, MrLmrInner, MrPz};
+use crate::planner::{Planner, Stripe};
+use crate::psp::header;
+use crate::{Engine, MrConfig};
+use rmr_api::{
+    Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Evd, Event,
+    Result, RmrContext, Sge, Status, check_local_sges,
+};
+use smallvec::SmallVec;
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+const RECV_BIT: u64 = 1 << 63;
+/// Software-event value that wakes a pinned rail thread for new work.
+const WAKE: u64 = 0x5741_4b45;
+
+/// Local segments of a DTO: (multirail LMR, offset in it, length).
+type Segs = SmallVec<[(Arc<MrLmrInner>, u64, u64); 2]>;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Send { solicited: bool },
+    Write,
+    Read,
+    WriteImm(u32),
+    FetchAdd(u64),
+    CmpSwap(u64, u64),
+}
+
+impl Kind {
+    fn op(self) -> DtoOp {
+        match self {
+            Kind::Send { .. } => DtoOp::Send,
+            Kind::Write | Kind::WriteImm(_) => DtoOp::RdmaWrite,
+            Kind::Read => DtoOp::RdmaRead,
+            Kind::FetchAdd(_) => DtoOp::FetchAdd,
+            Kind::CmpSwap(..) => DtoOp::CmpSwap,
+        }
+    }
+    /// Travels whole on the control rail, behind every earlier stripe.
+    fn ordered(self) -> bool {
+        !matches!(self, Kind::Write | Kind::Read)
+    }
+}
+
+/// One unit of work for one rail.
+pub(crate) struct Work {
+    rail: usize,
+    kind: Kind,
+    local: Segs,
+    remote: Option<(RmrContext, u64)>,
+    cookie: u64,
+}
+
+struct StripeRec {
+    rail: usize,
+    off: u64,
+    len: u64,
+    t0: Instant,
+    done: bool,
+}
+
+struct Req {
+    cookie: u64,
+    kind: Kind,
+    signalled: bool,
+    bytes: u64,
+    remaining: usize,
+    status: Status,
+    imm: Option<u64>,
+    local: Segs,
+    remote: Option<(RmrContext, u64)>,
+    stripes: SmallVec<[StripeRec; 4]>,
+    times: SmallVec<[(usize, f64); 8]>,
+}
+
+struct RecvReq {
+    cookie: u64,
+    local: Segs,
+}
+
+struct Deferred {
+    id: u64,
+    need: SmallVec<[u64; 8]>,
+}
+
+struct State {
+    conn: EpState,
+    planner: Planner,
+    front_id: u64,
+    reqs: VecDeque<Req>,
+    recv_front: u64,
+    recvs: VecDeque<Option<RecvReq>>,
+    posted: SmallVec<[u64; 8]>,
+    completed: SmallVec<[u64; 8]>,
+    deferred: VecDeque<Deferred>,
+    ended: SmallVec<[bool; 8]>,
+    broken: bool,
+}
+
+pub(crate) struct Rail {
+    ep: Arc<dyn Ep>,
+    evd: Arc<dyn Evd>,
+    tx: Mutex<Option<crossbeam_channel::Sender<Work>>>,
+    cpu: Mutex<String>,
+}
+
+/// State shared by the user's handle, the rail threads and polling EVDs.
+pub(crate) struct Core {
+    id: EpId,
+    cfg: MrConfig,
+    pz_id: u64,
+    max_dtos: usize,
+    max_sges: usize,
+    rails: Vec<Rail>,
+    user: EpEvds,
+    st: Mutex<State>,
+    stop: AtomicBool,
+    /// Stripes whose rail post failed, to be handled like error completions.
+    failed: Mutex<Vec<(usize, u64, Status)>>,
+}
+
+type UserEvents = SmallVec<[(u8, Event); 4]>;
+const TO_REQ: u8 = 0;
+const TO_RECV: u8 = 1;
+const TO_CONN: u8 = 2;
+
+/// The completion status a failed rail post turns into.
+fn post_status(e: &Error) -> Status {
+    match e {
+        Error::Broken(_) | Error::NotConnected | Error::Flushed => Status::Broken,
+        Error::Protection(_) => Status::Protection,
+        Error::Unsupported(_) => Status::Unsupported,
+        Error::OutOfBounds { .. } | Error::InvalidArgument(_) => Status::OutOfBounds,
+        _ => Status::RemoteAccess,
+    }
+}
+
+fn slice(local: &Segs, mut off: u64, mut len: u64) -> Segs {
+    let mut out = Segs::new();
+    for (l, o, n) in local {
+        if len == 0 {
+            break;
+        }
+        if off >= *n {
+            off -= n;
+            continue;
+        }
+        let take = (*n - off).min(len);
+        out.push((l.clone(), o + off, take));
+        len -= take;
+        off = 0;
+    }
+    out
+}
+
+impl Core {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn deliver(&self, evs: UserEvents) {
+        for (to, ev) in evs {
+            let evd = match to {
+                TO_REQ => &self.user.request,
+                TO_RECV => &self.user.recv,
+                _ => &self.user.conn,
+            };
+            if let Some(m) = evd.as_any().downcast_ref::<MrEvd>() {
+                m.q.push(ev);
+            }
+        }
+    }
+
+    fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
+        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+    }
+
+    fn fail(&self, w: &Work, e: &Error) {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner()).push((
+            w.rail,
+            w.cookie,
+            post_status(e),
+        ));
+    }
+
+    /// Posts one unit of work on its rail (in the calling thread).
+    fn post_work(&self, w: &Work) -> Result<()> {
+        let rail = &self.rails[w.rail];
+        let sges: SmallVec<[Sge<'_>; 4]> =
+            w.local.iter().map(|(l, o, n)| Sge::new(&*l.rails[w.rail], *o, *n)).collect();
+        let remote = w.remote.map(|(c, o)| (c.rail(w.rail), o));
+        let start = Instant::now();
+        loop {
+            let r = match (w.kind, &remote) {
+                (Kind::Send { solicited }, _) => {
+                    let f = if solicited { DtoFlags::SOLICITED } else { DtoFlags::empty() };
+                    rail.ep.post_send(&sges, w.cookie, f)
+                }
+                (Kind::Write, Some((Ok(c), o))) => {
+                    rail.ep.post_rdma_write(&sges, c, *o, w.cookie, DtoFlags::empty())
+                }
+                (Kind::Read, Some((Ok(c), o))) => {
+                    rail.ep.post_rdma_read(&sges, c, *o, w.cookie, DtoFlags::empty())
+                }
+                (Kind::WriteImm(imm), Some((Ok(c), o))) => {
+                    rail.ep.post_rdma_write_imm(&sges, c, *o, imm, w.cookie, DtoFlags::empty())
+                }
+                (Kind::FetchAdd(add), Some((Ok(c), o))) => {
+                    rail.ep.post_fetch_add(sges[0], c, *o, add, w.cookie, DtoFlags::empty())
+                }
+                (Kind::CmpSwap(cmp, swp), Some((Ok(c), o))) => {
+                    rail.ep.post_cmp_swap(sges[0], c, *o, cmp, swp, w.cookie, DtoFlags::empty())
+                }
+                (_, Some((Err(e), _))) => return Err(Error::invalid(e.to_string())),
+                (_, None) => return Err(Error::invalid("remote operation without a target")),
+            };
+            match r {
+                Err(Error::QueueFull) if start.elapsed() < Duration::from_secs(30) => {
+                    std::thread::yield_now();
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn post_recv_on(&self, rail: usize, id: u64, local: &Segs) -> Result<()> {
+        let sges: SmallVec<[Sge<'_>; 4]> =
+            local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
+        self.rails[rail].ep.post_recv(&sges, RECV_BIT | id, DtoFlags::empty())
+    }
+
+    /// Hands a batch of work to the engine. Called with the state lock held,
+    /// so each rail sees its work in posting order.
+    fn issue(&self, works: SmallVec<[Work; 8]>) {
+        match self.cfg.engine {
+            Engine::Pinned => {
+                for w in works {
+                    let r = w.rail;
+                    let sent = match &*self.rails[r].tx.lock().unwrap_or_else(|e| e.into_inner()) {
+                        Some(tx) => tx.send(w).is_ok(),
+                        None => false,
+                    };
+                    if sent {
+                        let _ = self.rails[r].evd.post_software(WAKE);
+                    }
+                }
+            }
+            Engine::ForkJoin if works.len() > 1 => {
+                let fails: Mutex<Vec<(usize, u64, Status)>> = Mutex::default();
+                rayon::scope(|s| {
+                    for w in &works {
+                        let fails = &fails;
+                        s.spawn(move |_| {
+                            if let Err(e) = self.post_work(w) {
+                                fails.lock().unwrap_or_else(|e| e.into_inner()).push((
+                                    w.rail,
+                                    w.cookie,
+                                    post_status(&e),
+                                ));
+                            }
+                        });
+                    }
+                });
+                let f = fails.into_inner().unwrap_or_else(|e| e.into_inner());
+                self.failed.lock().unwrap_or_else(|e| e.into_inner()).extend(f);
+            }
+            _ => {
+                for w in &works {
+                    if let Err(e) = self.post_work(w) {
+                        self.fail(w, &e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Builds the work of request `id` for its (re)planned stripes.
+    fn stripe_work(req: &Req, id: u64, idx: usize, s: &Stripe) -> Work {
+        Work {
+            rail: s.rail,
+            kind: req.kind,
+            local: slice(&req.local, s.offset, s.len),
+            remote: req.remote.map(|(c, o)| (c, o + s.offset)),
+            cookie: id << 8 | idx as u64,
+        }
+    }
+
+    /// Plans and records request `id`'s stripes, returning their work.
+    fn launch(&self, st: &mut State, id: u64) -> SmallVec<[Work; 8]> {
+        let idx = (id - st.front_id) as usize;
+        let (kind, bytes) = (st.reqs[idx].kind, st.reqs[idx].bytes);
+        let plan: SmallVec<[Stripe; 8]> = if kind.ordered() {
+            st.planner
+                .control_rail()
+                .map(|r| Stripe { rail: r, offset: 0, len: bytes })
+                .into_iter()
+                .collect()
+        } else {
+            st.planner.plan(bytes)
+        };
+        let mut works = SmallVec::new();
+        if plan.is_empty() {
+            let req = &mut st.reqs[idx];
+            req.status = Status::Broken;
+            req.remaining = 0;
+            return works;
+        }
+        let now = Instant::now();
+        for (i, s) in plan.iter().enumerate() {
+            st.planner.posted(s.rail, s.len);
+            st.posted[s.rail] += 1;
+            let req = &mut st.reqs[idx];
+            req.stripes.push(StripeRec {
+                rail: s.rail,
+                off: s.offset,
+                len: s.len,
+                t0: now,
+                done: false,
+            });
+            works.push(Self::stripe_work(req, id, i, s));
+        }
+        st.reqs[idx].remaining = plan.len();
+        works
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post(
+        &self,
+        kind: Kind,
+        local: &[Sge<'_>],
+        remote: Option<(&RmrContext, u64)>,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let need = match kind {
+            Kind::Read | Kind::FetchAdd(_) | Kind::CmpSwap(..) => Access::LOCAL_WRITE,
+            _ => Access::empty(),
+        };
+        let bytes = check_local_sges(local, self.pz_id, need, self.max_sges)?;
+        let mut segs = Segs::new();
+        for s in local {
+            let l = s.lmr.as_any().downcast_ref::<MrLmr>().ok_or_else(|| {
+                Error::Protection("a multirail EP needs LMRs of its multirail PZ".into())
+            })?;
+            if s.len > 0 {
+                segs.push((l.inner.clone(), s.offset, s.len));
+            }
+        }
+        if matches!(kind, Kind::FetchAdd(_) | Kind::CmpSwap(..)) {
+            if bytes != 8 {
+                return Err(Error::invalid("an atomic's result segment must be 8 bytes"));
+            }
+            if remote.is_some_and(|(c, o)| (c.addr + o) % 8 != 0) {
+                return Err(Error::invalid("atomic target must be 8-byte aligned"));
+            }
+        }
+        let remote = match remote {
+            Some((ctx, off)) => {
+                if ctx.keys().len() != self.rails.len() {
+                    return Err(Error::invalid(format!(
+                        "RMR context has {} keys, the EP has {} rails",
+                        ctx.keys().len(),
+                        self.rails.len()
+                    )));
+                }
+                if off.checked_add(bytes).is_none_or(|e| e > ctx.len) {
+                    return Err(Error::OutOfBounds { offset: off, len: bytes, limit: ctx.len });
+                }
+                Some((*ctx, off))
+            }
+            None => None,
+        };
+        let full = flags.contains(DtoFlags::BARRIER_FENCE);
+        // Without rail threads nobody makes progress but the caller: a fenced
+        // post polls the rails until its fence clears, a post into a full
+        // window polls until a slot frees (the paper's non-threaded engine).
+        if self.cfg.engine != Engine::Pinned {
+            let start = Instant::now();
+            loop {
+                let st = self.lock();
+                let blocked = st.reqs.len() >= self.max_dtos
+                    || ((kind.ordered() || full) && self.fenced(&st, full));
+                drop(st);
+                if !blocked || start.elapsed() > Duration::from_secs(30) {
+                    break;
+                }
+                if !self.poll_rails() {
+                    std::thread::yield_now();
+                }
+            }
+        }
+        let mut st = self.lock();
+        match st.conn {
+            EpState::Connected => {}
+            EpState::Broken => return Err(Error::Broken("all rails lost".into())),
+            _ => return Err(Error::NotConnected),
+        }
+        if st.reqs.len() >= self.max_dtos {
+            return Err(Error::QueueFull);
+        }
+        let id = st.front_id + st.reqs.len() as u64;
+        st.reqs.push_back(Req {
+            cookie,
+            kind,
+            signalled: !flags.contains(DtoFlags::SUPPRESS),
+            bytes,
+            remaining: usize::MAX,
+            status: Status::Success,
+            imm: None,
+            local: segs,
+            remote,
+            stripes: SmallVec::new(),
+            times: SmallVec::new(),
+        });
+        // Fence: ordered operations wait for earlier stripes on other rails;
+        // BARRIER_FENCE waits for every earlier stripe.
+        let ctl = st.planner.control_rail().unwrap_or(0);
+        if kind.ordered() || full || !st.deferred.is_empty() {
+            let need: SmallVec<[u64; 8]> = (0..self.rails.len())
+                .map(|r| if r == ctl && !full { 0 } else { st.posted[r] })
+                .collect();
+            let blocked =
+                !st.deferred.is_empty() || need.iter().zip(&st.completed).any(|(n, c)| c < n);
+            if blocked {
+                st.deferred.push_back(Deferred { id, need });
+                return Ok(());
+            }
+        }
+        let works = self.launch(&mut st, id);
+        let mut evs = UserEvents::new();
+        if works.is_empty() {
+            self.release(&mut st, &mut evs);
+        }
+        self.issue(works);
+        drop(st);
+        self.deliver(evs);
+        Ok(())
+    }
+
+    /// Whether an ordered (or fully fenced) post would have to wait now.
+    fn fenced(&self, st: &State, full: bool) -> bool {
+        let ctl = st.planner.control_rail().unwrap_or(0);
+        !st.deferred.is_empty()
+            || (0..self.rails.len()).any(|r| (r != ctl || full) && st.completed[r] < st.posted[r])
+    }
+
+    /// Pops finished requests off the front, in posting order.
+    fn release(&self, st: &mut State, evs: &mut UserEvents) {
+        while st.reqs.front().is_some_and(|r| r.remaining == 0) {
+            let r = st.reqs.pop_front().expect("front");
+            st.front_id += 1;
+            if r.signalled || !r.status.is_ok() {
+                let mut c = self.dto(r.cookie, r.kind.op(), r.status, r.bytes);
+                c.imm = r.imm;
+                evs.push((TO_REQ, Event::Dto(c)));
+            }
+        }
+    }
+
+    /// Releases deferred (fenced) requests whose fences are satisfied.
+    fn release_deferred(&self, st: &mut State) -> SmallVec<[Work; 8]> {
+        let mut works = SmallVec::new();
+        while let Some(d) = st.deferred.front() {
+            if d.need.iter().zip(&st.completed).any(|(n, c)| c < n) {
+                break;
+            }
+            let d = st.deferred.pop_front().expect("front");
+            works.extend(self.launch(st, d.id));
+        }
+        works
+    }
+
+    /// A stripe completed (or failed) on `rail`.
+    fn on_stripe(
+        &self,
+        st: &mut State,
+        rail: usize,
+        c: &DtoCompletion,
+        evs: &mut UserEvents,
+    ) -> SmallVec<[Work; 8]> {
+        let mut works = SmallVec::new();
+        let (id, idx) = (c.cookie >> 8, (c.cookie & 0xff) as usize);
+        st.completed[rail] += 1;
+        if id < st.front_id {
+            return works;
+        }
+        let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { return works };
+        let Some(s) = req.stripes.get_mut(idx) else { return works };
+        if s.done || s.rail != rail {
+            return works;
+        }
+        let (slen, soff) = (s.len, s.off);
+        st.planner.completed(rail, slen);
+        let rail_lost = matches!(c.status, Status::Broken | Status::Flushed);
+        let req = &mut st.reqs[(id - st.front_id) as usize];
+        if c.status.is_ok() {
+            let s = &mut req.stripes[idx];
+            s.done = true;
+            req.times.push((rail, s.t0.elapsed().as_secs_f64()));
+            if c.imm.is_some() {
+                req.imm = c.imm;
+            }
+            req.remaining -= 1;
+        } else if rail_lost && st.conn == EpState::Connected {
+            // Failover: the stripe goes again, whole, on the least-loaded survivor.
+            st.planner.rail_failed(rail);
+            let target = if req.kind.ordered() {
+                st.planner.control_rail()
+            } else {
+                st.planner.plan(0).first().map(|s| s.rail)
+            };
+            match target {
+                Some(nr) => {
+                    let req = &mut st.reqs[(id - st.front_id) as usize];
+                    let s = &mut req.stripes[idx];
+                    s.rail = nr;
+                    s.t0 = Instant::now();
+                    let stripe = Stripe { rail: nr, offset: soff, len: slen };
+                    works.push(Self::stripe_work(req, id, idx, &stripe));
+                    st.planner.posted(nr, slen);
+                    st.posted[nr] += 1;
+                    // Fenced requests must also wait for the re-issued stripe.
+                    let p = st.posted[nr];
+                    for d in st.deferred.iter_mut() {
+                        d.need[nr] = d.need[nr].max(p);
+                    }
+                }
+                None => {
+                    let req = &mut st.reqs[(id - st.front_id) as usize];
+                    req.stripes[idx].done = true;
+                    req.status = Status::Broken;
+                    req.remaining -= 1;
+                }
+            }
+        } else {
+            let s = &mut req.stripes[idx];
+            s.done = true;
+            if req.status.is_ok() {
+                req.status = c.status;
+            }
+            req.remaining -= 1;
+        }
+        let req = &mut st.reqs[(id - st.front_id) as usize];
+        if req.remaining == 0 && req.stripes.len() > 1 && req.status.is_ok() {
+            let t = std::mem::take(&mut req.times);
+            st.planner.feedback(&t);
+        }
+        self.release(st, evs);
+        works
+    }
+
+    fn on_recv(
+        &self,
+        st: &mut State,
+        c: &DtoCompletion,
+        evs: &mut UserEvents,
+    ) -> SmallVec<[Work; 8]> {
+        let id = c.cookie & !RECV_BIT;
+        if id < st.recv_front {
+            return SmallVec::new();
+        }
+        let i = (id - st.recv_front) as usize;
+        let lost =
+            matches!(c.status, Status::Flushed | Status::Broken) && st.conn == EpState::Connected;
+        if lost {
+            // The control rail died under posted receives: post them again on the new one.
+            if let (Some(nr), Some(Some(r))) = (st.planner.control_rail(), st.recvs.get(i)) {
+                if self.post_recv_on(nr, id, &r.local).is_ok() {
+                    return SmallVec::new();
+                }
+            }
+        }
+        if let Some(slot) = st.recvs.get_mut(i) {
+            if let Some(r) = slot.take() {
+                let mut u = *c;
+                u.ep = self.id;
+                u.cookie = r.cookie;
+                evs.push((TO_RECV, Event::Dto(u)));
+            }
+        }
+        while st.recvs.front().is_some_and(Option::is_none) {
+            st.recvs.pop_front();
+            st.recv_front += 1;
+        }
+        SmallVec::new()
+    }
+
+    /// Handles one event from rail `rail`'s EVD.
+    fn on_event(
+        &self,
+        st: &mut State,
+        rail: usize,
+        ev: Event,
+        evs: &mut UserEvents,
+    ) -> SmallVec<[Work; 8]> {
+        match ev {
+            Event::Dto(c) if c.cookie & RECV_BIT != 0 => self.on_recv(st, &c, evs),
+            Event::Dto(c) => self.on_stripe(st, rail, &c, evs),
+            Event::Broken { reason, .. } => {
+                st.ended[rail] = true;
+                if st.conn == EpState::Connected {
+                    st.planner.rail_failed(rail);
+                    if st.planner.live() == 0 {
+                        st.conn = EpState::Broken;
+                        st.broken = true;
+                        evs.push((
+                            TO_CONN,
+                            Event::Broken {
+                                ep: self.id,
+                                reason: format!("all rails lost; last: {reason}"),
+                            },
+                        ));
+                    } else {
+                        evs.push((
+                            TO_CONN,
+                            Event::AsyncError {
+                                ep: Some(self.id),
+                                what: format!("rail {rail} lost: {reason}"),
+                            },
+                        ));
+                    }
+                }
+                self.maybe_ended(st, evs);
+                SmallVec::new()
+            }
+            Event::Disconnected { .. } => {
+                st.ended[rail] = true;
+                if st.conn == EpState::Connected {
+                    // The peer closed the logical EP: close every rail.
+                    st.conn = EpState::Disconnected;
+                    for (r, rl) in self.rails.iter().enumerate() {
+                        if r != rail {
+                            let _ = rl.ep.disconnect();
+                        }
+                    }
+                }
+                self.maybe_ended(st, evs);
+                SmallVec::new()
+            }
+            _ => SmallVec::new(),
+        }
+    }
+
+    fn maybe_ended(&self, st: &mut State, evs: &mut UserEvents) {
+        if st.ended.iter().all(|e| *e) && !st.broken {
+            st.broken = true; // final event posted
+            if st.conn == EpState::Disconnected {
+                evs.push((TO_CONN, Event::Disconnected { ep: self.id }));
+            } else {
+                st.conn = EpState::Broken;
+                evs.push((
+                    TO_CONN,
+                    Event::Broken { ep: self.id, reason: "every rail ended".into() },
+                ));
+            }
+        }
+    }
+
+    /// Processes a batch of rail events and post failures under one lock.
+    fn handle(&self, batch: &mut Vec<(usize, Event)>) {
+        let mut evs = UserEvents::new();
+        let mut st = self.lock();
+        let failed: Vec<(usize, u64, Status)> =
+            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
+        for (rail, cookie, status) in failed {
+            batch.push((rail, Event::Dto(self.dto(cookie, DtoOp::RdmaWrite, status, 0))));
+        }
+        let mut works: SmallVec<[Work; 8]> = SmallVec::new();
+        for (rail, ev) in batch.drain(..) {
+            works.extend(self.on_event(&mut st, rail, ev, &mut evs));
+        }
+        works.extend(self.release_deferred(&mut st));
+        self.release(&mut st, &mut evs);
+        if !works.is_empty() {
+            self.issue(works);
+        }
+        drop(st);
+        self.deliver(evs);
+    }
+
+    /// Inline/fork-join progress: drain every rail EVD once.
+    pub(crate) fn poll_rails(&self) -> bool {
+        let mut batch = Vec::new();
+        for (i, r) in self.rails.iter().enumerate() {
+            while let Some(ev) = r.evd.dequeue() {
+                batch.push((i, ev));
+            }
+        }
+        let has_failed = !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+        if batch.is_empty() && !has_failed {
+            return false;
+        }
+        self.handle(&mut batch);
+        true
+    }
+
+    /// A pinned rail thread: posts its rail's work and harvests its EVD.
+    fn rail_thread(self: Arc<Self>, rail: usize, rx: crossbeam_channel::Receiver<Work>) {
+        let cpu = crate::bind::bind_rail_thread(rail, self.cfg.bind);
+        *self.rails[rail].cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu;
+        let mut batch = Vec::new();
+        loop {
+            while let Ok(w) = rx.try_recv() {
+                if let Err(e) = self.post_work(&w) {
+                    self.fail(&w, &e);
+                }
+            }
+            let evd = &self.rails[rail].evd;
+            match evd.wait(Some(Duration::from_millis(200)), 1) {
+                Ok(Event::Software(WAKE)) => {}
+                Ok(ev) => batch.push((rail, ev)),
+                Err(_) => {}
+            }
+            while let Some(ev) = evd.dequeue() {
+                if !matches!(ev, Event::Software(WAKE)) {
+                    batch.push((rail, ev));
+                }
+            }
+            let has_failed = !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+            if !batch.is_empty() || has_failed {
+                self.handle(&mut batch);
+            }
+            if self.stop.load(Ordering::Acquire) && rx.is_empty() {
+                let st = self.lock();
+                if st.ended.iter().all(|e| *e) || st.conn != EpState::Connected {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Makes the logical connection live.
+    fn start(self: &Arc<Self>, peer_pd: Vec<u8>) -> Result<()> {
+        match self.cfg.engine {
+            Engine::Pinned => {
+                for r in 0..self.rails.len() {
+                    let (tx, rx) = crossbeam_channel::unbounded();
+                    *self.rails[r].tx.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+                    let me = self.clone();
+                    std::thread::Builder::new()
+                        .name(format!("rmr-mr-rail{r}"))
+                        .spawn(move || me.rail_thread(r, rx))
+                        .map_err(|e| Error::io("spawn rail thread", e))?;
+                }
+            }
+            Engine::Inline | Engine::ForkJoin => {
+                for e in [&self.user.request, &self.user.recv, &self.user.conn] {
+                    if let Some(m) = e.as_any().downcast_ref::<MrEvd>() {
+                        m.attach_polled(self);
+                    }
+                }
+            }
+        }
+        self.lock().conn = EpState::Connected;
+        self.deliver(smallvec::smallvec![(
+            TO_CONN,
+            Event::Established { ep: self.id, private_data: peer_pd }
+        )]);
+        Ok(())
+    }
+}
+
+/// One logical endpoint over several rails.
+pub struct MrEp {
+    core: Arc<Core>,
+}
+
+impl MrEp {
+    pub(crate) fn create(ia: &MrIa, pz: &MrPz, evds: &EpEvds) -> Result<Arc<dyn Ep>> {
+        let n = ia.rails.len();
+        let mut rails = Vec::with_capacity(n);
+        for (i, r) in ia.rails.iter().enumerate() {
+            let evd = r.create_evd()?;
+            let ep = r.create_ep(&pz.rails[i], &EpEvds::single(&evd))?;
+            rails.push(Rail { ep, evd, tx: Mutex::new(None), cpu: Mutex::new("unbound".into()) });
+        }
+        let cfg = ia.cfg.clone();
+        let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
+        let attr = rmr_api::Ia::attr(ia);
+        let core = Core {
+            id: EpId::fresh(),
+            pz_id: pz.id,
+            max_dtos: attr.max_dtos / 2,
+            max_sges: attr.max_sges,
+            rails,
+            user: evds.clone(),
+            st: Mutex::new(State {
+                conn: EpState::Unconnected,
+                planner,
+                front_id: 0,
+                reqs: VecDeque::new(),
+                recv_front: 0,
+                recvs: VecDeque::new(),
+                posted: smallvec::smallvec![0; n],
+                completed: smallvec::smallvec![0; n],
+                deferred: VecDeque::new(),
+                ended: smallvec::smallvec![false; n],
+                broken: false,
+            }),
+            stop: AtomicBool::new(false),
+            failed: Mutex::default(),
+            cfg,
+        };
+        Ok(Arc::new(MrEp { core: Arc::new(core) }))
+    }
+
+    /// The planner's current rail weights (for reports and tests).
+    pub fn weights(&self) -> Vec<f64> {
+        self.core.lock().planner.weights().to_vec()
+    }
+
+    /// Rail `i`'s endpoint (for tests and diagnostics).
+    pub fn rail_ep(&self, i: usize) -> Option<Arc<dyn Ep>> {
+        self.core.rails.get(i).map(|r| r.ep.clone())
+    }
+
+    pub(crate) fn accept_rails(
+        &self,
+        reqs: &[rmr_api::ConnRequest],
+        peer_pd: &[u8],
+        pd: &[u8],
+    ) -> Result<()> {
+        let c = &self.core;
+        if reqs.len() != c.rails.len() {
+            return Err(Error::invalid("rail count mismatch"));
+        }
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Unconnected {
+                return Err(Error::invalid("EP is not unconnected"));
+            }
+            st.conn = EpState::Pending;
+        }
+        for (i, r) in reqs.iter().enumerate() {
+            if let Err(e) = r.accept(&c.rails[i].ep, if i == 0 { pd } else { &[] }) {
+                for rl in &c.rails[..i] {
+                    let _ = rl.ep.disconnect();
+                }
+                c.lock().conn = EpState::Unconnected;
+                return Err(e);
+            }
+        }
+        c.start(peer_pd.to_vec())
+    }
+}
+
+impl Drop for MrEp {
+    fn drop(&mut self) {
+        let _ = self.disconnect();
+        self.core.stop.store(true, Ordering::Release);
+        for r in &self.core.rails {
+            *r.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let _ = r.evd.post_software(WAKE);
+        }
+    }
+}
+
+impl Ep for MrEp {
+    fn id(&self) -> EpId {
+        self.core.id
+    }
+
+    fn attr(&self) -> EpAttr {
+        let c = &self.core;
+        let mut notes = vec![
+            ("engine".to_string(), c.cfg.engine.to_string()),
+            ("policy".to_string(), c.cfg.policy.to_string()),
+            ("threshold".to_string(), c.cfg.threshold.to_string()),
+        ];
+        for (i, r) in c.rails.iter().enumerate() {
+            notes.push((
+                format!("rail{i}.cpu"),
+                r.cpu.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            ));
+        }
+        let r0 = c.rails[0].ep.attr();
+        EpAttr {
+            max_msg_size: r0.max_msg_size,
+            max_dtos: c.max_dtos,
+            max_recvs: r0.max_recvs,
+            max_sges: c.max_sges,
+            notes,
+        }
+    }
+
+    fn state(&self) -> EpState {
+        self.core.lock().conn
+    }
+
+    fn connect(&self, remote: &str, service: u16, pd: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+        let c = &self.core;
+        let addrs: Vec<&str> = remote.split(',').map(str::trim).collect();
+        if addrs.len() != c.rails.len() {
+            return Err(Error::BadSpec {
+                spec: remote.into(),
+                why: format!("{} rail addresses for {} rails", addrs.len(), c.rails.len()),
+            });
+        }
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Unconnected {
+                return Err(Error::invalid("EP is not unconnected"));
+            }
+            st.conn = EpState::Pending;
+        }
+        let session =
+            getrandom::u64().unwrap_or_else(|_| rmr_api::fresh_id() ^ 0x9e37_79b9_7f4a_7c15);
+        let n = c.rails.len();
+        let results: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|i| {
+                    let mut rpd = header(session, i, n).to_vec();
+                    if i == 0 {
+                        rpd.extend_from_slice(pd);
+                    }
+                    let (ep, addr) = (c.rails[i].ep.clone(), addrs[i]);
+                    s.spawn(move || ep.connect(addr, service, &rpd, timeout))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Broken("connect panicked".into()))))
+                .collect()
+        });
+        if let Some(pos) = results.iter().position(Result::is_err) {
+            for (i, r) in results.iter().enumerate() {
+                if r.is_ok() {
+                    let _ = c.rails[i].ep.disconnect();
+                }
+            }
+            c.lock().conn = EpState::Unconnected;
+            // Prefer the control rail's verdict (it carries the peer's private data).
+            let mut results = results;
+            let e =
+                if results[0].is_err() { results.swap_remove(0) } else { results.swap_remove(pos) };
+            let err = e.expect_err("an error");
+            if let Error::Rejected { private_data } = &err {
+                c.deliver(smallvec::smallvec![(
+                    TO_CONN,
+                    Event::Rejected { ep: c.id, private_data: private_data.clone() }
+                )]);
+            }
+            return Err(err);
+        }
+        let peer_pd = results.into_iter().next().expect("rail 0")?;
+        c.start(peer_pd.clone())?;
+        Ok(peer_pd)
+    }
+
+    fn disconnect(&self) -> Result<()> {
+        let c = &self.core;
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Connected {
+                return Err(Error::NotConnected);
+            }
+            st.conn = EpState::Disconnected;
+        }
+        for r in &c.rails {
+            let _ = r.ep.disconnect();
+        }
+        Ok(())
+    }
+
+    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+        self.core.post(
+            Kind::Send { solicited: flags.contains(DtoFlags::SOLICITED) },
+            local,
+            None,
+            cookie,
+            flags,
+        )
+    }
+
+    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+        let c = &self.core;
+        check_local_sges(local, c.pz_id, Access::LOCAL_WRITE, c.max_sges)?;
+        let mut segs = Segs::new();
+        for s in local {
+            let l = s
+                .lmr
+                .as_any()
+                .downcast_ref::<MrLmr>()
+                .ok_or_else(|| Error::Protection("not a multirail LMR".into()))?;
+            segs.push((l.inner.clone(), s.offset, s.len));
+        }
+        let mut st = c.lock();
+        if matches!(st.conn, EpState::Disconnected | EpState::Broken) {
+            return Err(Error::NotConnected);
+        }
+        let rail =
+            st.planner.control_rail().ok_or_else(|| Error::Broken("all rails lost".into()))?;
+        let id = st.recv_front + st.recvs.len() as u64;
+        c.post_recv_on(rail, id, &segs)?;
+        st.recvs.push_back(Some(RecvReq { cookie, local: segs }));
+        Ok(())
+    }
+
+    fn post_rdma_write(
+        &self,
+        local: &[Sge<'_>],
+        remote: &RmrContext,
+        off: u64,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(Kind::Write, local, Some((remote, off)), cookie, flags)
+    }
+
+    fn post_rdma_read(
+        &self,
+        local: &[Sge<'_>],
+        remote: &RmrContext,
+        off: u64,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(Kind::Read, local, Some((remote, off)), cookie, flags)
+    }
+
+    fn post_rdma_write_imm(
+        &self,
+        local: &[Sge<'_>],
+        remote: &RmrContext,
+        off: u64,
+        imm: u32,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(Kind::WriteImm(imm), local, Some((remote, off)), cookie, flags)
+    }
+
+    fn post_fetch_add(
+        &self,
+        result: Sge<'_>,
+        remote: &RmrContext,
+        off: u64,
+        add: u64,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(Kind::FetchAdd(add), &[result], Some((remote, off)), cookie, flags)
+    }
+
+    fn post_cmp_swap(
+        &self,
+        result: Sge<'_>,
+        remote: &RmrContext,
+        off: u64,
+        cmp: u64,
+        swap: u64,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(Kind::CmpSwap(cmp, swap), &[result], Some((remote, off)), cookie, flags)
+    }
+
+    fn peer_address(&self) -> Option<String> {
+        let a: Vec<String> = self.core.rails.iter().filter_map(|r| r.ep.peer_address()).collect();
+        if a.is_empty() { None } else { Some(a.join(",")) }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,97 @@
+//! The multirail EVD. With the `pinned` engine, rail threads fill it and a
+//! waiter simply blocks. With `inline` and `fork-join` there are no helper
+//! threads: a waiter polls every rail EVD of the EPs that report here (the
+//! uDAPL multirail paper's non-threaded approach), backing off to short
+//! sleeps when nothing moves.
+
+use crate::ep::Core;
+use rmr_api::{Error, Evd, Event, Result, SoftEvd};
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// An EVD of the multirail provider.
+#[derive(Default)]
+pub struct MrEvd {
+    pub(crate) q: SoftEvd,
+    polled: Mutex<Vec<Weak<Core>>>,
+    has_polled: AtomicBool,
+}
+
+impl MrEvd {
+    pub(crate) fn attach_polled(&self, core: &Arc<Core>) {
+        let mut p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        p.retain(|w| w.strong_count() > 0);
+        if !p.iter().any(|w| w.as_ptr() == Arc::as_ptr(core)) {
+            p.push(Arc::downgrade(core));
+        }
+        self.has_polled.store(true, Ordering::Release);
+    }
+
+    /// Polls every attached EP's rails once; true when anything happened.
+    fn progress(&self) -> bool {
+        if !self.has_polled.load(Ordering::Acquire) {
+            return false;
+        }
+        let cores: Vec<Arc<Core>> = {
+            let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+            p.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut any = false;
+        for c in cores {
+            any |= c.poll_rails();
+        }
+        any
+    }
+}
+
+impl Evd for MrEvd {
+    fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+        let threshold = threshold.max(1);
+        if !self.has_polled.load(Ordering::Acquire) {
+            return self.q.wait(timeout, threshold);
+        }
+        let start = Instant::now();
+        let mut idle = 0u32;
+        loop {
+            if self.q.len() >= threshold {
+                if let Some(e) = self.q.dequeue() {
+                    return Ok(e);
+                }
+            }
+            if self.progress() {
+                idle = 0;
+                continue;
+            }
+            if timeout.is_some_and(|t| start.elapsed() >= t) {
+                return Err(Error::Timeout);
+            }
+            idle += 1;
+            if idle < 2000 {
+                std::hint::spin_loop();
+            } else if idle < 4000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+    }
+
+    fn dequeue(&self) -> Option<Event> {
+        self.progress();
+        self.q.dequeue()
+    }
+
+    fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    fn post_software(&self, value: u64) -> Result<()> {
+        self.q.post_software(value)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

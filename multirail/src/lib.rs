@@ -1,0 +1,207 @@
+//! # multirail — one rmr-api endpoint over every rail
+//!
+//! A [`MrIa`] joins N rail IAs (any backends) into one IA; its endpoints
+//! stripe RDMA writes and reads over all rails, keep uDAPL's ordering rules
+//! across them, report one completion per user DTO, and survive the loss of
+//! a rail. Because a multirail endpoint *is* an rmr-api endpoint, anything
+//! that runs over one rail runs over many.
+//!
+//! ## Quick start
+//! ```
+//! use rmr_api::Ia;
+//! # fn main() -> rmr_api::Result<()> {
+//! backend_tcp::register();
+//! multirail::register();
+//! // Two TCP rails on loopback, pinned engine, even striping.
+//! let ia = rmr_api::open("multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned;policy=even")?;
+//! assert_eq!(ia.attr().provider, "multirail");
+//! # Ok(()) }
+//! ```
+//!
+//! ## Pieces
+//! - [`planner`]: the sans-IO striping planner (policies `single`,
+//!   `round-robin`, `even`, `weighted`, `adaptive` = HSAL's BSS).
+//! - Engines ([`Engine`]): `inline` (the caller posts every stripe and
+//!   polls every rail's EVD), `fork-join` (a rayon scope posts the stripes
+//!   of a DTO in parallel), `pinned` (one persistent thread per rail, fed by
+//!   a channel, bound to a core with hwloc).
+//! - The completion filter: stripes' completions become one completion per
+//!   user DTO, in posting order; SUPPRESS is respected; stripe times feed
+//!   the adaptive weights.
+//! - Ordering: two-sided traffic uses the control rail (the lowest live
+//!   rail) and waits until every stripe posted before it completed.
+//! - Failover: a broken rail's unfinished stripes are re-issued on the
+//!   survivors and an [`rmr_api::Event::AsyncError`] names the lost rail.
+//!
+//! ## Thread safety
+//! Everything is `Send + Sync`; posts from several threads are serialised
+//! per EP. With `inline`/`fork-join`, progress happens only inside waits and
+//! dequeues on the EP's EVDs, as in the paper's non-threaded design.
+//!
+//! ## Resource cleanup
+//! Dropping a multirail EP disconnects every rail and stops its rail threads.
+//!
+//! ## Runtime parameters
+//! `RMR_MR_ENGINE`, `RMR_MR_POLICY`, `RMR_MR_THRESHOLD` (bytes, `K`/`M`
+//! suffixes), `RMR_MR_BIND` (`0` disables hwloc binding) set the defaults
+//! of [`MrConfig`]; spec options override them.
+#![deny(missing_docs)]
+#![warn(unreachable_pub)]
+
+mod bind;
+mod ep;
+mod evd;
+mod objects;
+pub mod planner;
+mod psp;
+
+pub use ep::MrEp;
+pub use evd::MrEvd;
+pub use objects::{MrIa, MrLmr, MrPz};
+pub use planner::{Planner, Policy, Stripe};
+pub use psp::MrPsp;
+
+use rmr_api::{Error, Ia, Provider, Result};
+use std::fmt;
+use std::sync::Arc;
+
+/// Who posts stripes and who harvests their completions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// The caller posts to every rail and polls every rail's EVD.
+    Inline,
+    /// A rayon scope per DTO posts its stripes in parallel; the caller polls.
+    ForkJoin,
+    /// One persistent thread per rail, fed by a channel, bound with hwloc.
+    Pinned,
+}
+
+impl Engine {
+    /// Parses `inline`, `fork-join` or `pinned`.
+    ///
+    /// # Errors
+    /// A message listing the engines.
+    pub fn parse(s: &str) -> std::result::Result<Engine, String> {
+        match s {
+            "inline" => Ok(Engine::Inline),
+            "fork-join" | "forkjoin" => Ok(Engine::ForkJoin),
+            "pinned" => Ok(Engine::Pinned),
+            _ => Err(format!("unknown engine `{s}` (inline, fork-join, pinned)")),
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Engine::Inline => "inline",
+            Engine::ForkJoin => "fork-join",
+            Engine::Pinned => "pinned",
+        })
+    }
+}
+
+/// Parses a byte count with an optional `K`, `M` or `G` suffix (powers of two).
+///
+/// # Errors
+/// A message naming the bad text.
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let s = s.trim();
+    let (num, mul) = match s.chars().last() {
+        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
+        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
+        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().map(|n| n * mul).map_err(|_| format!("bad size `{s}` (e.g. 8, 4K, 1M)"))
+}
+
+/// Configuration of a multirail IA.
+#[derive(Clone, Debug)]
+pub struct MrConfig {
+    /// The engine.
+    pub engine: Engine,
+    /// The striping policy.
+    pub policy: Policy,
+    /// DTOs shorter than this go whole to one rail (bytes).
+    pub threshold: u64,
+    /// Stripe boundaries fall on multiples of this (bytes).
+    pub align: u64,
+    /// Bind pinned rail threads to cores with hwloc.
+    pub bind: bool,
+}
+
+impl Default for MrConfig {
+    fn default() -> Self {
+        let env = |k: &str| std::env::var(k).ok();
+        MrConfig {
+            engine: env("RMR_MR_ENGINE")
+                .and_then(|v| Engine::parse(&v).ok())
+                .unwrap_or(Engine::Pinned),
+            policy: env("RMR_MR_POLICY")
+                .and_then(|v| Policy::parse(&v).ok())
+                .unwrap_or(Policy::Even),
+            threshold: env("RMR_MR_THRESHOLD").and_then(|v| parse_size(&v).ok()).unwrap_or(8 << 10),
+            align: 4096,
+            bind: env("RMR_MR_BIND").is_none_or(|v| v != "0"),
+        }
+    }
+}
+
+impl MrConfig {
+    /// Applies one `key=value` option (`engine`, `policy`, `threshold`, `align`, `bind`).
+    ///
+    /// # Errors
+    /// A message naming the bad option.
+    pub fn set(&mut self, key: &str, value: &str) -> std::result::Result<(), String> {
+        match key {
+            "engine" => self.engine = Engine::parse(value)?,
+            "policy" => self.policy = Policy::parse(value)?,
+            "threshold" => self.threshold = parse_size(value)?,
+            "align" => self.align = parse_size(value)?.max(1),
+            "bind" => self.bind = value != "0" && value != "false",
+            _ => return Err(format!("unknown multirail option `{key}`")),
+        }
+        Ok(())
+    }
+}
+
+/// The `multirail` provider: `multirail:<rail spec>,<rail spec>[;key=value...]`.
+pub struct MultiRailProvider;
+
+impl Provider for MultiRailProvider {
+    fn name(&self) -> &'static str {
+        "multirail"
+    }
+
+    fn describe(&self) -> &'static str {
+        "one logical IA over several rails of any backends"
+    }
+
+    fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
+        let bad = |why: String| Error::BadSpec { spec: format!("multirail:{rest}"), why };
+        let mut parts = rest.split(';');
+        let rails_part = parts.next().unwrap_or("");
+        let mut cfg = MrConfig::default();
+        for opt in parts.filter(|p| !p.is_empty()) {
+            let (k, v) = opt
+                .split_once('=')
+                .ok_or_else(|| bad(format!("option `{opt}` is not key=value")))?;
+            cfg.set(k, v).map_err(bad)?;
+        }
+        let rails = rails_part
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(rmr_api::open)
+            .collect::<Result<Vec<_>>>()?;
+        if rails.is_empty() {
+            return Err(bad("no rails; e.g. multirail:tcp:127.0.0.1,tcp:127.0.0.2".into()));
+        }
+        Ok(MrIa::new(rails, cfg)?)
+    }
+}
+
+/// Registers the `multirail` provider.
+pub fn register() {
+    rmr_api::register(Arc::new(MultiRailProvider));
+}

@@ -1,0 +1,432 @@
+//! The striping planner: no IO, no clock. Given a DTO's length, the rails'
+//! weights and the policy, it decides the stripes; given the stripes'
+//! measured times, it updates adaptive weights.
+//!
+//! Adaptive striping is the HSAL paper's batch-based striping and sorting,
+//! BSS(n_paths, n_batch, α): the batch is the `n_batch` heaviest of the first
+//! `n_paths` live rails, stripe sizes are proportional to the batch's
+//! weights, and after every striped DTO each batch rail's weight moves to
+//! `w' = (1-α)·w + α·W_batch·(w/t)/Σ(w_k/t_k)`, which keeps the batch's total
+//! weight and converges to weights proportional to each rail's speed.
+
+use smallvec::SmallVec;
+use std::fmt;
+
+/// How DTOs are spread over rails.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Policy {
+    /// Everything on the first live rail.
+    Single,
+    /// Whole messages, rotating over live rails (no striping).
+    RoundRobin,
+    /// Equal stripes on every live rail.
+    Even,
+    /// Stripes proportional to fixed weights (e.g. link speeds), one per rail.
+    Weighted(Vec<f64>),
+    /// HSAL's BSS(n_paths, n_batch, alpha) adaptive striping.
+    Adaptive {
+        /// How many live rails are considered (0 = all).
+        n_paths: usize,
+        /// How many of the heaviest considered rails carry each DTO (0 = all).
+        n_batch: usize,
+        /// Weight update gain, 0 < alpha <= 1 (the paper uses 0.95).
+        alpha: f64,
+    },
+}
+
+impl Policy {
+    /// Parses `single`, `round-robin`, `even`, `weighted:W0,W1,..`,
+    /// `adaptive` or `adaptive:n_paths,n_batch,alpha`.
+    ///
+    /// # Errors
+    /// A message naming what is wrong.
+    pub fn parse(s: &str) -> Result<Policy, String> {
+        let (name, args) = s.split_once(':').unwrap_or((s, ""));
+        match name {
+            "single" => Ok(Policy::Single),
+            "round-robin" | "rr" => Ok(Policy::RoundRobin),
+            "even" => Ok(Policy::Even),
+            "weighted" => {
+                let w: Result<Vec<f64>, _> = args.split(',').map(str::parse).collect();
+                match w {
+                    Ok(w) if !w.is_empty() && w.iter().all(|x| *x > 0.0 && x.is_finite()) => {
+                        Ok(Policy::Weighted(w))
+                    }
+                    _ => Err(format!(
+                        "weighted needs positive weights, e.g. weighted:4,1 (got `{args}`)"
+                    )),
+                }
+            }
+            "adaptive" => {
+                if args.is_empty() {
+                    return Ok(Policy::Adaptive { n_paths: 0, n_batch: 0, alpha: 0.95 });
+                }
+                let p: Vec<&str> = args.split(',').collect();
+                let bad = || format!("adaptive:n_paths,n_batch,alpha expected (got `{args}`)");
+                if p.len() != 3 {
+                    return Err(bad());
+                }
+                let n_paths = p[0].parse().map_err(|_| bad())?;
+                let n_batch = p[1].parse().map_err(|_| bad())?;
+                let alpha: f64 = p[2].parse().map_err(|_| bad())?;
+                if !(alpha > 0.0 && alpha <= 1.0) {
+                    return Err(format!("alpha must be in (0, 1], got {alpha}"));
+                }
+                Ok(Policy::Adaptive { n_paths, n_batch, alpha })
+            }
+            _ => Err(format!(
+                "unknown policy `{s}` (single, round-robin, even, weighted:W0,W1,.., adaptive[:n_paths,n_batch,alpha])"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Policy::Single => write!(f, "single"),
+            Policy::RoundRobin => write!(f, "round-robin"),
+            Policy::Even => write!(f, "even"),
+            Policy::Weighted(w) => {
+                let s: Vec<String> = w.iter().map(|x| x.to_string()).collect();
+                write!(f, "weighted:{}", s.join(","))
+            }
+            Policy::Adaptive { n_paths, n_batch, alpha } => {
+                write!(f, "adaptive:{n_paths},{n_batch},{alpha}")
+            }
+        }
+    }
+}
+
+/// One piece of a DTO: `len` bytes at `offset` (relative to the DTO) on `rail`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stripe {
+    /// Rail index.
+    pub rail: usize,
+    /// First byte, relative to the DTO's start.
+    pub offset: u64,
+    /// Byte count (never zero, except for a zero-length DTO's single stripe).
+    pub len: u64,
+}
+
+/// Stripes of one DTO (inline for up to 8 rails).
+pub type Stripes = SmallVec<[Stripe; 8]>;
+
+/// The planner's state.
+#[derive(Clone, Debug)]
+pub struct Planner {
+    policy: Policy,
+    weights: Vec<f64>,
+    alive: Vec<bool>,
+    outstanding: Vec<u64>,
+    threshold: u64,
+    align: u64,
+    rr: usize,
+}
+
+/// Sum the adaptive weights are normalised to.
+pub const W_TOTAL: f64 = 1.0;
+
+impl Planner {
+    /// A planner for `rails` rails. DTOs shorter than `threshold` go whole
+    /// to one rail; stripe boundaries fall on multiples of `align`.
+    pub fn new(rails: usize, policy: Policy, threshold: u64, align: u64) -> Planner {
+        assert!(rails > 0, "a planner needs at least one rail");
+        let weights = match &policy {
+            Policy::Weighted(w) => {
+                let mut w = w.clone();
+                w.resize(rails, w.last().copied().unwrap_or(1.0));
+                let s: f64 = w.iter().sum();
+                w.iter().map(|x| x / s * W_TOTAL).collect()
+            }
+            _ => vec![W_TOTAL / rails as f64; rails],
+        };
+        Planner {
+            policy,
+            weights,
+            alive: vec![true; rails],
+            outstanding: vec![0; rails],
+            threshold,
+            align: align.max(1),
+            rr: 0,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Current weights (sum to [`W_TOTAL`] over all rails).
+    pub fn weights(&self) -> &[f64] {
+        &self.weights
+    }
+
+    /// Stripe threshold in bytes.
+    pub fn threshold(&self) -> u64 {
+        self.threshold
+    }
+
+    /// Number of live rails.
+    pub fn live(&self) -> usize {
+        self.alive.iter().filter(|a| **a).count()
+    }
+
+    /// Whether rail `r` is alive.
+    pub fn is_alive(&self, r: usize) -> bool {
+        self.alive.get(r).copied().unwrap_or(false)
+    }
+
+    /// The lowest-numbered live rail: where ordered traffic (sends, receives,
+    /// immediates, atomics) goes.
+    pub fn control_rail(&self) -> Option<usize> {
+        self.alive.iter().position(|a| *a)
+    }
+
+    /// Marks a rail dead; its weight is shared out among the live rails.
+    pub fn rail_failed(&mut self, r: usize) {
+        if r >= self.alive.len() || !self.alive[r] {
+            return;
+        }
+        self.alive[r] = false;
+        let lost = std::mem::take(&mut self.weights[r]);
+        let live = self.live();
+        if live > 0 {
+            for (w, a) in self.weights.iter_mut().zip(&self.alive) {
+                if *a {
+                    *w += lost / live as f64;
+                }
+            }
+        }
+    }
+
+    /// Bytes posted and not yet completed on each rail.
+    pub fn outstanding(&self) -> &[u64] {
+        &self.outstanding
+    }
+
+    /// Records `bytes` posted on `rail`.
+    pub fn posted(&mut self, rail: usize, bytes: u64) {
+        self.outstanding[rail] += bytes;
+    }
+
+    /// Records `bytes` completed on `rail`.
+    pub fn completed(&mut self, rail: usize, bytes: u64) {
+        self.outstanding[rail] = self.outstanding[rail].saturating_sub(bytes);
+    }
+
+    /// The live rail with the least outstanding bytes (ties: lowest index).
+    fn least_loaded(&self) -> Option<usize> {
+        (0..self.alive.len()).filter(|&r| self.alive[r]).min_by_key(|&r| (self.outstanding[r], r))
+    }
+
+    /// The rails and weights one striped DTO uses under the policy.
+    fn batch(&self) -> SmallVec<[(usize, f64); 8]> {
+        let live = (0..self.alive.len()).filter(|&r| self.alive[r]);
+        match &self.policy {
+            Policy::Adaptive { n_paths, n_batch, .. } => {
+                let np = if *n_paths == 0 { usize::MAX } else { *n_paths };
+                let mut c: SmallVec<[(usize, f64); 8]> =
+                    live.take(np).map(|r| (r, self.weights[r])).collect();
+                // Sort by weight, heaviest first; keep the n_batch heaviest.
+                c.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                if *n_batch > 0 {
+                    c.truncate(*n_batch);
+                }
+                c.sort_by_key(|x| x.0);
+                c
+            }
+            Policy::Even => live.map(|r| (r, 1.0)).collect(),
+            _ => live.map(|r| (r, self.weights[r])).collect(),
+        }
+    }
+
+    /// Plans one DTO of `len` bytes. Empty when no rail is alive.
+    pub fn plan(&mut self, len: u64) -> Stripes {
+        let mut out = Stripes::new();
+        let whole = |rail: usize| Stripe { rail, offset: 0, len };
+        match self.policy {
+            Policy::Single => {
+                if let Some(r) = self.control_rail() {
+                    out.push(whole(r));
+                }
+                return out;
+            }
+            Policy::RoundRobin => {
+                let n = self.alive.len();
+                for i in 0..n {
+                    let r = (self.rr + i) % n;
+                    if self.alive[r] {
+                        self.rr = r + 1;
+                        out.push(whole(r));
+                        break;
+                    }
+                }
+                return out;
+            }
+            _ => {}
+        }
+        let batch = self.batch();
+        if len < self.threshold || batch.len() <= 1 || len < 2 * self.align {
+            if let Some(r) = self.least_loaded() {
+                out.push(whole(r));
+            }
+            return out;
+        }
+        // Proportional split, boundaries aligned; remainder to the last rail.
+        let wsum: f64 = batch.iter().map(|b| b.1).sum();
+        let mut offset = 0u64;
+        for (i, &(rail, w)) in batch.iter().enumerate() {
+            let end = if i + 1 == batch.len() {
+                len
+            } else {
+                let ideal = offset + (len as f64 * w / wsum) as u64;
+                (ideal / self.align * self.align).clamp(offset, len)
+            };
+            if end > offset {
+                out.push(Stripe { rail, offset, len: end - offset });
+            }
+            offset = end;
+        }
+        out
+    }
+
+    /// Feeds back one striped DTO's stripe times `(rail, seconds)`: the BSS
+    /// weight update. Other policies ignore it.
+    pub fn feedback(&mut self, times: &[(usize, f64)]) {
+        let Policy::Adaptive { alpha, .. } = self.policy else { return };
+        let times: SmallVec<[(usize, f64); 8]> = times
+            .iter()
+            .copied()
+            .filter(|&(r, t)| r < self.weights.len() && self.alive[r] && t > 0.0 && t.is_finite())
+            .collect();
+        if times.len() < 2 {
+            return;
+        }
+        let w_batch: f64 = times.iter().map(|&(r, _)| self.weights[r]).sum();
+        let denom: f64 = times.iter().map(|&(r, t)| self.weights[r] / t).sum();
+        if !(denom > 0.0 && denom.is_finite()) {
+            return;
+        }
+        let floor = W_TOTAL * 1e-3;
+        for &(r, t) in &times {
+            let w = self.weights[r];
+            let target = w_batch * (w / t) / denom;
+            self.weights[r] = ((1.0 - alpha) * w + alpha * target).max(floor);
+        }
+        // Keep the total exact despite the floor and rounding.
+        let s: f64 = self.weights.iter().sum();
+        for w in &mut self.weights {
+            *w *= W_TOTAL / s;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn policies() -> impl Strategy<Value = Policy> {
+        prop_oneof![
+            Just(Policy::Single),
+            Just(Policy::RoundRobin),
+            Just(Policy::Even),
+            proptest::collection::vec(0.1f64..10.0, 1..6).prop_map(Policy::Weighted),
+            (0usize..5, 0usize..5, 0.05f64..1.0)
+                .prop_map(|(n_paths, n_batch, alpha)| Policy::Adaptive { n_paths, n_batch, alpha }),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn stripes_cover_exactly_once(
+            rails in 1usize..6, policy in policies(), len in 0u64..(8 << 20),
+            threshold in 0u64..(64 << 10), align_pow in 0u32..13, dead in 0usize..6,
+        ) {
+            let align = 1u64 << align_pow;
+            let mut p = Planner::new(rails, policy, threshold, align);
+            if dead < rails && rails > 1 { p.rail_failed(dead); }
+            let s = p.plan(len);
+            prop_assert!(!s.is_empty());
+            let mut next = 0;
+            for st in &s {
+                prop_assert_eq!(st.offset, next, "gap or overlap");
+                prop_assert!(st.len > 0 || len == 0, "empty stripe");
+                prop_assert!(p.is_alive(st.rail), "stripe on a dead rail");
+                if st.offset + st.len < len {
+                    prop_assert_eq!((st.offset + st.len) % align, 0, "unaligned boundary");
+                }
+                next += st.len;
+            }
+            prop_assert_eq!(next, len);
+            let mut rails_used: Vec<usize> = s.iter().map(|x| x.rail).collect();
+            rails_used.dedup();
+            prop_assert_eq!(rails_used.len(), s.len(), "two stripes on one rail");
+        }
+
+        #[test]
+        fn adaptive_weights_stay_positive_and_sum(
+            speeds in proptest::collection::vec(1.0f64..100.0, 2..5),
+            rounds in 1usize..60, alpha in 0.05f64..1.0,
+        ) {
+            let n = speeds.len();
+            let mut p = Planner::new(n, Policy::Adaptive { n_paths: 0, n_batch: 0, alpha }, 0, 1);
+            for _ in 0..rounds {
+                let s = p.plan(1 << 20);
+                let times: Vec<(usize, f64)> =
+                    s.iter().map(|st| (st.rail, st.len as f64 / speeds[st.rail] + 1e-6)).collect();
+                p.feedback(&times);
+                let sum: f64 = p.weights().iter().sum();
+                prop_assert!((sum - W_TOTAL).abs() < 1e-9, "sum {}", sum);
+                prop_assert!(p.weights().iter().all(|w| *w > 0.0));
+            }
+        }
+    }
+
+    #[test]
+    fn adaptive_converges_to_speed_ratio() {
+        let speeds = [4.0, 1.0];
+        let mut p = Planner::new(2, Policy::parse("adaptive").unwrap(), 0, 4096);
+        for _ in 0..20 {
+            let s = p.plan(8 << 20);
+            let t: Vec<_> = s.iter().map(|st| (st.rail, st.len as f64 / speeds[st.rail])).collect();
+            p.feedback(&t);
+        }
+        let w = p.weights();
+        assert!((w[0] / w[1] - 4.0).abs() < 0.1, "weights {w:?}");
+    }
+
+    #[test]
+    fn small_dtos_go_whole_to_least_loaded() {
+        let mut p = Planner::new(3, Policy::Even, 16 << 10, 4096);
+        assert_eq!(p.plan(100).as_slice(), &[Stripe { rail: 0, offset: 0, len: 100 }]);
+        p.posted(0, 100);
+        assert_eq!(p.plan(100)[0].rail, 1);
+        p.posted(1, 50);
+        assert_eq!(p.plan(100)[0].rail, 2);
+        assert_eq!(p.plan(64 << 10).len(), 3);
+    }
+
+    #[test]
+    fn failover_shares_weight_and_moves_control() {
+        let mut p = Planner::new(3, Policy::Weighted(vec![2.0, 1.0, 1.0]), 0, 1);
+        p.rail_failed(0);
+        assert_eq!(p.control_rail(), Some(1));
+        assert!((p.weights().iter().sum::<f64>() - W_TOTAL).abs() < 1e-12);
+        assert!(p.plan(1000).iter().all(|s| s.rail != 0));
+        p.rail_failed(1);
+        p.rail_failed(2);
+        assert!(p.plan(10).is_empty());
+    }
+
+    #[test]
+    fn parse_and_print() {
+        for s in ["single", "round-robin", "even", "weighted:4,1", "adaptive:2,2,0.95"] {
+            assert_eq!(Policy::parse(s).unwrap().to_string(), s);
+        }
+        assert!(Policy::parse("weighted:0,1").is_err());
+        assert!(Policy::parse("adaptive:1,1,2").is_err());
+        assert!(Policy::parse("fastest").is_err());
+    }
+}

@@ -1,0 +1,189 @@
+//! The multirail PSP: one rail PSP per rail on the same service id; a
+//! connector opens one rail connection per rail, each tagged with a session
+//! id, and the user sees a single connection request once every rail's
+//! request has arrived. Accepting or rejecting it answers all of them.
+
+use crate::ep::MrEp;
+use crate::evd::MrEvd;
+use crate::objects::{MR_HDR, MrIa};
+use rmr_api::{ConnRequest, ConnRequestOps, Ep, Error, Evd, Event, Psp, Result};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) const MAGIC: &[u8; 4] = b"MRL1";
+
+/// Encodes the per-rail header of a connection's private data.
+pub(crate) fn header(session: u64, idx: usize, n: usize) -> [u8; MR_HDR] {
+    let mut h = [0u8; MR_HDR];
+    h[..4].copy_from_slice(MAGIC);
+    h[4..12].copy_from_slice(&session.to_le_bytes());
+    h[12] = idx as u8;
+    h[13] = n as u8;
+    h
+}
+
+/// Decodes it: (session, rail index, rail count, user private data).
+pub(crate) fn parse_header(pd: &[u8]) -> Option<(u64, usize, usize, &[u8])> {
+    if pd.len() < MR_HDR || &pd[..4] != MAGIC {
+        return None;
+    }
+    let session = u64::from_le_bytes(pd[4..12].try_into().ok()?);
+    Some((session, pd[12] as usize, pd[13] as usize, &pd[MR_HDR..]))
+}
+
+/// A listening multirail service point.
+pub struct MrPsp {
+    rails: Vec<Arc<dyn Psp>>,
+    closed: Arc<AtomicBool>,
+}
+
+struct Pending {
+    reqs: Vec<Option<ConnRequest>>,
+    pd: Vec<u8>,
+    since: Instant,
+}
+
+impl MrPsp {
+    pub(crate) fn listen(ia: &MrIa, service: u16, user: Arc<dyn Evd>) -> Result<MrPsp> {
+        let n = ia.rails.len();
+        let mut rails: Vec<Arc<dyn Psp>> = Vec::with_capacity(n);
+        let mut evds = Vec::with_capacity(n);
+        let mut svc = service;
+        for r in &ia.rails {
+            // Each rail gets an EVD of its own backend (rails may differ).
+            let evd = r.create_evd()?;
+            let p = r.create_psp(svc, &evd)?;
+            svc = p.service();
+            rails.push(p);
+            evds.push(evd);
+        }
+        let closed = Arc::new(AtomicBool::new(false));
+        let pending: Arc<Mutex<HashMap<u64, Pending>>> = Arc::default();
+        for (i, evd) in evds.into_iter().enumerate() {
+            let (c, pending, user) = (closed.clone(), pending.clone(), user.clone());
+            std::thread::Builder::new()
+                .name(format!("rmr-mr-psp{i}"))
+                .spawn(move || {
+                    while !c.load(Ordering::Acquire) {
+                        match evd.wait(Some(Duration::from_millis(100)), 1) {
+                            Ok(Event::ConnectionRequest(cr)) => on_request(cr, n, &pending, &user),
+                            Ok(_) => {}
+                            Err(_) => expire(&pending),
+                        }
+                    }
+                })
+                .map_err(|e| Error::io("spawn multirail psp", e))?;
+        }
+        Ok(MrPsp { rails, closed })
+    }
+}
+
+fn lock(p: &Mutex<HashMap<u64, Pending>>) -> std::sync::MutexGuard<'_, HashMap<u64, Pending>> {
+    p.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Rejects sessions whose rails did not all arrive in time.
+fn expire(pending: &Mutex<HashMap<u64, Pending>>) {
+    lock(pending).retain(|_, p| {
+        let keep = p.since.elapsed() < Duration::from_secs(30);
+        if !keep {
+            for r in p.reqs.iter().flatten() {
+                let _ = r.reject(b"incomplete multirail session");
+            }
+        }
+        keep
+    });
+}
+
+fn on_request(
+    cr: ConnRequest,
+    n: usize,
+    pending: &Mutex<HashMap<u64, Pending>>,
+    user: &Arc<dyn Evd>,
+) {
+    let Some((session, idx, cnt, upd)) = parse_header(cr.private_data()) else {
+        let _ = cr.reject(b"not a multirail connection");
+        return;
+    };
+    if cnt != n || idx >= n {
+        let _ = cr.reject(b"rail count mismatch");
+        return;
+    }
+    let upd = upd.to_vec();
+    let mut map = lock(pending);
+    let p = map.entry(session).or_insert_with(|| Pending {
+        reqs: vec![None; n],
+        pd: Vec::new(),
+        since: Instant::now(),
+    });
+    if idx == 0 {
+        p.pd = upd;
+    }
+    p.reqs[idx] = Some(cr);
+    if p.reqs.iter().all(Option::is_some) {
+        let p = map.remove(&session).expect("present");
+        drop(map);
+        let req = MrConnReq {
+            rails: p.reqs.into_iter().map(|r| r.expect("complete")).collect(),
+            pd: p.pd,
+        };
+        if let Some(m) = user.as_any().downcast_ref::<MrEvd>() {
+            m.q.push(Event::ConnectionRequest(ConnRequest(Arc::new(req))));
+        }
+    }
+}
+
+struct MrConnReq {
+    rails: Vec<ConnRequest>,
+    pd: Vec<u8>,
+}
+
+impl ConnRequestOps for MrConnReq {
+    fn accept(&self, ep: &Arc<dyn Ep>, pd: &[u8]) -> Result<()> {
+        let mep = ep
+            .as_any()
+            .downcast_ref::<MrEp>()
+            .ok_or_else(|| Error::invalid("EP is not a multirail EP"))?;
+        mep.accept_rails(&self.rails, &self.pd, pd)
+    }
+
+    fn reject(&self, pd: &[u8]) -> Result<()> {
+        for (i, r) in self.rails.iter().enumerate() {
+            r.reject(if i == 0 { pd } else { &[] })?;
+        }
+        Ok(())
+    }
+
+    fn private_data(&self) -> &[u8] {
+        &self.pd
+    }
+
+    fn peer(&self) -> String {
+        self.rails.iter().map(|r| r.peer()).collect::<Vec<_>>().join(",")
+    }
+}
+
+impl Psp for MrPsp {
+    fn service(&self) -> u16 {
+        self.rails[0].service()
+    }
+
+    fn address(&self) -> String {
+        self.rails.iter().map(|p| p.address()).collect::<Vec<_>>().join(",")
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        for r in &self.rails {
+            r.close();
+        }
+    }
+}
+
+impl Drop for MrPsp {
+    fn drop(&mut self) {
+        self.close();
+    }
+}

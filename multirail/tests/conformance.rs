@@ -1,0 +1,42 @@
+//! The rmr-api conformance suite against multirail endpoints over TCP rails
+//! on loopback: two rails with the pinned engine, three with inline, two with
+//! fork-join. Messages of 8 KiB and more are striped over every rail.
+
+use rmr_api::conformance::Target;
+
+fn register() {
+    backend_tcp::register();
+    multirail::register();
+}
+
+fn spec(rails: usize, opts: &str) -> String {
+    let r: Vec<String> = (1..=rails).map(|i| format!("tcp:127.0.0.{i}")).collect();
+    format!("multirail:{};{opts}", r.join(","))
+}
+
+fn two_pinned() -> Target {
+    let s = spec(2, "engine=pinned;policy=even");
+    Target::new("multirail-2-pinned", register, &s, &s)
+}
+
+fn three_inline() -> Target {
+    let s = spec(3, "engine=inline;policy=adaptive");
+    Target::new("multirail-3-inline", register, &s, &s)
+}
+
+fn two_fork_join() -> Target {
+    let s = spec(2, "engine=fork-join;policy=weighted:3,1");
+    Target::new("multirail-2-fork-join", register, &s, &s)
+}
+
+mod conformance {
+    mod two_rails_pinned {
+        rmr_api::conformance_suite!(crate::two_pinned);
+    }
+    mod three_rails_inline {
+        rmr_api::conformance_suite!(crate::three_inline);
+    }
+    mod two_rails_fork_join {
+        rmr_api::conformance_suite!(crate::two_fork_join);
+    }
+}
