@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo run --release -q -p rmr-examples --example rdma_write
+cargo run --release -q -p rmr-bench -- demo "$@"

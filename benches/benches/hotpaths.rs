@@ -1,0 +1,57 @@
+//! Criterion benches of the hot paths that need no network: the multirail
+//! planner, event queue push/pop, and the TCP frame codec.
+#![allow(missing_docs)] // criterion_group! generates undocumented items
+
+use backend_tcp::wire::{Header, Op};
+use criterion::{Criterion, black_box, criterion_group, criterion_main};
+use multirail::{Planner, Policy};
+use rmr_api::{Evd, Event, SoftEvd};
+
+fn planner(c: &mut Criterion) {
+    let mut even = Planner::new(2, Policy::Even, 8 << 10, 4096);
+    c.bench_function("planner/even/2 rails/1MiB", |b| {
+        b.iter(|| black_box(even.plan(black_box(1 << 20))))
+    });
+    let mut small = Planner::new(4, Policy::Even, 8 << 10, 4096);
+    c.bench_function("planner/below threshold/4 rails", |b| {
+        b.iter(|| black_box(small.plan(black_box(512))))
+    });
+    let mut ad = Planner::new(4, Policy::parse("adaptive").unwrap(), 8 << 10, 4096);
+    c.bench_function("planner/adaptive/4 rails/plan+feedback", |b| {
+        b.iter(|| {
+            let s = ad.plan(black_box(4 << 20));
+            let t: Vec<(usize, f64)> =
+                s.iter().map(|x| (x.rail, x.len as f64 * 1e-9 * (x.rail + 1) as f64)).collect();
+            ad.feedback(&t);
+        })
+    });
+}
+
+fn evd(c: &mut Criterion) {
+    let e = SoftEvd::new(1 << 20);
+    c.bench_function("evd/push+dequeue", |b| {
+        b.iter(|| {
+            e.push(Event::Software(black_box(7)));
+            black_box(e.dequeue())
+        })
+    });
+}
+
+fn codec(c: &mut Criterion) {
+    let mut h = Header::new(Op::Write);
+    h.seq = 42;
+    h.key = 0xdead_beef;
+    h.addr = 0x1000;
+    h.len = 65536;
+    c.bench_function("wire/encode", |b| b.iter(|| black_box(black_box(&h).encode())));
+    let bytes = h.encode();
+    c.bench_function("wire/decode+validate", |b| {
+        b.iter(|| {
+            let d = Header::decode(black_box(&bytes));
+            black_box(d.validate())
+        })
+    });
+}
+
+criterion_group!(benches, planner, evd, codec);
+criterion_main!(benches);

@@ -1,0 +1,410 @@
+//! `rmr-bench`: rmr's benchmark suite. See `rmr-bench --help`.
+#![deny(missing_docs)]
+
+mod demo;
+mod raw;
+mod row;
+mod session;
+mod stats;
+
+use clap::{Args, Parser, Subcommand};
+use multirail::{Engine, MrConfig, MrIa, Policy, parse_size};
+use rmr_api::{Event, Ia};
+use row::Row;
+use session::Conn;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// rmr's multirail micro-benchmarks (uDAPL multirail paper method) and baselines.
+#[derive(Parser)]
+#[command(name = "rmr-bench", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Passive side: listen on every rail address and serve tests.
+    Server(ServerArgs),
+    /// Active side: run a test against a server.
+    Client(ClientArgs),
+    /// Server and client in one process over loopback rails: tables, CSV and a chart.
+    Demo(demo::DemoArgs),
+    /// Plain TCP streams on the same links: the baseline.
+    RawTcp {
+        #[command(subcommand)]
+        cmd: RawCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum RawCmd {
+    /// Serve raw TCP on each rail address.
+    Server {
+        /// Rail addresses to listen on, comma separated.
+        #[arg(long, value_delimiter = ',', required = true)]
+        rails: Vec<IpAddr>,
+        /// Port.
+        #[arg(long, default_value_t = 7490)]
+        port: u16,
+        /// Exit after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        idle: u64,
+    },
+    /// Measure raw TCP against a raw server.
+    Client {
+        /// Peer rail addresses, comma separated (one stream per rail).
+        #[arg(long, value_delimiter = ',', required = true)]
+        rails: Vec<IpAddr>,
+        /// Port.
+        #[arg(long, default_value_t = 7490)]
+        port: u16,
+        /// `bw` or `lat`.
+        #[arg(long, default_value = "bw")]
+        test: String,
+        /// Message sizes (e.g. 8,4K,64K,1M).
+        #[arg(long, value_delimiter = ',', default_value = "4K,64K,1M")]
+        sizes: Vec<String>,
+        /// Samples per size (default: by size).
+        #[arg(long)]
+        iters: Option<u64>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Options shared by server and client.
+#[derive(Args, Clone)]
+pub(crate) struct Common {
+    /// Backend of every rail (`tcp`; `ofi:<provider>` once available).
+    #[arg(long, default_value = "tcp")]
+    backend: String,
+    /// Rail addresses, comma separated (server: local; client: the server's).
+    #[arg(long, value_delimiter = ',', required = true)]
+    rails: Vec<String>,
+    /// Base port: single-rail sessions use PORT, k-rail multirail sessions
+    /// PORT+k-1, raw TCP PORT+20.
+    #[arg(long, default_value_t = 7470)]
+    port: u16,
+    /// Multirail engine: inline, fork-join, pinned.
+    #[arg(long, default_value = "pinned")]
+    engine: String,
+    /// Multirail policy: single, round-robin, even, weighted:W0,W1,..,
+    /// adaptive[:n_paths,n_batch,alpha].
+    #[arg(long, default_value = "even")]
+    policy: String,
+    /// Stripe threshold (DTOs below it go whole to one rail).
+    #[arg(long, default_value = "8K")]
+    threshold: String,
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Exit after this many seconds without a session.
+    #[arg(long, default_value_t = 120)]
+    idle: u64,
+    /// Exit after the first session ends.
+    #[arg(long)]
+    once: bool,
+}
+
+#[derive(Args)]
+pub(crate) struct ClientArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Local addresses to bind each rail to (default 0.0.0.0: routed by destination).
+    #[arg(long, value_delimiter = ',')]
+    local: Vec<String>,
+    /// bw, bibw, lat or breakdown.
+    #[arg(long, default_value = "bw")]
+    test: String,
+    /// Message sizes (e.g. 8,4K,64K,1M,4M).
+    #[arg(long, value_delimiter = ',', default_value = "4K,16K,64K,256K,1M,4M")]
+    sizes: Vec<String>,
+    /// Samples per size (default: by size, about 256 MiB per size for bw).
+    #[arg(long)]
+    iters: Option<u64>,
+    /// Warm-up samples per size (default: a tenth of the samples, at least 1).
+    #[arg(long)]
+    warmup: Option<u64>,
+    /// Also measure raw TCP on the same links (the server's raw port) and report ratios.
+    #[arg(long)]
+    baseline: bool,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+}
+
+fn die(msg: impl std::fmt::Display) -> ! {
+    eprintln!("rmr-bench: {msg}");
+    std::process::exit(2)
+}
+
+fn sizes(v: &[String]) -> Vec<u64> {
+    v.iter().map(|s| parse_size(s).unwrap_or_else(|e| die(e))).collect()
+}
+
+pub(crate) fn mr_config(c: &Common) -> MrConfig {
+    MrConfig {
+        engine: Engine::parse(&c.engine).unwrap_or_else(|e| die(e)),
+        policy: Policy::parse(&c.policy).unwrap_or_else(|e| die(e)),
+        threshold: parse_size(&c.threshold).unwrap_or_else(|e| die(e)),
+        ..MrConfig::default()
+    }
+}
+
+fn register() {
+    backend_tcp::register();
+    multirail::register();
+}
+
+/// Samples for a bandwidth point of `size` bytes: about 256 MiB, 5..=200.
+pub(crate) fn auto_iters(size: u64) -> u64 {
+    ((256u64 << 20) / (session::WRITES_PER_SAMPLE * size.max(1))).clamp(5, 200)
+}
+
+fn open_rails(backend: &str, addrs: &[String]) -> Vec<Arc<dyn Ia>> {
+    addrs
+        .iter()
+        .map(|a| {
+            rmr_api::open(&format!("{backend}:{a}"))
+                .unwrap_or_else(|e| die(format!("{backend}:{a}: {e}")))
+        })
+        .collect()
+}
+
+/// Runs the server until idle (or after one session with `once`).
+pub(crate) fn run_server(c: &Common, idle: u64, once: bool, stop: Arc<AtomicBool>) {
+    register();
+    let rails = open_rails(&c.backend, &c.rails);
+    let cfg = mr_config(c);
+    let start = Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let active = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let mut ias: Vec<(Arc<dyn Ia>, u16)> = rails.iter().map(|r| (r.clone(), c.port)).collect();
+    for k in 2..=rails.len() {
+        let ia: Arc<dyn Ia> =
+            MrIa::new(rails[..k].to_vec(), cfg.clone()).unwrap_or_else(|e| die(e));
+        ias.push((ia, c.port + k as u16 - 1));
+    }
+    let mut psps = Vec::new();
+    for (ia, port) in ias {
+        let evd = ia.create_evd().unwrap_or_else(|e| die(e));
+        let psp = ia.create_psp(port, &evd).unwrap_or_else(|e| die(format!("listen {port}: {e}")));
+        eprintln!(
+            "rmr-bench server: {} rail(s) at {}:{}",
+            ia.attr().address.split(',').count(),
+            psp.address(),
+            port
+        );
+        let (stop, last, active, done) = (stop.clone(), last.clone(), active.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                if let Ok(Event::ConnectionRequest(cr)) =
+                    evd.wait(Some(Duration::from_millis(200)), 1)
+                {
+                    active.fetch_add(1, Ordering::AcqRel);
+                    let (ia, last, active, done) =
+                        (ia.clone(), last.clone(), active.clone(), done.clone());
+                    std::thread::spawn(move || {
+                        if let Err(e) = Conn::serve(&ia, &cr) {
+                            eprintln!("rmr-bench server: session ended: {e}");
+                        }
+                        last.store(start.elapsed().as_secs(), Ordering::Release);
+                        active.fetch_sub(1, Ordering::AcqRel);
+                        done.fetch_add(1, Ordering::AcqRel);
+                    });
+                }
+            }
+        });
+        psps.push(psp);
+    }
+    for r in &c.rails {
+        if let Ok(ip) = r.parse::<IpAddr>() {
+            let s = stop.clone();
+            let port = c.port + 20;
+            std::thread::spawn(move || {
+                if let Err(e) = raw::serve(ip, port, s) {
+                    eprintln!("rmr-bench server: raw tcp on {ip}:{port}: {e}");
+                }
+            });
+        }
+    }
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(100));
+        let idle_for = start.elapsed().as_secs().saturating_sub(last.load(Ordering::Acquire));
+        if active.load(Ordering::Acquire) == 0
+            && (idle_for >= idle || (once && done.load(Ordering::Acquire) > 0))
+        {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Release);
+    drop(psps);
+}
+
+/// Opens the client's IA: the plain backend for one rail, multirail otherwise.
+/// Returns the IA, the remote address string and the port.
+pub(crate) fn client_ia(a: &ClientArgs) -> (Arc<dyn Ia>, String, u16) {
+    let c = &a.common;
+    let n = c.rails.len();
+    let local: Vec<String> =
+        (0..n).map(|i| a.local.get(i).cloned().unwrap_or_else(|| "0.0.0.0".into())).collect();
+    let rails = open_rails(&c.backend, &local);
+    let remote = c.rails.join(",");
+    if n == 1 {
+        (rails[0].clone(), remote, c.port)
+    } else {
+        let ia: Arc<dyn Ia> = MrIa::new(rails, mr_config(c)).unwrap_or_else(|e| die(e));
+        (ia, remote, c.port + n as u16 - 1)
+    }
+}
+
+/// Runs the client's sweep, returning rows (and printing them as it goes).
+pub(crate) fn run_client(a: &ClientArgs, progress: Option<&indicatif::ProgressBar>) -> Vec<Row> {
+    register();
+    let c = &a.common;
+    let sz = sizes(&a.sizes);
+    let max = sz.iter().copied().max().unwrap_or(8);
+    let (ia, remote, port) = client_ia(a);
+    let mut conn = Conn::connect(&ia, &remote, port, max)
+        .unwrap_or_else(|e| die(format!("connect {remote}:{port}: {e}")));
+    let n = c.rails.len();
+    if !a.json && progress.is_none() {
+        for (k, v) in conn.ep_notes() {
+            eprintln!("# {k} = {v}");
+        }
+    }
+    let (engine, policy) = if n == 1 {
+        ("-".to_string(), "-".to_string())
+    } else {
+        (c.engine.clone(), c.policy.clone())
+    };
+    let peers: Vec<IpAddr> = c.rails.iter().filter_map(|r| r.parse().ok()).collect();
+    let mut rows = Vec::new();
+    for &size in &sz {
+        let lat = a.test == "lat";
+        let iters = a.iters.unwrap_or(if lat { 2000 } else { auto_iters(size) });
+        let warmup = a.warmup.unwrap_or((iters / 10).max(1));
+        let mut row = Row {
+            test: a.test.clone(),
+            backend: c.backend.clone(),
+            rails: n,
+            engine: engine.clone(),
+            policy: policy.clone(),
+            size,
+            iters,
+            ..Row::default()
+        };
+        match a.test.as_str() {
+            "bw" | "breakdown" => {
+                let (s, (post, wait)) =
+                    conn.bw_loop(size, iters, warmup).unwrap_or_else(|e| die(e));
+                row.mbps = Some(s.median);
+                row.mbps_min = Some(s.min);
+                row.mbps_max = Some(s.max);
+                if a.test == "breakdown" {
+                    row.post_us = Some(post);
+                    row.wait_us = Some(wait);
+                }
+                if a.baseline && peers.len() == n {
+                    let r = raw::bandwidth(&peers, c.port + 20, size, iters, warmup)
+                        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
+                    row.raw_mbps = Some(r.median);
+                    row.ratio_raw = Some(s.median / r.median);
+                }
+            }
+            "bibw" => {
+                let (s, peer) = conn.bibw(size, iters, warmup).unwrap_or_else(|e| die(e));
+                row.mbps = Some(s.median + peer);
+                row.mbps_min = Some(s.min);
+                row.mbps_max = Some(s.max);
+            }
+            "lat" => {
+                let s = conn.lat(size, iters, warmup).unwrap_or_else(|e| die(e));
+                row.lat_us = Some(s.median);
+                if a.baseline && !peers.is_empty() {
+                    let r = raw::latency(peers[0], c.port + 20, size, iters, warmup)
+                        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
+                    row.raw_lat_us = Some(r.median);
+                    row.ratio_raw = Some(s.median / r.median);
+                }
+            }
+            t => die(format!("unknown test `{t}` (bw, bibw, lat, breakdown)")),
+        }
+        match progress {
+            Some(pb) => pb.inc(1),
+            None if a.json => println!("{}", row.json()),
+            None => println!("{}", row.line()),
+        }
+        rows.push(row);
+    }
+    conn.bye();
+    rows
+}
+
+fn main() {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Server(s) => run_server(&s.common, s.idle, s.once, Arc::new(AtomicBool::new(false))),
+        Cmd::Client(a) => {
+            if !a.json {
+                println!("{}", Row::header());
+            }
+            run_client(&a, None);
+        }
+        Cmd::Demo(d) => demo::run(&d),
+        Cmd::RawTcp { cmd } => match cmd {
+            RawCmd::Server { rails, port, idle } => {
+                let stop = Arc::new(AtomicBool::new(false));
+                for ip in rails {
+                    let s = stop.clone();
+                    std::thread::spawn(move || raw::serve(ip, port, s));
+                }
+                std::thread::sleep(Duration::from_secs(idle));
+                stop.store(true, Ordering::Release);
+            }
+            RawCmd::Client { rails, port, test, sizes: sz, iters, json } => {
+                if !json {
+                    println!("{}", Row::header());
+                }
+                for size in sizes(&sz) {
+                    let mut row = Row {
+                        test: format!("raw-{test}"),
+                        backend: "raw".into(),
+                        rails: rails.len(),
+                        engine: "-".into(),
+                        policy: "-".into(),
+                        size,
+                        ..Row::default()
+                    };
+                    if test == "lat" {
+                        let it = iters.unwrap_or(2000);
+                        row.iters = it;
+                        row.lat_us = Some(
+                            raw::latency(rails[0], port, size, it, it / 10)
+                                .unwrap_or_else(|e| die(e))
+                                .median,
+                        );
+                    } else {
+                        let it = iters.unwrap_or(auto_iters(size));
+                        row.iters = it;
+                        let s = raw::bandwidth(&rails, port, size, it, (it / 10).max(1))
+                            .unwrap_or_else(|e| die(e));
+                        row.mbps = Some(s.median);
+                        row.mbps_min = Some(s.min);
+                        row.mbps_max = Some(s.max);
+                    }
+                    println!("{}", if json { row.json().to_string() } else { row.line() });
+                }
+            }
+        },
+    }
+}

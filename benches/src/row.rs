@@ -1,0 +1,120 @@
+//! One result row: printed as a table line or as one JSON object per line.
+
+use serde_json::{Map, Value, json};
+
+/// A measured point.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Row {
+    /// `bw`, `bibw`, `lat`, `breakdown`, `raw-bw`, `raw-lat`.
+    pub(crate) test: String,
+    /// Backend name.
+    pub(crate) backend: String,
+    /// Number of rails.
+    pub(crate) rails: usize,
+    /// Engine (multirail) or `-`.
+    pub(crate) engine: String,
+    /// Policy (multirail) or `-`.
+    pub(crate) policy: String,
+    /// Message size in bytes.
+    pub(crate) size: u64,
+    /// Measured samples.
+    pub(crate) iters: u64,
+    /// Bandwidth, Mbit/s (1e6 bits per second), median over samples.
+    pub(crate) mbps: Option<f64>,
+    /// Slowest sample's bandwidth.
+    pub(crate) mbps_min: Option<f64>,
+    /// Fastest sample's bandwidth.
+    pub(crate) mbps_max: Option<f64>,
+    /// Half round trip, microseconds (median).
+    pub(crate) lat_us: Option<f64>,
+    /// Time per sample spent in post calls, microseconds.
+    pub(crate) post_us: Option<f64>,
+    /// Time per sample spent waiting for events, microseconds.
+    pub(crate) wait_us: Option<f64>,
+    /// Raw TCP baseline on the same links (Mbit/s for bandwidth).
+    pub(crate) raw_mbps: Option<f64>,
+    /// Raw TCP ping-pong half round trip, microseconds.
+    pub(crate) raw_lat_us: Option<f64>,
+    /// rmr / raw TCP (bandwidth), or raw / rmr latency expressed as rmr/raw.
+    pub(crate) ratio_raw: Option<f64>,
+}
+
+impl Row {
+    /// The JSON object.
+    pub(crate) fn json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("test".into(), json!(self.test));
+        m.insert("backend".into(), json!(self.backend));
+        m.insert("rails".into(), json!(self.rails));
+        m.insert("engine".into(), json!(self.engine));
+        m.insert("policy".into(), json!(self.policy));
+        m.insert("size".into(), json!(self.size));
+        m.insert("iters".into(), json!(self.iters));
+        let mut opt = |k: &str, v: Option<f64>| {
+            if let Some(v) = v {
+                m.insert(k.into(), json!((v * 1000.0).round() / 1000.0));
+            }
+        };
+        opt("mbps", self.mbps);
+        opt("mbps_min", self.mbps_min);
+        opt("mbps_max", self.mbps_max);
+        opt("lat_us", self.lat_us);
+        opt("post_us", self.post_us);
+        opt("wait_us", self.wait_us);
+        opt("raw_mbps", self.raw_mbps);
+        opt("raw_lat_us", self.raw_lat_us);
+        opt("ratio_raw", self.ratio_raw);
+        Value::Object(m)
+    }
+
+    /// A human-readable line.
+    pub(crate) fn line(&self) -> String {
+        let f =
+            |v: Option<f64>, w: usize| v.map_or(format!("{:>w$}", "-"), |x| format!("{x:>w$.1}"));
+        format!(
+            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {} {} {} {} {} {}",
+            self.test,
+            self.backend,
+            self.rails,
+            self.engine,
+            self.policy,
+            human(self.size),
+            f(self.mbps, 9),
+            f(self.lat_us, 8),
+            f(self.post_us, 8),
+            f(self.wait_us, 8),
+            f(self.raw_mbps.or(self.raw_lat_us), 9),
+            self.ratio_raw.map_or("     -".into(), |r| format!("{r:>6.2}")),
+        )
+    }
+
+    /// Header matching [`Row::line`].
+    pub(crate) fn header() -> String {
+        format!(
+            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>6}",
+            "test",
+            "back",
+            "rl",
+            "engine",
+            "policy",
+            "size",
+            "Mbit/s",
+            "lat_us",
+            "post_us",
+            "wait_us",
+            "raw",
+            "ratio"
+        )
+    }
+}
+
+/// 4096 -> "4K".
+pub(crate) fn human(n: u64) -> String {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
+        format!("{}M", n >> 20)
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
+        format!("{}K", n >> 10)
+    } else {
+        n.to_string()
+    }
+}
