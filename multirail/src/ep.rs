@@ -18,7 +18,7 @@ use crate::psp::header;
 use crate::{Engine, MrConfig};
 use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Evd, Event,
-    Result, RmrContext, Sge, Status, check_local_sges,
+    Result, RmrContext, Sge, SoftEvd, Status, check_local_sges,
 };
 use smallvec::SmallVec;
 use std::any::Any;
@@ -118,6 +118,8 @@ struct State {
 pub(crate) struct Rail {
     ep: Arc<dyn Ep>,
     evd: Arc<dyn Evd>,
+    /// Work handed to the rail thread and not yet posted by it.
+    pending: std::sync::atomic::AtomicUsize,
     tx: Mutex<Option<crossbeam_channel::Sender<Work>>>,
     cpu: Mutex<String>,
 }
@@ -133,6 +135,9 @@ pub(crate) struct Core {
     user: EpEvds,
     st: Mutex<State>,
     stop: AtomicBool,
+    /// Held while dequeuing rail events and handling them, so each rail's
+    /// events are handled in the order they were queued, by whoever harvests.
+    harvest: Mutex<()>,
     /// Stripes whose rail post failed, to be handled like error completions.
     failed: Mutex<Vec<(usize, u64, Status)>>,
 }
@@ -252,8 +257,19 @@ impl Core {
     fn issue(&self, works: SmallVec<[Work; 8]>) {
         match self.cfg.engine {
             Engine::Pinned => {
+                // A lone stripe (a small or ordered DTO) on a rail whose thread has nothing
+                // queued is posted right here: no hand-off, no striping cost.
+                if works.len() == 1
+                    && self.rails[works[0].rail].pending.load(Ordering::Acquire) == 0
+                {
+                    if let Err(e) = self.post_work(&works[0]) {
+                        self.fail(&works[0], &e);
+                    }
+                    return;
+                }
                 for w in works {
                     let r = w.rail;
+                    self.rails[r].pending.fetch_add(1, Ordering::AcqRel);
                     let sent = match &*self.rails[r].tx.lock().unwrap_or_else(|e| e.into_inner()) {
                         Some(tx) => tx.send(w).is_ok(),
                         None => false,
@@ -696,13 +712,28 @@ impl Core {
         self.deliver(evs);
     }
 
-    /// Inline/fork-join progress: drain every rail EVD once.
+    pub(crate) fn rail_evds(&self) -> impl Iterator<Item = &Arc<dyn Evd>> {
+        self.rails.iter().map(|r| &r.evd)
+    }
+
+    /// Whether rail threads make progress on their own.
+    pub(crate) fn threaded(&self) -> bool {
+        self.cfg.engine == Engine::Pinned
+    }
+
+    /// Drains the rail EVDs once (the inline/fork-join progress; a shortcut
+    /// past the rail threads for a waiter). Rails whose EVD only its rail
+    /// thread may consume (not a [`SoftEvd`]) are left to it.
     pub(crate) fn poll_rails(&self) -> bool {
+        let Ok(_g) = self.harvest.try_lock() else {
+            return false; // someone else is harvesting and will deliver
+        };
         let mut batch = Vec::new();
         for (i, r) in self.rails.iter().enumerate() {
-            while let Some(ev) = r.evd.dequeue() {
-                batch.push((i, ev));
+            if self.threaded() && r.evd.as_any().downcast_ref::<SoftEvd>().is_none() {
+                continue;
             }
+            self.drain_rail(i, &mut batch);
         }
         let has_failed = !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
         if batch.is_empty() && !has_failed {
@@ -712,31 +743,69 @@ impl Core {
         true
     }
 
+    fn drain_rail(&self, i: usize, batch: &mut Vec<(usize, Event)>) {
+        let r = &self.rails[i];
+        while let Some(ev) = r.evd.dequeue() {
+            if matches!(ev, Event::Software(WAKE)) {
+                if self.threaded() {
+                    // The rail thread's doorbell: hand it back and leave this rail to it.
+                    let _ = r.evd.post_software(WAKE);
+                    break;
+                }
+                continue;
+            }
+            batch.push((i, ev));
+        }
+    }
+
     /// A pinned rail thread: posts its rail's work and harvests its EVD.
     fn rail_thread(self: Arc<Self>, rail: usize, rx: crossbeam_channel::Receiver<Work>) {
         let cpu = crate::bind::bind_rail_thread(rail, self.cfg.bind);
         *self.rails[rail].cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu;
         let mut batch = Vec::new();
+        let evd = self.rails[rail].evd.clone();
+        let soft = evd.as_any().downcast_ref::<SoftEvd>();
         loop {
             while let Ok(w) = rx.try_recv() {
                 if let Err(e) = self.post_work(&w) {
                     self.fail(&w, &e);
                 }
+                self.rails[rail].pending.fetch_sub(1, Ordering::AcqRel);
             }
-            let evd = &self.rails[rail].evd;
-            match evd.wait(Some(Duration::from_millis(200)), 1) {
-                Ok(Event::Software(WAKE)) => {}
-                Ok(ev) => batch.push((rail, ev)),
-                Err(_) => {}
-            }
-            while let Some(ev) = evd.dequeue() {
-                if !matches!(ev, Event::Software(WAKE)) {
-                    batch.push((rail, ev));
+            match soft {
+                // Wait without dequeuing; dequeue and handle under the harvest lock.
+                Some(s) => {
+                    if s.wait_ready(Duration::from_millis(200)) {
+                        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+                        while let Some(ev) = evd.dequeue() {
+                            if !matches!(ev, Event::Software(WAKE)) {
+                                batch.push((rail, ev));
+                            }
+                        }
+                        self.handle(&mut batch);
+                    } else if !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+                        self.handle(&mut batch);
+                    }
                 }
-            }
-            let has_failed = !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-            if !batch.is_empty() || has_failed {
-                self.handle(&mut batch);
+                // Only this thread consumes such a rail's EVD.
+                None => {
+                    match evd.wait(Some(Duration::from_millis(200)), 1) {
+                        Ok(Event::Software(WAKE)) | Err(_) => {}
+                        Ok(ev) => batch.push((rail, ev)),
+                    }
+                    while let Some(ev) = evd.dequeue() {
+                        if !matches!(ev, Event::Software(WAKE)) {
+                            batch.push((rail, ev));
+                        }
+                    }
+                    let has_failed =
+                        !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+                    if !batch.is_empty() || has_failed {
+                        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+                        self.handle(&mut batch);
+                    }
+                }
             }
             if self.stop.load(Ordering::Acquire) && rx.is_empty() {
                 let st = self.lock();
@@ -761,12 +830,13 @@ impl Core {
                         .map_err(|e| Error::io("spawn rail thread", e))?;
                 }
             }
-            Engine::Inline | Engine::ForkJoin => {
-                for e in [&self.user.request, &self.user.recv, &self.user.conn] {
-                    if let Some(m) = e.as_any().downcast_ref::<MrEvd>() {
-                        m.attach_polled(self);
-                    }
-                }
+            Engine::Inline | Engine::ForkJoin => {}
+        }
+        // Waiters harvest rail EVDs themselves (with rail threads as well: a
+        // waiter that finds its completion needs no hand-off).
+        for e in [&self.user.request, &self.user.recv, &self.user.conn] {
+            if let Some(m) = e.as_any().downcast_ref::<MrEvd>() {
+                m.attach_polled(self);
             }
         }
         self.lock().conn = EpState::Connected;
@@ -790,7 +860,13 @@ impl MrEp {
         for (i, r) in ia.rails.iter().enumerate() {
             let evd = r.create_evd()?;
             let ep = r.create_ep(&pz.rails[i], &EpEvds::single(&evd))?;
-            rails.push(Rail { ep, evd, tx: Mutex::new(None), cpu: Mutex::new("unbound".into()) });
+            rails.push(Rail {
+                ep,
+                evd,
+                pending: Default::default(),
+                tx: Mutex::new(None),
+                cpu: Mutex::new("unbound".into()),
+            });
         }
         let cfg = ia.cfg.clone();
         let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
@@ -816,6 +892,7 @@ impl MrEp {
                 broken: false,
             }),
             stop: AtomicBool::new(false),
+            harvest: Mutex::new(()),
             failed: Mutex::default(),
             cfg,
         };

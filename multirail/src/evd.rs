@@ -6,6 +6,7 @@
 
 use crate::ep::Core;
 use rmr_api::{Error, Evd, Event, Result, SoftEvd};
+use smallvec::SmallVec;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -14,9 +15,11 @@ use std::time::{Duration, Instant};
 /// An EVD of the multirail provider.
 #[derive(Default)]
 pub struct MrEvd {
-    pub(crate) q: SoftEvd,
+    pub(crate) q: Arc<SoftEvd>,
     polled: Mutex<Vec<Weak<Core>>>,
     has_polled: AtomicBool,
+    /// Some attached rail EVD cannot poke us: waiters must poll.
+    blind: AtomicBool,
 }
 
 impl MrEvd {
@@ -25,24 +28,32 @@ impl MrEvd {
         p.retain(|w| w.strong_count() > 0);
         if !p.iter().any(|w| w.as_ptr() == Arc::as_ptr(core)) {
             p.push(Arc::downgrade(core));
+            for evd in core.rail_evds() {
+                match evd.as_any().downcast_ref::<SoftEvd>() {
+                    Some(s) => s.observe(&self.q),
+                    None => self.blind.store(true, Ordering::Release),
+                }
+            }
         }
         self.has_polled.store(true, Ordering::Release);
     }
 
-    /// Polls every attached EP's rails once; true when anything happened.
-    fn progress(&self) -> bool {
+    /// Polls every attached EP's rails once. Returns (anything happened,
+    /// every attached EP has rail threads of its own).
+    fn progress(&self) -> (bool, bool) {
         if !self.has_polled.load(Ordering::Acquire) {
-            return false;
+            return (false, true);
         }
-        let cores: Vec<Arc<Core>> = {
+        let cores: SmallVec<[Arc<Core>; 4]> = {
             let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
             p.iter().filter_map(Weak::upgrade).collect()
         };
-        let mut any = false;
+        let (mut any, mut threaded) = (false, true);
         for c in cores {
             any |= c.poll_rails();
+            threaded &= c.threaded();
         }
-        any
+        (any, threaded)
     }
 }
 
@@ -60,7 +71,9 @@ impl Evd for MrEvd {
                     return Ok(e);
                 }
             }
-            if self.progress() {
+            let seen = self.q.poke_gen();
+            let (moved, threaded) = self.progress();
+            if moved {
                 idle = 0;
                 continue;
             }
@@ -68,9 +81,26 @@ impl Evd for MrEvd {
                 return Err(Error::Timeout);
             }
             idle += 1;
-            if idle < 2000 {
+            if idle < 64 {
                 std::hint::spin_loop();
-            } else if idle < 4000 {
+                continue;
+            }
+            let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+            if !self.blind.load(Ordering::Acquire) {
+                // Every rail EVD pokes us: sleep until an event or a poke.
+                match self.q.wait_or_poke(left, threshold, seen)? {
+                    Some(e) => return Ok(e),
+                    None => {
+                        idle = 0;
+                        continue;
+                    }
+                }
+            }
+            if threaded {
+                // Rail threads will deliver.
+                return self.q.wait(left, threshold);
+            }
+            if idle < 4000 {
                 std::thread::yield_now();
             } else {
                 std::thread::sleep(Duration::from_micros(50));
@@ -79,7 +109,7 @@ impl Evd for MrEvd {
     }
 
     fn dequeue(&self) -> Option<Event> {
-        self.progress();
+        let _ = self.progress();
         self.q.dequeue()
     }
 

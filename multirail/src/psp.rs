@@ -48,17 +48,17 @@ struct Pending {
 impl MrPsp {
     pub(crate) fn listen(ia: &MrIa, service: u16, user: Arc<dyn Evd>) -> Result<MrPsp> {
         let n = ia.rails.len();
-        let mut rails: Vec<Arc<dyn Psp>> = Vec::with_capacity(n);
-        let mut evds = Vec::with_capacity(n);
-        let mut svc = service;
-        for r in &ia.rails {
-            // Each rail gets an EVD of its own backend (rails may differ).
-            let evd = r.create_evd()?;
-            let p = r.create_psp(svc, &evd)?;
-            svc = p.service();
-            rails.push(p);
-            evds.push(evd);
-        }
+        // Every rail listens on the same service id. With service 0 the first
+        // rail picks a free one, which may be taken on another rail: try again.
+        let mut attempt = 0;
+        let (rails, evds) = loop {
+            attempt += 1;
+            match Self::listen_all(ia, service) {
+                Ok(x) => break x,
+                Err(e) if service == 0 && attempt < 20 => drop(e),
+                Err(e) => return Err(e),
+            }
+        };
         let closed = Arc::new(AtomicBool::new(false));
         let pending: Arc<Mutex<HashMap<u64, Pending>>> = Arc::default();
         for (i, evd) in evds.into_iter().enumerate() {
@@ -132,6 +132,25 @@ fn on_request(
         if let Some(m) = user.as_any().downcast_ref::<MrEvd>() {
             m.q.push(Event::ConnectionRequest(ConnRequest(Arc::new(req))));
         }
+    }
+}
+
+type Listening = (Vec<Arc<dyn Psp>>, Vec<Arc<dyn Evd>>);
+
+impl MrPsp {
+    fn listen_all(ia: &MrIa, service: u16) -> Result<Listening> {
+        let mut rails: Vec<Arc<dyn Psp>> = Vec::with_capacity(ia.rails.len());
+        let mut evds = Vec::with_capacity(ia.rails.len());
+        let mut svc = service;
+        for r in &ia.rails {
+            // Each rail gets an EVD of its own backend (rails may differ).
+            let evd = r.create_evd()?;
+            let p = r.create_psp(svc, &evd)?;
+            svc = p.service();
+            rails.push(p);
+            evds.push(evd);
+        }
+        Ok((rails, evds))
     }
 }
 

@@ -4,8 +4,8 @@
 use crate::{Error, Event, Result};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 /// An event dispatcher (uDAPL's EVD): a queue of [`Event`]s.
@@ -47,6 +47,9 @@ pub struct SoftEvd {
     queued: AtomicUsize,
     capacity: usize,
     spin: Duration,
+    pokes: AtomicU64,
+    has_observers: AtomicBool,
+    observers: Mutex<Vec<Weak<SoftEvd>>>,
 }
 
 impl Default for SoftEvd {
@@ -70,6 +73,115 @@ impl SoftEvd {
             queued: AtomicUsize::new(0),
             capacity,
             spin,
+            pokes: AtomicU64::new(0),
+            has_observers: AtomicBool::new(false),
+            observers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Makes `by` be poked (see [`SoftEvd::wait_or_poke`]) whenever an event
+    /// is pushed here. A layer that owns several EVDs (multirail) lets one
+    /// waiter sleep on its own EVD yet wake the moment any of them fills.
+    pub fn observe(&self, by: &Arc<SoftEvd>) {
+        let mut o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+        o.retain(|w| w.strong_count() > 0);
+        if !o.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(by))) {
+            o.push(Arc::downgrade(by));
+        }
+        self.has_observers.store(true, Ordering::Release);
+    }
+
+    /// Waits until at least one event is queued (or a poke, or `timeout`),
+    /// without dequeuing it: for a consumer that must dequeue under a lock
+    /// of its own to keep events in order. Returns whether events are queued.
+    pub fn wait_ready(&self, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < self.spin {
+            if self.queued.load(Ordering::Acquire) > 0 {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let seen = self.pokes.load(Ordering::Acquire);
+        let deadline = start + timeout;
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        while q.is_empty() && self.pokes.load(Ordering::Acquire) == seen {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            q = self.cv.wait_timeout(q, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+        !q.is_empty()
+    }
+
+    /// Wakes this EVD's waiters in [`SoftEvd::wait_or_poke`] without an event.
+    pub fn poke(&self) {
+        self.pokes.fetch_add(1, Ordering::AcqRel);
+        if self.waiters.load(Ordering::Acquire) > 0 {
+            let _g = self.q.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv.notify_all();
+        }
+    }
+
+    /// The poke generation: read it *before* checking other sources, then
+    /// pass it to [`SoftEvd::wait_or_poke`] so that no poke is missed.
+    pub fn poke_gen(&self) -> u64 {
+        self.pokes.load(Ordering::Acquire)
+    }
+
+    /// Like [`Evd::wait`], but also returns `Ok(None)` once poked after
+    /// generation `seen` (from [`SoftEvd::poke_gen`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_or_poke(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+    ) -> Result<Option<Event>> {
+        let threshold = threshold.max(1);
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiters.fetch_add(1, Ordering::AcqRel);
+        let res = loop {
+            if q.len() >= threshold {
+                let e = q.pop_front().expect("non-empty");
+                self.queued.store(q.len(), Ordering::Release);
+                break Ok(Some(e));
+            }
+            if self.pokes.load(Ordering::Acquire) != seen {
+                break Ok(None);
+            }
+            match deadline {
+                None => q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break Err(Error::Timeout);
+                    }
+                    q = self.cv.wait_timeout(q, d - now).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::AcqRel);
+        res
+    }
+
+    fn notify_observers(&self) {
+        if !self.has_observers.load(Ordering::Acquire) {
+            return;
+        }
+        let o: Vec<Arc<SoftEvd>> = {
+            let o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+            o.iter().filter_map(Weak::upgrade).collect()
+        };
+        for e in o {
+            e.poke();
         }
     }
 
@@ -83,6 +195,7 @@ impl SoftEvd {
         if self.waiters.load(Ordering::Acquire) > 0 {
             self.cv.notify_all();
         }
+        self.notify_observers();
     }
 
     fn pop(&self, threshold: usize) -> Option<Event> {
