@@ -198,6 +198,18 @@ impl Core {
         DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
     }
 
+    /// Wakes rail `r`'s thread: a poke for a software EVD (seen by no one
+    /// else), a software event otherwise (such a rail is its thread's alone).
+    fn ring(&self, r: usize) {
+        let evd = &self.rails[r].evd;
+        match evd.as_any().downcast_ref::<SoftEvd>() {
+            Some(s) => s.poke(),
+            None => {
+                let _ = evd.post_software(WAKE);
+            }
+        }
+    }
+
     fn fail(&self, w: &Work, e: &Error) {
         self.failed.lock().unwrap_or_else(|e| e.into_inner()).push((
             w.rail,
@@ -275,7 +287,7 @@ impl Core {
                         None => false,
                     };
                     if sent {
-                        let _ = self.rails[r].evd.post_software(WAKE);
+                        self.ring(r);
                     }
                 }
             }
@@ -766,6 +778,7 @@ impl Core {
         let evd = self.rails[rail].evd.clone();
         let soft = evd.as_any().downcast_ref::<SoftEvd>();
         loop {
+            let seen = soft.map_or(0, |s| s.poke_gen());
             while let Ok(w) = rx.try_recv() {
                 if let Err(e) = self.post_work(&w) {
                     self.fail(&w, &e);
@@ -775,7 +788,10 @@ impl Core {
             match soft {
                 // Wait without dequeuing; dequeue and handle under the harvest lock.
                 Some(s) => {
-                    if s.wait_ready(Duration::from_millis(200)) {
+                    if !rx.is_empty() {
+                        continue;
+                    }
+                    if s.wait_ready(seen, Duration::from_micros(20), Duration::from_millis(200)) {
                         let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
                         while let Some(ev) = evd.dequeue() {
                             if !matches!(ev, Event::Software(WAKE)) {
@@ -943,9 +959,9 @@ impl Drop for MrEp {
     fn drop(&mut self) {
         let _ = self.disconnect();
         self.core.stop.store(true, Ordering::Release);
-        for r in &self.core.rails {
+        for (i, r) in self.core.rails.iter().enumerate() {
             *r.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            let _ = r.evd.post_software(WAKE);
+            self.core.ring(i);
         }
     }
 }

@@ -91,18 +91,19 @@ impl SoftEvd {
         self.has_observers.store(true, Ordering::Release);
     }
 
-    /// Waits until at least one event is queued (or a poke, or `timeout`),
-    /// without dequeuing it: for a consumer that must dequeue under a lock
-    /// of its own to keep events in order. Returns whether events are queued.
-    pub fn wait_ready(&self, timeout: Duration) -> bool {
+    /// Waits until at least one event is queued, or a poke after generation
+    /// `seen` (see [`SoftEvd::poke_gen`]), or `timeout`, without dequeuing:
+    /// for a consumer that must dequeue under a lock of its own to keep events
+    /// in order. Spins for `spin` first. Returns whether events are queued.
+    pub fn wait_ready(&self, seen: u64, spin: Duration, timeout: Duration) -> bool {
         let start = Instant::now();
-        while start.elapsed() < self.spin {
-            if self.queued.load(Ordering::Acquire) > 0 {
-                return true;
+        while start.elapsed() < spin {
+            if self.queued.load(Ordering::Acquire) > 0 || self.pokes.load(Ordering::Acquire) != seen
+            {
+                return self.queued.load(Ordering::Acquire) > 0;
             }
             std::hint::spin_loop();
         }
-        let seen = self.pokes.load(Ordering::Acquire);
         let deadline = start + timeout;
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         self.waiters.fetch_add(1, Ordering::AcqRel);
