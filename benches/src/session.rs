@@ -365,6 +365,11 @@ impl Conn {
 
     /// Ends the session.
     pub(crate) fn bye(mut self) {
+        if std::env::var_os("RMR_BENCH_NOTES").is_some() {
+            for (k, v) in self.ep_notes() {
+                eprintln!("# end: {k} = {v}");
+            }
+        }
         let _ = self.send(&Ctrl::new(Kind::Bye, 0));
         std::thread::sleep(Duration::from_millis(20));
         let _ = self.ep.disconnect();

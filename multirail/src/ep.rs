@@ -113,6 +113,49 @@ struct State {
     deferred: VecDeque<Deferred>,
     ended: SmallVec<[bool; 8]>,
     broken: bool,
+    /// Per-rail service-rate estimate for adaptive striping.
+    rate: SmallVec<[RailRate; 8]>,
+}
+
+/// A rail's measured throughput: bytes completed over *busy* time (time
+/// during which the rail had stripes outstanding), averaged over a long
+/// byte window. Acknowledgements arrive in bursts, so a per-completion rate
+/// would measure the burst, not the link; idle time must not count either.
+#[derive(Clone, Copy)]
+struct RailRate {
+    bytes: f64,
+    secs: f64,
+    last: Instant,
+}
+
+/// Bytes after which the averaging window is halved.
+const RATE_WINDOW: f64 = 64.0 * 1024.0 * 1024.0;
+
+impl RailRate {
+    fn new() -> Self {
+        RailRate { bytes: 0.0, secs: 0.0, last: Instant::now() }
+    }
+    /// A stripe is posted on a rail with `outstanding` bytes in flight.
+    fn posted(&mut self, outstanding: u64, now: Instant) {
+        if outstanding > 0 {
+            self.secs += now.saturating_duration_since(self.last).as_secs_f64();
+        }
+        self.last = now;
+    }
+    /// A stripe of `bytes` completed (the rail was busy until now).
+    fn completed(&mut self, bytes: u64, now: Instant) {
+        self.secs += now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.bytes += bytes as f64;
+        if self.bytes > RATE_WINDOW {
+            self.bytes /= 2.0;
+            self.secs /= 2.0;
+        }
+    }
+    /// Seconds this rail needs for `bytes`, once it has a measurement.
+    fn time_for(&self, bytes: u64) -> Option<f64> {
+        (self.secs > 0.0 && self.bytes > 0.0).then(|| bytes as f64 * self.secs / self.bytes)
+    }
 }
 
 pub(crate) struct Rail {
@@ -353,6 +396,8 @@ impl Core {
         }
         let now = Instant::now();
         for (i, s) in plan.iter().enumerate() {
+            let out = st.planner.outstanding()[s.rail];
+            st.rate[s.rail].posted(out, now);
             st.planner.posted(s.rail, s.len);
             st.posted[s.rail] += 1;
             let req = &mut st.reqs[idx];
@@ -542,7 +587,15 @@ impl Core {
         if c.status.is_ok() {
             let s = &mut req.stripes[idx];
             s.done = true;
-            req.times.push((rail, s.t0.elapsed().as_secs_f64()));
+            st.rate[rail].completed(slen, Instant::now());
+            // BSS assumes stripes proportional to weights: t = w / rate keeps
+            // its fixed point at the rate ratio whatever rounding did to the stripe.
+            let w = st.planner.weights()[rail];
+            if let Some(t) = st.rate[rail].time_for(1).map(|per_byte| w * per_byte) {
+                let req = &mut st.reqs[(id - st.front_id) as usize];
+                req.times.push((rail, t));
+            }
+            let req = &mut st.reqs[(id - st.front_id) as usize];
             if c.imm.is_some() {
                 req.imm = c.imm;
             }
@@ -587,7 +640,11 @@ impl Core {
             req.remaining -= 1;
         }
         let req = &mut st.reqs[(id - st.front_id) as usize];
-        if req.remaining == 0 && req.stripes.len() > 1 && req.status.is_ok() {
+        if req.remaining == 0
+            && req.stripes.len() > 1
+            && req.status.is_ok()
+            && req.times.len() == req.stripes.len()
+        {
             let t = std::mem::take(&mut req.times);
             st.planner.feedback(&t);
         }
@@ -906,6 +963,7 @@ impl MrEp {
                 deferred: VecDeque::new(),
                 ended: smallvec::smallvec![false; n],
                 broken: false,
+                rate: smallvec::smallvec![RailRate::new(); n],
             }),
             stop: AtomicBool::new(false),
             harvest: Mutex::new(()),
@@ -984,6 +1042,15 @@ impl Ep for MrEp {
                 r.cpu.lock().unwrap_or_else(|e| e.into_inner()).clone(),
             ));
         }
+        let w: Vec<String> = c.lock().planner.weights().iter().map(|w| format!("{w:.3}")).collect();
+        notes.push(("weights".into(), w.join(",")));
+        let r: Vec<String> = c
+            .lock()
+            .rate
+            .iter()
+            .map(|r| format!("{:.0}", if r.secs > 0.0 { r.bytes / r.secs * 8e-6 } else { 0.0 }))
+            .collect();
+        notes.push(("rail_mbps_est".into(), r.join(",")));
         let r0 = c.rails[0].ep.attr();
         EpAttr {
             max_msg_size: r0.max_msg_size,

@@ -274,14 +274,18 @@ impl Planner {
             return out;
         }
         // Proportional split, boundaries aligned; remainder to the last rail.
+        // Every batch rail keeps at least one aligned unit while the message
+        // allows, so adaptive feedback never starves a rail out for good.
         let wsum: f64 = batch.iter().map(|b| b.1).sum();
+        let min_unit = if len >= batch.len() as u64 * self.align { self.align } else { 0 };
         let mut offset = 0u64;
         for (i, &(rail, w)) in batch.iter().enumerate() {
+            let left_after = (batch.len() - i - 1) as u64 * min_unit;
             let end = if i + 1 == batch.len() {
                 len
             } else {
                 let ideal = offset + (len as f64 * w / wsum) as u64;
-                (ideal / self.align * self.align).clamp(offset, len)
+                (ideal / self.align * self.align).max(offset + min_unit).min(len - left_after)
             };
             if end > offset {
                 out.push(Stripe { rail, offset, len: end - offset });

@@ -1,0 +1,296 @@
+//! Lab tests: multirail over real, rate-limited rails. Each test builds two
+//! network namespaces joined by veth pairs shaped with tbf (scripts/lab.sh),
+//! runs itself as the server in one and the client in the other, and tears
+//! the lab down afterwards, pass or fail. Needs root (as CI has).
+
+use rmr_api::{Access, DtoFlags, EpEvds, Evd, Event, MemRegion, RmrContext, Sge};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "RMR_LAB_ROLE";
+/// The lab tests share the CPU: run them one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn lab_script() -> String {
+    format!("{}/../scripts/lab.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A lab that removes itself when dropped.
+struct Lab(&'static str);
+
+impl Lab {
+    fn pair(prefix: &'static str, rates: &str) -> Option<Lab> {
+        if !is_root() {
+            println!("SKIPPED: lab tests need root for network namespaces");
+            return None;
+        }
+        let out = Command::new("bash")
+            .args([&lab_script(), "pair", prefix, rates])
+            .output()
+            .expect("run lab.sh");
+        assert!(
+            out.status.success(),
+            "lab.sh pair failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(Lab(prefix))
+    }
+
+    fn ns(&self, side: char) -> String {
+        format!("{}-{side}", self.0)
+    }
+
+    fn tx_bytes(&self, rail: usize) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns('a'),
+                "cat",
+                &format!("/sys/class/net/{}a{rail}/statistics/tx_bytes", self.0),
+            ])
+            .output()
+            .expect("read counters");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    }
+
+    fn cut(&self, rail: usize) {
+        let st = Command::new("bash")
+            .args([&lab_script(), "cut", self.0, &rail.to_string()])
+            .status()
+            .expect("cut");
+        assert!(st.success());
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").args([&lab_script(), "down", self.0]).status();
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+}
+
+/// Runs this test binary's test `name` inside namespace `ns` with a role.
+fn spawn_role(ns: &str, name: &str, role: &str, env: &[(&str, String)]) -> std::process::Child {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(exe).args([
+        name,
+        "--exact",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]);
+    c.env(ROLE, role)
+        .env("RMR_TCP_USER_TIMEOUT_MS", "1500")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn role")
+}
+
+fn finish(child: std::process::Child, what: &str) -> String {
+    let out: Output = child.wait_with_output().expect("wait");
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{what} failed:\n{s}\n{}", String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+fn result<'a>(out: &'a str, key: &str) -> &'a str {
+    let pat = format!("RESULT {key}=");
+    out.lines()
+        .find_map(|l| l.find(&pat).map(|i| l[i + pat.len()..].trim_end()))
+        .unwrap_or_else(|| panic!("no RESULT {key} in:\n{out}"))
+}
+
+fn checksum(b: &[u8]) -> u64 {
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+const RAILS_B: &str = "tcp:198.18.0.2,tcp:198.18.1.2";
+const RAILS_A: &str = "tcp:198.18.0.1,tcp:198.18.1.1";
+const SERVICE: u16 = 7600;
+
+fn open(rails: &str) -> Arc<dyn rmr_api::Ia> {
+    backend_tcp::register();
+    multirail::register();
+    rmr_api::open(&format!("multirail:{rails};engine=pinned;policy=even;threshold=8K"))
+        .expect("open multirail")
+}
+
+fn next_dto(evd: &Arc<dyn Evd>) -> rmr_api::DtoCompletion {
+    loop {
+        match evd.wait(Some(Duration::from_secs(60)), 1).expect("event") {
+            Event::Dto(c) => return c,
+            Event::AsyncError { what, .. } => println!("RESULT async={what}"),
+            _ => {}
+        }
+    }
+}
+
+/// Server role: a target region of `len` bytes; for each of `rounds`
+/// notifies, checks the region's checksum against the one in the notify and
+/// answers 1 (match) or 0.
+fn server(len: usize, rounds: u64) {
+    let ia = open(RAILS_B);
+    let (pz, evd, pevd) =
+        (ia.create_pz().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let target = MemRegion::new(len);
+    let tl = pz.register_all(&target, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let ctl = MemRegion::new(64);
+    let cl = pz.register_all(&ctl, Access::LOCAL_WRITE).unwrap();
+    let _psp = ia.create_psp(SERVICE, &pevd).unwrap();
+    println!("RESULT listening=1");
+    let ep = match pevd.wait(Some(Duration::from_secs(30)), 1).unwrap() {
+        Event::ConnectionRequest(cr) => {
+            let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+            cr.accept(&ep, &tl.rmr_context().to_bytes()).unwrap();
+            ep
+        }
+        e => panic!("{e:?}"),
+    };
+    let mut bad = 0;
+    for r in 0..rounds {
+        ep.post_recv(&[Sge::new(&*cl, 0, 8)], r, DtoFlags::empty()).unwrap();
+        let c = next_dto(&evd);
+        assert!(c.status.is_ok(), "{c:?}");
+        let want = ctl.load_u64(0).unwrap();
+        let got = checksum(&target.to_vec(0, len).unwrap());
+        if got != want {
+            bad += 1;
+        }
+        ctl.store_u64(8, u64::from(got == want)).unwrap();
+        ep.post_send(&[Sge::new(&*cl, 8, 8)], r, DtoFlags::SUPPRESS).unwrap();
+    }
+    println!("RESULT bad_rounds={bad}");
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+/// Client role: `rounds` times, write a fresh pattern over the whole region
+/// (striped), notify with its checksum, and require the server's verdict.
+fn client(len: usize, rounds: u64) {
+    let ia = open(RAILS_A);
+    let (pz, evd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+    let start = Instant::now();
+    let pd = loop {
+        match ep.connect("198.18.0.2,198.18.1.2", SERVICE, b"", Duration::from_secs(5)) {
+            Ok(pd) => break pd,
+            Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                println!("retrying connect: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    };
+    let ctx = RmrContext::from_bytes(&pd).unwrap();
+    let src = MemRegion::new(len);
+    let sl = pz.register_all(&src, Access::empty()).unwrap();
+    let ctl = MemRegion::new(64);
+    let cl = pz.register_all(&ctl, Access::LOCAL_WRITE).unwrap();
+    let t0 = Instant::now();
+    for r in 0..rounds {
+        let p = pattern(r + 1, len);
+        src.write(0, &p).unwrap();
+        ctl.store_u64(0, checksum(&p)).unwrap();
+        ep.post_recv(&[Sge::new(&*cl, 8, 8)], 1000 + r, DtoFlags::empty()).unwrap();
+        ep.post_rdma_write(&[Sge::whole(&*sl)], &ctx, 0, r, DtoFlags::SUPPRESS).unwrap();
+        ep.post_send(&[Sge::new(&*cl, 0, 8)], r, DtoFlags::SUPPRESS).unwrap();
+        let c = next_dto(&evd);
+        assert!(c.status.is_ok(), "round {r}: {c:?}");
+        assert_eq!(
+            ctl.load_u64(8).unwrap(),
+            1,
+            "round {r}: the server saw the notify before the data"
+        );
+    }
+    println!("RESULT secs={:.3}", t0.elapsed().as_secs_f64());
+    println!("RESULT ok=1");
+    let _ = ep.disconnect();
+}
+
+fn role_or_run(name: &str, len: usize, rounds: u64, parent: impl FnOnce(&str)) {
+    match std::env::var(ROLE).as_deref() {
+        Ok("server") => server(len, rounds),
+        Ok("client") => client(len, rounds),
+        _ => parent(name),
+    }
+}
+
+#[test]
+fn lab_striped_write_uses_every_rail() {
+    role_or_run("lab_striped_write_uses_every_rail", 16 << 20, 3, |name| {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(lab) = Lab::pair("rmrl1", "300mbit,300mbit") else { return };
+        let srv = spawn_role(&lab.ns('b'), name, "server", &[]);
+        std::thread::sleep(Duration::from_millis(300));
+        let before = [lab.tx_bytes(0), lab.tx_bytes(1)];
+        let cli = spawn_role(&lab.ns('a'), name, "client", &[]);
+        let c = finish(cli, "client");
+        let s = finish(srv, "server");
+        assert_eq!(result(&c, "ok"), "1");
+        assert_eq!(result(&s, "bad_rounds"), "0");
+        let sent = [lab.tx_bytes(0) - before[0], lab.tx_bytes(1) - before[1]];
+        let total = (3 * (16u64 << 20)) as f64;
+        for (r, b) in sent.iter().enumerate() {
+            assert!(
+                *b as f64 > 0.4 * total,
+                "rail {r} carried only {b} of {total} bytes: {sent:?}"
+            );
+        }
+        println!("per-rail bytes {sent:?}, {} s", result(&c, "secs"));
+    });
+}
+
+#[test]
+fn lab_ordering_under_load() {
+    role_or_run("lab_ordering_under_load", 256 << 10, 200, |name| {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(lab) = Lab::pair("rmrl2", "500mbit,500mbit") else { return };
+        let srv = spawn_role(&lab.ns('b'), name, "server", &[]);
+        std::thread::sleep(Duration::from_millis(300));
+        let c = finish(spawn_role(&lab.ns('a'), name, "client", &[]), "client");
+        let s = finish(srv, "server");
+        assert_eq!(result(&c, "ok"), "1");
+        assert_eq!(result(&s, "bad_rounds"), "0", "a receive completed before striped data landed");
+    });
+}
+
+#[test]
+fn lab_failover_rail_cut_mid_transfer() {
+    role_or_run("lab_failover_rail_cut_mid_transfer", 64 << 20, 1, |name| {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(lab) = Lab::pair("rmrl3", "200mbit,200mbit") else { return };
+        let srv = spawn_role(&lab.ns('b'), name, "server", &[]);
+        std::thread::sleep(Duration::from_millis(300));
+        let cli = spawn_role(&lab.ns('a'), name, "client", &[]);
+        // 64 MiB at 400 Mbit/s takes ~1.3 s: cut rail 1 while stripes are in flight.
+        std::thread::sleep(Duration::from_millis(700));
+        lab.cut(1);
+        let c = finish(cli, "client");
+        let s = finish(srv, "server");
+        assert_eq!(result(&c, "ok"), "1", "the striped write did not complete intact");
+        assert_eq!(result(&s, "bad_rounds"), "0");
+        assert!(result(&c, "async").contains("rail 1"), "no async event named the lost rail:\n{c}");
+        println!("failover: {} s", result(&c, "secs"));
+    });
+}

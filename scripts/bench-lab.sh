@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Runs rmr-bench in the lab (two namespaces joined by veth rails) and writes
+# JSON lines to OUT (default bench-out/lab). Every figure in BENCHMARKS.md
+# comes from one run of this script. Cleans up its namespaces on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-bench-out/lab}; mkdir -p "$OUT"
+P=rmrb
+trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; scripts/lab.sh down $P' EXIT
+cargo build --release -q -p rmr-bench
+B=$PWD/target/release/rmr-bench
+SIZES=${SIZES:-4K,16K,64K,256K,1M,4M}
+
+server() { # rails...
+  pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; sleep 0.3
+  ip netns exec $P-b "$B" server --rails "$1" --idle 30 2>>"$OUT/server.log" &
+  sleep 0.5
+}
+client() { ip netns exec $P-a "$B" client --json "$@" 2>>"$OUT/client.log"; }
+
+echo "== two equal rails, 1 Gbit/s each (tbf)"
+scripts/lab.sh pair $P 1gbit,1gbit
+server 198.18.0.2,198.18.1.2
+{
+  client --rails 198.18.0.2 --test bw --sizes "$SIZES" --baseline
+  for e in inline fork-join pinned; do
+    client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES" --baseline
+  done
+  client --rails 198.18.0.2 --test bibw --sizes 64K,1M
+  client --rails 198.18.0.2,198.18.1.2 --engine pinned --test bibw --sizes 64K,1M
+  client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --baseline
+  for e in inline pinned; do
+    client --rails 198.18.0.2,198.18.1.2 --engine $e --test lat --sizes 8,64,512,4K
+  done
+  client --rails 198.18.0.2,198.18.1.2 --engine inline --test breakdown --sizes 16K,1M
+  client --rails 198.18.0.2,198.18.1.2 --engine pinned --test breakdown --sizes 16K,1M
+} | tee "$OUT/equal.jsonl"
+
+echo "== two unshaped rails (CPU-bound)"
+scripts/lab.sh pair $P none,none
+server 198.18.0.2,198.18.1.2
+{
+  client --rails 198.18.0.2 --test bw --sizes 64K,1M --baseline
+  for e in inline pinned; do
+    client --rails 198.18.0.2,198.18.1.2 --engine $e --test bw --sizes 64K,1M --baseline
+  done
+} | tee "$OUT/unshaped.jsonl"
+
+echo "== rails of 4:1 speed (400 and 100 Mbit/s)"
+scripts/lab.sh pair $P 400mbit,100mbit
+server 198.18.0.2,198.18.1.2
+{
+  client --rails 198.18.0.2 --test bw --sizes 1M,4M --baseline
+  client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy even --baseline
+  client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy adaptive --baseline
+  client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy weighted:4,1
+} | tee "$OUT/uneven.jsonl"
+echo "wrote $OUT/*.jsonl"
