@@ -50,9 +50,11 @@ echo "== rails of 4:1 speed (400 and 100 Mbit/s)"
 scripts/lab.sh pair $P 400mbit,100mbit
 server 198.18.0.2,198.18.1.2
 {
+  # Each rail alone, with its raw-TCP baseline: their sum is the target.
   client --rails 198.18.0.2 --test bw --sizes 1M,4M --baseline
-  client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy even --baseline
-  client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy adaptive --baseline
-  client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy weighted:4,1
+  client --rails 198.18.1.2 --test bw --sizes 1M,4M --baseline
+  for pol in even adaptive weighted:4,1; do
+    client --rails 198.18.0.2,198.18.1.2 --test bw --sizes 1M,4M --policy $pol --iters 20
+  done
 } | tee "$OUT/uneven.jsonl"
 echo "wrote $OUT/*.jsonl"

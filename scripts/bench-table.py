@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Turns scripts/bench-lab.sh output (JSON lines) into the Markdown tables of
+BENCHMARKS.md: python3 scripts/bench-table.py bench-out/lab"""
+import json, sys, os
+
+d = sys.argv[1] if len(sys.argv) > 1 else "bench-out/lab"
+
+def load(name):
+    rows = []
+    p = os.path.join(d, name + ".jsonl")
+    if os.path.exists(p):
+        for line in open(p):
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+def h(n):
+    for s, u in ((20, "M"), (10, "K")):
+        if n >= 1 << s and n % (1 << s) == 0:
+            return f"{n >> s}{u}"
+    return str(n)
+
+def find(rows, **kw):
+    for r in rows:
+        if all(r.get(k) == v for k, v in kw.items()):
+            return r
+    return None
+
+def f(x, p=0):
+    return "-" if x is None else f"{x:.{p}f}"
+
+eq = load("equal")
+sizes = sorted({r["size"] for r in eq if r["test"] == "bw"})
+print("### Two equal rails, 1 Gbit/s each: RDMA write bandwidth (Mbit/s, median)\n")
+print("| size | raw TCP 1 stream | rmr 1 rail | ratio | raw TCP 2 streams | inline | fork-join | pinned | inline / 1 rail | pinned / 1 rail | pinned / inline | inline / raw sum |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+for s in sizes:
+    one = find(eq, test="bw", rails=1, size=s) or {}
+    e = {x: find(eq, test="bw", rails=2, engine=x, size=s) or {} for x in ("inline", "fork-join", "pinned")}
+    o = one.get("mbps")
+    ratio = lambda a, b: f(a / b, 2) if a and b else "-"
+    raw2 = e["inline"].get("raw_mbps")
+    print(f"| {h(s)} | {f(one.get('raw_mbps'))} | {f(o)} | {f(one.get('ratio_raw'), 2)} | {f(raw2)} | "
+          f"{f(e['inline'].get('mbps'))} | {f(e['fork-join'].get('mbps'))} | {f(e['pinned'].get('mbps'))} | "
+          f"{ratio(e['inline'].get('mbps'), o)} | {ratio(e['pinned'].get('mbps'), o)} | "
+          f"{ratio(e['pinned'].get('mbps'), e['inline'].get('mbps'))} | {ratio(e['inline'].get('mbps'), raw2)} |")
+
+print("\n### Bi-directional (Mbit/s, both directions together)\n")
+print("| size | 1 rail | 2 rails pinned |")
+print("|---|---|---|")
+for s in sorted({r["size"] for r in eq if r["test"] == "bibw"}):
+    a, b = find(eq, test="bibw", rails=1, size=s) or {}, find(eq, test="bibw", rails=2, size=s) or {}
+    print(f"| {h(s)} | {f(a.get('mbps'))} | {f(b.get('mbps'))} |")
+
+print("\n### Write + notify half round trip (us, median)\n")
+print("| size | raw TCP ping-pong | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail |")
+print("|---|---|---|---|---|---|---|")
+for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
+    one = find(eq, test="lat", rails=1, size=s) or {}
+    i = find(eq, test="lat", rails=2, engine="inline", size=s) or {}
+    p = find(eq, test="lat", rails=2, engine="pinned", size=s) or {}
+    r = f(p["lat_us"] / one["lat_us"], 2) if p.get("lat_us") and one.get("lat_us") else "-"
+    print(f"| {h(s)} | {f(one.get('raw_lat_us'), 1)} | {f(one.get('lat_us'), 1)} | {f(one.get('ratio_raw'), 2)} | {f(i.get('lat_us'), 1)} | {f(p.get('lat_us'), 1)} | {r} |")
+
+print("\n### Time breakdown, two rails (us per sample of 20 writes + notify)\n")
+print("| size | engine | Mbit/s | in post calls | waiting for the reply |")
+print("|---|---|---|---|---|")
+for r in eq:
+    if r["test"] == "breakdown":
+        print(f"| {h(r['size'])} | {r['engine']} | {f(r.get('mbps'))} | {f(r.get('post_us'))} | {f(r.get('wait_us'))} |")
+
+un = load("unshaped")
+print("\n### Two unshaped rails (CPU-bound, 2 cores): Mbit/s\n")
+print("| size | raw 1 stream | rmr 1 rail | raw 2 streams | 2 rails inline | 2 rails pinned | inline / 1 rail | pinned / 1 rail |")
+print("|---|---|---|---|---|---|---|---|")
+for s in sorted({r["size"] for r in un}):
+    one = find(un, rails=1, size=s) or {}
+    i = find(un, rails=2, engine="inline", size=s) or {}
+    p = find(un, rails=2, engine="pinned", size=s) or {}
+    o = one.get("mbps")
+    print(f"| {h(s)} | {f(one.get('raw_mbps'))} | {f(o)} | {f(i.get('raw_mbps'))} | {f(i.get('mbps'))} | {f(p.get('mbps'))} | "
+          f"{f(i['mbps'] / o, 2) if i.get('mbps') and o else '-'} | {f(p['mbps'] / o, 2) if p.get('mbps') and o else '-'} |")
+
+ue = load("uneven")
+print("\n### Rails of 4:1 speed (400 + 100 Mbit/s), pinned engine: Mbit/s\n")
+print("| size | raw rail 0 | raw rail 1 | raw sum | even | adaptive | weighted:4,1 | adaptive / raw sum | even / (2 x slow rail) |")
+print("|---|---|---|---|---|---|---|---|---|")
+for s in sorted({r["size"] for r in ue}):
+    r0 = [r for r in ue if r["rails"] == 1 and r["size"] == s]
+    raw = [r.get("raw_mbps") for r in r0]
+    tot = sum(x for x in raw if x) if raw else None
+    slow = min(x for x in raw if x) if raw else None
+    pol = {p: (find(ue, rails=2, policy=p, size=s) or {}).get("mbps") for p in ("even", "adaptive", "weighted:4,1")}
+    print(f"| {h(s)} | {f(raw[0] if raw else None)} | {f(raw[1] if len(raw) > 1 else None)} | {f(tot)} | {f(pol['even'])} | {f(pol['adaptive'])} | {f(pol['weighted:4,1'])} | "
+          f"{f(pol['adaptive'] / tot, 2) if pol['adaptive'] and tot else '-'} | {f(pol['even'] / (2 * slow), 2) if pol['even'] and slow else '-'} |")
