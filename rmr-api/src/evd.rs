@@ -30,6 +30,22 @@ pub trait Evd: Send + Sync {
     /// # Errors
     /// [`Error::QueueFull`] when the EVD is at capacity.
     fn post_software(&self, value: u64) -> Result<()>;
+    /// A file descriptor that turns readable when this EVD may have events to
+    /// dequeue (or progress to make through [`Evd::dequeue`]): how a layer
+    /// above (multirail, a bridge) blocks on EVDs of different backends at
+    /// once with `poll(2)`. The protocol is libfabric's `fi_trywait`: call
+    /// [`Evd::arm`]; if it returns true, block in `poll` on the fd; then
+    /// dequeue until `None`. `None` (the default) means the EVD has no such
+    /// fd and the caller must poll it with short sleeps.
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+    /// Prepares [`Evd::wait_fd`] for blocking: returns false when events
+    /// are (or may be) ready now, so the caller must dequeue instead of
+    /// blocking. The default, for EVDs without a wait fd, is false.
+    fn arm(&self) -> bool {
+        false
+    }
     /// Downcasting support for backends.
     fn as_any(&self) -> &dyn Any;
 }
