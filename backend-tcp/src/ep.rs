@@ -2,19 +2,37 @@
 //! its reader ([`crate::rx`]) and sender threads work on.
 
 use crate::ia::IaShared;
+use crate::rx::{End, RxState};
 use crate::tx::{Seg, Segs, Tx};
 use crate::wire::{self, F_ACK_REQ, F_SOLICITED, HDR, Header, Op};
 use rmr_api::{
-    Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event,
-    Result, RmrContext, Sge, SoftEvd, Status, check_local_sges,
+    Access, Driver, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
+    Event, Interest, Result, RmrContext, Sge, SoftEvd, Status, WaitOn, check_local_sges,
 };
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
+
+/// After an application thread stops driving an EP, its progress thread
+/// waits this long before it takes over (a waiter that comes straight back,
+/// as in a ping-pong, never hands the socket to another thread).
+const LINGER: Duration = Duration::from_micros(200);
+/// A waiter that stays this many lingers in one wait lets the progress
+/// thread sleep until that waiter leaves (idle EPs cost nothing).
+const DEEP_AFTER: u32 = 16;
+/// How long an orderly disconnect waits for the peer's answer.
+const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
+
+fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
 
 /// A send-side DTO waiting for its acknowledgement or response.
 pub(crate) struct Inflight {
@@ -41,16 +59,28 @@ pub(crate) struct EpShared {
     pub(crate) evds: EpEvds,
     state: AtomicU8,
     pub(crate) tx: OnceLock<Tx>,
+    rx: Mutex<Option<RxState>>,
     pub(crate) peer: OnceLock<SocketAddr>,
     pub(crate) inflight: Mutex<VecDeque<Inflight>>,
     pub(crate) recvs: Mutex<VecDeque<RecvWr>>,
-    pub(crate) recv_cv: Condvar,
     /// Highest peer request sequence number fully handled here.
     pub(crate) rx_done: AtomicU64,
     /// Highest `rx_done` value carried to the peer in any frame.
     pub(crate) acked_sent: AtomicU64,
     pub(crate) ended: AtomicBool,
     pub(crate) local_disconnect: AtomicBool,
+    /// The receive side waits for a posted receive until this deadline.
+    stalled: AtomicBool,
+    stall_until: Mutex<Option<Instant>>,
+    /// An orderly disconnect gives up waiting for the peer at this time.
+    disconnect_until: Mutex<Option<Instant>>,
+    /// Threads driving this EP now, waits begun, and when the last one left.
+    active: AtomicUsize,
+    waits: AtomicU64,
+    left_at: AtomicU64,
+    /// The progress thread sleeps until a leaving waiter kicks it.
+    deep: AtomicBool,
+    kick_fd: OnceLock<OwnedFd>,
 }
 
 fn state_from(v: u8) -> EpState {
@@ -131,7 +161,20 @@ impl EpShared {
         let mut st = tx.lock();
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
-        tx.push(&mut st, &h, segs, false)
+        if tx.push(&mut st, &h, segs, false)? {
+            drop(st);
+            self.needs_driving();
+        }
+        Ok(())
+    }
+
+    /// Frames wait in the transmit queue: make sure a driver polls for
+    /// writability (the progress thread, or waiters that are blocked now).
+    fn needs_driving(&self) {
+        self.kick();
+        for evd in self.distinct_evds() {
+            evd.wake();
+        }
     }
 
     /// Posts a request frame: assigns its sequence number and records it in
@@ -169,7 +212,13 @@ impl EpShared {
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
         match tx.push(&mut st, &h, payload, false) {
-            Ok(()) => Ok(()),
+            Ok(queued) => {
+                drop(st);
+                if queued {
+                    self.needs_driving();
+                }
+                Ok(())
+            }
             Err(e) => {
                 drop(st);
                 let msg = format!("send failed: {e}");
@@ -199,36 +248,180 @@ impl EpShared {
         DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
     }
 
-    /// Makes the connection live: threads started, Established posted.
+    /// Makes the connection live: the stream goes non-blocking, the EP
+    /// registers as a driver with its EVDs, its progress thread starts, and
+    /// Established is posted.
     pub(crate) fn start(self: &Arc<Self>, stream: TcpStream, peer_pd: Vec<u8>) -> Result<()> {
         let peer = stream.peer_addr().map_err(|e| Error::io("peer_addr", e))?;
-        let rd = stream.try_clone().map_err(|e| Error::io("clone stream", e))?;
+        stream.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
+        let kick = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+            .map_err(|e| Error::io("eventfd", e.into()))?;
+        let _ = self.kick_fd.set(kick);
         let _ = self.peer.set(peer);
         if self.tx.set(Tx::new(stream)).is_err() {
             return Err(Error::invalid("endpoint already connected"));
         }
+        *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(RxState::new());
         self.set_state(EpState::Connected);
+        let me: Arc<dyn Driver> = self.clone();
+        for evd in self.distinct_evds() {
+            evd.add_driver(&me);
+        }
         let me = self.clone();
         std::thread::Builder::new()
-            .name(format!("rmr-tcp-rx{}", self.id.0))
+            .name(format!("rmr-tcp-ep{}", self.id.0))
             .stack_size(256 << 10)
-            .spawn(move || me.reader_loop(rd))
-            .map_err(|e| Error::io("spawn reader", e))?;
-        let me = self.clone();
-        std::thread::Builder::new()
-            .name(format!("rmr-tcp-tx{}", self.id.0))
-            .stack_size(256 << 10)
-            .spawn(move || {
-                if let Err(e) = me.tx.get().expect("set").run_sender() {
-                    if !me.ended.load(Ordering::Acquire) {
-                        me.shutdown_stream();
-                        let _ = e;
-                    }
-                }
-            })
-            .map_err(|e| Error::io("spawn sender", e))?;
-        push(&self.evds.conn, Event::Established { ep: self.id, private_data: peer_pd });
+            .spawn(move || me.progress_thread())
+            .map_err(|e| Error::io("spawn progress thread", e))?;
+        self.push_conn(Event::Established { ep: self.id, private_data: peer_pd });
         Ok(())
+    }
+
+    /// The EP's EVDs, each once.
+    fn distinct_evds(&self) -> impl Iterator<Item = &SoftEvd> {
+        let e = &self.evds;
+        let all = [&e.request, &e.recv, &e.conn];
+        let mut out: Vec<&SoftEvd> = Vec::with_capacity(3);
+        for x in all {
+            if let Some(s) = x.as_any().downcast_ref::<SoftEvd>() {
+                if !out.iter().any(|o| std::ptr::eq(*o, s)) {
+                    out.push(s);
+                }
+            }
+        }
+        out.into_iter()
+    }
+
+    /// Unregisters from the EVDs (the connection ended).
+    pub(crate) fn detach(&self) {
+        for evd in self.distinct_evds() {
+            evd.remove_driver(self);
+        }
+    }
+
+    pub(crate) fn push_conn(&self, ev: Event) {
+        push(&self.evds.conn, ev);
+    }
+
+    /// Wakes the progress thread.
+    pub(crate) fn kick(&self) {
+        if let Some(k) = self.kick_fd.get() {
+            let _ = rustix::io::write(k, &1u64.to_ne_bytes());
+        }
+    }
+
+    pub(crate) fn stall(&self, until: Instant) {
+        *self.stall_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        self.stalled.store(true, Ordering::SeqCst);
+    }
+
+    pub(crate) fn unstall(&self) {
+        if self.stalled.swap(false, Ordering::SeqCst) {
+            *self.stall_until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// A receive was posted while the receive side waited for one: go on
+    /// here if nobody else is reading, and wake whoever waits in any case.
+    fn resume(&self) {
+        if !self.stalled.load(Ordering::SeqCst) {
+            return;
+        }
+        self.drive_rx();
+        if self.stalled.load(Ordering::SeqCst) {
+            return;
+        }
+        self.kick();
+        for evd in self.distinct_evds() {
+            evd.wake();
+        }
+    }
+
+    /// Runs the receive side if no other thread does. Returns whether it moved.
+    fn drive_rx(&self) -> bool {
+        let Some(tx) = self.tx.get() else { return false };
+        let Ok(mut g) = self.rx.try_lock() else { return false };
+        let Some(rx) = g.as_mut() else { return false };
+        match self.read_ready(rx, tx.stream()) {
+            Ok(m) => m,
+            Err(end) => {
+                drop(g);
+                self.finish(end);
+                true
+            }
+        }
+    }
+
+    /// The EP's own progress: it drives the EP whenever no application
+    /// thread has for [`LINGER`], and sleeps while one does.
+    fn progress_thread(self: Arc<Self>) {
+        let Some(kick) = self.kick_fd.get() else { return };
+        let (mut seen, mut same) = (u64::MAX, 0u32);
+        let drain = || {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(kick, &mut b);
+        };
+        while !self.ended.load(Ordering::Acquire) {
+            let active = self.active.load(Ordering::SeqCst);
+            let since =
+                Duration::from_nanos(now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)));
+            if active > 0 || since < LINGER {
+                // Stand back while an application thread drives.
+                let timeout = if active > 0 {
+                    let w = self.waits.load(Ordering::SeqCst);
+                    if w == seen {
+                        same += 1;
+                    } else {
+                        (seen, same) = (w, 0);
+                    }
+                    if same >= DEEP_AFTER {
+                        self.deep.store(true, Ordering::SeqCst);
+                        if self.active.load(Ordering::SeqCst) == 0 {
+                            self.deep.store(false, Ordering::SeqCst);
+                            continue;
+                        }
+                        None
+                    } else {
+                        Some(LINGER)
+                    }
+                } else {
+                    Some(LINGER - since)
+                };
+                let mut fds = [PollFd::new(kick, PollFlags::IN)];
+                let ts = timeout
+                    .map(|t| Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ });
+                let _ = poll(&mut fds, ts.as_ref());
+                self.deep.store(false, Ordering::SeqCst);
+                drain();
+                continue;
+            }
+            same = 0;
+            {
+                let w = self.wait_on();
+                let mut fds: smallvec::SmallVec<[PollFd<'_>; 2]> =
+                    smallvec::smallvec![PollFd::new(kick, PollFlags::IN)];
+                if let Some((fd, i)) = w.fd {
+                    let mut f = PollFlags::empty();
+                    if i.read {
+                        f |= PollFlags::IN;
+                    }
+                    if i.write {
+                        f |= PollFlags::OUT;
+                    }
+                    fds.push(PollFd::from_borrowed_fd(fd, f));
+                }
+                let ts = w.deadline.map(|d| {
+                    let t = d.saturating_duration_since(Instant::now());
+                    Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ }
+                });
+                let _ = poll(&mut fds, ts.as_ref());
+            }
+            drain();
+            if self.active.load(Ordering::SeqCst) == 0 {
+                self.drive();
+            }
+        }
+        self.detach();
     }
 
     /// Orderly close from this side.
@@ -241,13 +434,78 @@ impl EpShared {
         let mut st = tx.lock();
         let mut h = Header::new(Op::Disconnect);
         h.ack = self.rx_done.load(Ordering::Acquire);
-        if tx.push(&mut st, &h, Segs::new(), true).is_err() {
-            drop(st);
-            self.shutdown_stream();
+        let r = tx.push(&mut st, &h, Segs::new(), true);
+        drop(st);
+        match r {
+            Ok(true) => self.needs_driving(),
+            Ok(false) => {}
+            Err(_) => self.shutdown_stream(),
         }
-        // A peer that never answers must not keep the reader forever.
-        let _ = tx.stream().set_read_timeout(Some(Duration::from_secs(3)));
+        // A peer that never answers must not keep the EP forever.
+        *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(Instant::now() + DISCONNECT_WAIT);
+        self.kick();
         Ok(())
+    }
+}
+
+impl Driver for EpShared {
+    fn drive(&self) -> bool {
+        if self.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(tx) = self.tx.get() else { return false };
+        let mut moved = match tx.flush() {
+            Ok(m) => m,
+            Err(_) => {
+                // The receive side sees the error and ends the connection.
+                self.shutdown_stream();
+                true
+            }
+        };
+        moved |= self.drive_rx();
+        let overdue = self
+            .disconnect_until
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|d| Instant::now() >= d);
+        if overdue && !self.ended.load(Ordering::Acquire) {
+            self.finish(End::Orderly);
+            moved = true;
+        }
+        moved
+    }
+
+    fn wait_on(&self) -> WaitOn<'_> {
+        let Some(tx) = self.tx.get().filter(|_| !self.ended.load(Ordering::Acquire)) else {
+            return WaitOn { fd: None, deadline: None };
+        };
+        let stalled = self.stalled.load(Ordering::SeqCst);
+        let interest = Interest { read: !stalled, write: tx.pending() };
+        let stall = if stalled {
+            *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
+        } else {
+            None
+        };
+        let disc = *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = match (stall, disc) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
+        WaitOn { fd, deadline }
+    }
+
+    fn enter(&self) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        self.waits.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn leave(&self) {
+        self.left_at.store(now_ns(), Ordering::SeqCst);
+        if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {
+            self.kick();
+        }
     }
 }
 
@@ -266,14 +524,22 @@ impl TcpEp {
                 evds,
                 state: AtomicU8::new(0),
                 tx: OnceLock::new(),
+                rx: Mutex::new(None),
                 peer: OnceLock::new(),
                 inflight: Mutex::new(VecDeque::new()),
                 recvs: Mutex::new(VecDeque::new()),
-                recv_cv: Condvar::new(),
                 rx_done: AtomicU64::new(0),
                 acked_sent: AtomicU64::new(0),
                 ended: AtomicBool::new(false),
                 local_disconnect: AtomicBool::new(false),
+                stalled: AtomicBool::new(false),
+                stall_until: Mutex::new(None),
+                disconnect_until: Mutex::new(None),
+                active: AtomicUsize::new(0),
+                waits: AtomicU64::new(0),
+                left_at: AtomicU64::new(0),
+                deep: AtomicBool::new(false),
+                kick_fd: OnceLock::new(),
             }),
         })
     }
@@ -478,7 +744,7 @@ impl Ep for TcpEp {
         }
         q.push_back(RecvWr { cookie, segs: self.segs(local), total });
         drop(q);
-        self.sh.recv_cv.notify_one();
+        self.sh.resume();
         Ok(())
     }
 

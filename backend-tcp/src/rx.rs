@@ -1,20 +1,22 @@
-//! The receive side of an endpoint: one reader thread per stream. It places
-//! RDMA payloads straight from the socket into registered memory after
-//! checking key, rights, protection zone and bounds; anything that fails a
-//! check is drained from the stream and answered with a NAK, never written.
+//! The receive side of an endpoint: a resumable frame parser over the
+//! non-blocking socket, run by whoever drives the endpoint (a thread waiting
+//! on one of its EVDs, or its progress thread). It places RDMA payloads
+//! straight from the socket into registered memory after checking key,
+//! rights, protection zone and bounds; anything that fails a check is
+//! drained from the stream and answered with a NAK, never written.
 
-use crate::ep::{EpShared, Inflight, push};
-use crate::tx::Segs;
+use crate::ep::{EpShared, Inflight};
+use crate::tx::{Seg, Segs};
 use crate::wire::{F_ACK_REQ, F_SOLICITED, HDR, Header, MAX_PAYLOAD, Op};
 use rmr_api::{Access, DtoCompletion, DtoOp, EpState, Event, Status};
 use smallvec::SmallVec;
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
 use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// Why the reader stopped.
-enum End {
+/// Why the connection ended.
+pub(crate) enum End {
     Orderly,
     Broken(String),
 }
@@ -23,37 +25,136 @@ fn io_end(what: &str, e: io::Error) -> End {
     End::Broken(format!("{what}: {e}"))
 }
 
-type Rx = BufReader<TcpStream>;
+const PEER_CLOSED: &str = "peer closed the connection";
 
-fn drain(r: &mut Rx, len: u64) -> io::Result<()> {
-    let n = io::copy(&mut r.by_ref().take(len), &mut io::sink())?;
-    if n != len {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "stream ended inside a payload"));
-    }
-    Ok(())
+/// Input buffer size: many small frames per `read`.
+const BUF: usize = 64 << 10;
+/// Payload runs at least this long are read straight into their destination.
+const DIRECT: u64 = 8 << 10;
+
+/// What follows once a payload has been placed or drained.
+enum Then {
+    /// A write was handled.
+    Request,
+    /// A write-with-immediate was placed: it now needs a receive.
+    NeedRecv,
+    /// A receive was filled: complete it.
+    Recv(DtoCompletion),
+    /// The receive was too small: error completion and a NAK.
+    TooSmall(DtoCompletion),
+    /// A refused write: NAK with this status.
+    Nak(Status),
+    /// A read response was placed: complete the read (if signalled).
+    ReadResp(Option<DtoCompletion>),
 }
 
-/// Reads `len` bytes into the segments, in order.
-fn scatter(r: &mut Rx, segs: &Segs, mut len: u64) -> io::Result<()> {
-    for s in segs {
-        if len == 0 {
-            break;
+enum Phase {
+    Header,
+    /// A send or write-with-immediate waiting for a posted receive.
+    NeedRecv {
+        h: Header,
+        since: Instant,
+    },
+    /// Placing `left` payload bytes into `segs`, at segment `idx`, byte `at`.
+    Place {
+        h: Header,
+        segs: Segs,
+        idx: usize,
+        at: u64,
+        left: u64,
+        then: Then,
+    },
+    /// Discarding `left` payload bytes.
+    Drain {
+        h: Header,
+        left: u64,
+        then: Then,
+    },
+}
+
+/// The receive state of one stream.
+pub(crate) struct RxState {
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+    phase: Phase,
+    /// Next expected request sequence number.
+    expect: u64,
+    ack_wanted: bool,
+}
+
+enum Step {
+    More,
+    Blocked,
+    Stalled,
+}
+
+impl RxState {
+    pub(crate) fn new() -> RxState {
+        RxState {
+            buf: vec![0u8; BUF].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            phase: Phase::Header,
+            expect: 1,
+            ack_wanted: false,
         }
-        let n = len.min(s.len);
-        match s.region.read_exact_from(s.off, n, r) {
-            Ok(res) => res?,
-            Err(e) => return Err(io::Error::other(e.to_string())),
-        }
-        len -= n;
     }
-    Ok(())
+
+    fn avail(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Reads what the socket has into the buffer. `Ok(false)`: would block.
+    fn fill(&mut self, mut sock: &TcpStream) -> Result<bool, End> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.buf.len() - self.end < HDR {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        loop {
+            match sock.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Err(End::Broken(PEER_CLOSED.into())),
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) => return Err(io_end("read", e)),
+            }
+        }
+    }
 }
 
 impl EpShared {
-    pub(crate) fn reader_loop(self: std::sync::Arc<Self>, stream: TcpStream) {
-        let mut r = BufReader::with_capacity(64 << 10, stream);
-        let end = self.read_frames(&mut r);
-        self.finish(end);
+    /// Handles every frame the socket has ready. Returns whether anything
+    /// moved; `Err` ends the connection.
+    pub(crate) fn read_ready(&self, rx: &mut RxState, sock: &TcpStream) -> Result<bool, End> {
+        let mut moved = false;
+        let r = loop {
+            match self.step(rx, sock) {
+                Ok(Step::More) => moved = true,
+                Ok(Step::Blocked) | Ok(Step::Stalled) => break Ok(()),
+                // Our disconnect was answered by the peer closing its side.
+                Err(End::Broken(why))
+                    if why == PEER_CLOSED && self.local_disconnect.load(Ordering::Acquire) =>
+                {
+                    break Err(End::Orderly);
+                }
+                Err(e) => break Err(e),
+            }
+        };
+        r?;
+        // Nothing more to read now, between frames: acknowledge what was asked
+        // for; the acks of a burst are coalesced into one.
+        if matches!(rx.phase, Phase::Header) {
+            self.send_ack_if_wanted(&mut rx.ack_wanted).map_err(|e| io_end("send ack", e))?;
+        }
+        Ok(moved)
     }
 
     fn send_ack_if_wanted(&self, wanted: &mut bool) -> io::Result<()> {
@@ -65,79 +166,224 @@ impl EpShared {
         Ok(())
     }
 
-    fn read_frames(&self, r: &mut Rx) -> End {
-        let mut ack_wanted = false;
-        let mut expect = 1u64;
-        loop {
-            // Before blocking for more input, acknowledge what was asked for: acks of a
-            // burst are coalesced into one.
-            if r.buffer().is_empty() {
-                if let Err(e) = self.send_ack_if_wanted(&mut ack_wanted) {
-                    return io_end("send ack", e);
+    fn step(&self, rx: &mut RxState, sock: &TcpStream) -> Result<Step, End> {
+        match std::mem::replace(&mut rx.phase, Phase::Header) {
+            Phase::Header => {
+                if rx.avail() < HDR {
+                    return Ok(if rx.fill(sock)? { Step::More } else { Step::Blocked });
                 }
+                let hb: &[u8; HDR] = rx.buf[rx.start..rx.start + HDR].try_into().expect("HDR");
+                let h = Header::decode(hb);
+                rx.start += HDR;
+                self.on_header(rx, h)
             }
-            let mut hb = [0u8; HDR];
-            if let Err(e) = r.read_exact(&mut hb) {
-                return match e.kind() {
-                    io::ErrorKind::UnexpectedEof
-                        if self.local_disconnect.load(Ordering::Acquire) =>
-                    {
-                        End::Orderly
+            Phase::NeedRecv { h, since } => self.on_need_recv(rx, h, since),
+            Phase::Place { h, segs, mut idx, mut at, mut left, then } => {
+                while left > 0 {
+                    let s = &segs[idx];
+                    let n = left.min(s.len - at);
+                    let got = if rx.avail() > 0 {
+                        let k = n.min(rx.avail() as u64);
+                        let src = &rx.buf[rx.start..rx.start + k as usize];
+                        s.region.write(s.off + at, src).map_err(|e| End::Broken(e.to_string()))?;
+                        rx.start += k as usize;
+                        k
+                    } else if n >= DIRECT {
+                        match s.region.read_some_from(s.off + at, n, &mut &*sock) {
+                            Ok(Ok(0)) => {
+                                return Err(End::Broken("stream ended inside a payload".into()));
+                            }
+                            Ok(Ok(k)) => k as u64,
+                            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => 0,
+                            Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                                rx.phase = Phase::Place { h, segs, idx, at, left, then };
+                                return Ok(Step::Blocked);
+                            }
+                            Ok(Err(e)) => return Err(io_end("receive payload", e)),
+                            Err(e) => return Err(End::Broken(e.to_string())),
+                        }
+                    } else {
+                        if !rx.fill(sock)? {
+                            rx.phase = Phase::Place { h, segs, idx, at, left, then };
+                            return Ok(Step::Blocked);
+                        }
+                        0
+                    };
+                    at += got;
+                    left -= got;
+                    if at == s.len {
+                        idx += 1;
+                        at = 0;
                     }
-                    io::ErrorKind::UnexpectedEof => {
-                        End::Broken("peer closed the connection".into())
+                }
+                self.then(rx, h, then)
+            }
+            Phase::Drain { h, mut left, then } => {
+                while left > 0 {
+                    if rx.avail() == 0 && !rx.fill(sock)? {
+                        rx.phase = Phase::Drain { h, left, then };
+                        return Ok(Step::Blocked);
                     }
-                    _ => io_end("read", e),
-                };
-            }
-            let h = Header::decode(&hb);
-            let op = match h.validate() {
-                Ok(op) => op,
-                Err(e) => return End::Broken(format!("protocol error: {e}")),
-            };
-            if op.is_request() {
-                if h.seq != expect {
-                    return End::Broken(format!(
-                        "protocol error: sequence {} expected {expect}",
-                        h.seq
-                    ));
+                    let k = left.min(rx.avail() as u64);
+                    rx.start += k as usize;
+                    left -= k;
                 }
-                expect += 1;
-                if h.flags & F_ACK_REQ != 0 {
-                    ack_wanted = true;
-                }
-            }
-            let res = match op {
-                Op::Send => self.on_send(r, &h),
-                Op::Write | Op::WriteImm => self.on_write(r, &h, op == Op::WriteImm),
-                Op::ReadReq => self.on_read_req(&h),
-                Op::FetchAdd | Op::CmpSwap => self.on_atomic(&h, op),
-                Op::ReadResp | Op::AtomicResp | Op::Nak => self.on_response(r, &h, op),
-                Op::Ack => {
-                    self.complete_upto(h.ack);
-                    Ok(())
-                }
-                Op::Disconnect => {
-                    self.complete_upto(h.ack);
-                    if !self.local_disconnect.load(Ordering::Acquire) {
-                        let _ = self.disconnect();
-                    }
-                    return End::Orderly;
-                }
-                Op::ConnReq | Op::ConnAccept | Op::ConnReject => {
-                    Err(End::Broken("protocol error: handshake frame on a live stream".into()))
-                }
-            };
-            if let Err(end) = res {
-                return end;
-            }
-            if op.is_request() {
-                self.rx_done.store(h.seq, Ordering::Release);
-            }
-            if !matches!(op, Op::Ack | Op::Disconnect) {
-                self.complete_upto(h.ack);
+                self.then(rx, h, then)
             }
         }
+    }
+
+    /// A frame is fully handled.
+    fn done_frame(&self, h: &Header, op: Op) {
+        if op.is_request() {
+            self.rx_done.store(h.seq, Ordering::Release);
+        }
+        self.complete_upto(h.ack);
+    }
+
+    fn then(&self, rx: &mut RxState, h: Header, then: Then) -> Result<Step, End> {
+        let op = h.validate().map_err(|e| End::Broken(format!("protocol error: {e}")))?;
+        match then {
+            Then::Request => {}
+            Then::NeedRecv => {
+                rx.phase = Phase::NeedRecv { h, since: Instant::now() };
+                return Ok(Step::More);
+            }
+            Then::Recv(c) => self.complete(c),
+            Then::TooSmall(mut c) => {
+                c.status = Status::RecvTooSmall;
+                self.complete(c);
+                self.nak(&h, Status::RecvTooSmall)?;
+            }
+            Then::Nak(status) => self.nak(&h, status)?,
+            Then::ReadResp(c) => {
+                if let Some(c) = c {
+                    self.complete(c);
+                }
+            }
+        }
+        self.done_frame(&h, op);
+        Ok(Step::More)
+    }
+
+    fn on_header(&self, rx: &mut RxState, h: Header) -> Result<Step, End> {
+        let op = h.validate().map_err(|e| End::Broken(format!("protocol error: {e}")))?;
+        if op.is_request() {
+            if h.seq != rx.expect {
+                return Err(End::Broken(format!(
+                    "protocol error: sequence {} expected {}",
+                    h.seq, rx.expect
+                )));
+            }
+            rx.expect += 1;
+            if h.flags & F_ACK_REQ != 0 {
+                rx.ack_wanted = true;
+            }
+        }
+        match op {
+            Op::Send => {
+                rx.phase = Phase::NeedRecv { h, since: Instant::now() };
+                return Ok(Step::More);
+            }
+            Op::Write | Op::WriteImm => {
+                let len = u64::from(h.len);
+                let checked = match self.ia.keys.lookup(h.key) {
+                    None => Err(Status::BadKey),
+                    Some(l) => l
+                        .check_remote(self.pz_id, Access::REMOTE_WRITE, h.addr, len)
+                        .map(|off| (l, off)),
+                };
+                rx.phase = match checked {
+                    Err(status) => Phase::Drain { h, left: len, then: Then::Nak(status) },
+                    Ok((l, off)) => {
+                        let then = if op == Op::WriteImm { Then::NeedRecv } else { Then::Request };
+                        let mut segs = Segs::new();
+                        segs.push(Seg { region: l.region.clone(), off, len });
+                        Phase::Place { h, segs, idx: 0, at: 0, left: len, then }
+                    }
+                };
+                return Ok(Step::More);
+            }
+            Op::ReadResp => {
+                let f = self.answered(h.seq)?;
+                if f.op != DtoOp::RdmaRead || u64::from(h.len) != f.bytes {
+                    return Err(End::Broken("protocol error: read response does not match".into()));
+                }
+                let c = f.signalled.then(|| self.dto(f.cookie, f.op, Status::Success, f.bytes));
+                rx.phase = Phase::Place {
+                    h,
+                    segs: f.dest,
+                    idx: 0,
+                    at: 0,
+                    left: f.bytes,
+                    then: Then::ReadResp(c),
+                };
+                return Ok(Step::More);
+            }
+            Op::ReadReq => self.on_read_req(&h)?,
+            Op::FetchAdd | Op::CmpSwap => self.on_atomic(&h, op)?,
+            Op::AtomicResp | Op::Nak => self.on_response(&h, op)?,
+            Op::Ack => {}
+            Op::Disconnect => {
+                self.complete_upto(h.ack);
+                if !self.local_disconnect.load(Ordering::Acquire) {
+                    let _ = self.disconnect();
+                }
+                return Err(End::Orderly);
+            }
+            Op::ConnReq | Op::ConnAccept | Op::ConnReject => {
+                return Err(End::Broken("protocol error: handshake frame on a live stream".into()));
+            }
+        }
+        self.done_frame(&h, op);
+        Ok(Step::More)
+    }
+
+    /// A send or write-with-immediate needs the oldest posted receive.
+    fn on_need_recv(&self, rx: &mut RxState, h: Header, since: Instant) -> Result<Step, End> {
+        let op = h.validate().map_err(|e| End::Broken(format!("protocol error: {e}")))?;
+        let wr = self.recvs.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
+        let Some(wr) = wr else {
+            if since.elapsed() >= self.ia.cfg.rnr_timeout || self.state() != EpState::Connected {
+                self.nak(&h, Status::ReceiverNotReady)?;
+                return Err(End::Broken(format!(
+                    "no receive posted within {:?} (receiver not ready)",
+                    self.ia.cfg.rnr_timeout
+                )));
+            }
+            // Let the peer's earlier DTOs complete while we wait for a buffer.
+            let mut w = true;
+            self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))?;
+            rx.phase = Phase::NeedRecv { h, since };
+            self.stall(since + self.ia.cfg.rnr_timeout);
+            // A receive posted while we announced the stall is taken now.
+            if self.recvs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+                return Ok(Step::Stalled);
+            }
+            self.unstall();
+            return Ok(Step::More);
+        };
+        self.unstall();
+        let len = u64::from(h.len);
+        let c = DtoCompletion {
+            ep: self.id,
+            cookie: wr.cookie,
+            op: if op == Op::Send { DtoOp::Recv } else { DtoOp::RecvWriteImm },
+            status: Status::Success,
+            bytes: len,
+            imm: (op == Op::WriteImm).then_some(h.arg0),
+            solicited: h.flags & F_SOLICITED != 0,
+        };
+        if op == Op::WriteImm {
+            self.complete(c);
+            self.done_frame(&h, op);
+        } else if len > wr.total {
+            rx.phase = Phase::Drain { h, left: len, then: Then::TooSmall(c) };
+        } else {
+            rx.phase =
+                Phase::Place { h, segs: wr.segs, idx: 0, at: 0, left: len, then: Then::Recv(c) };
+        }
+        Ok(Step::More)
     }
 
     fn nak(&self, h: &Header, status: Status) -> Result<(), End> {
@@ -147,100 +393,6 @@ impl EpShared {
         // The NAKed request counts as handled.
         self.rx_done.store(h.seq, Ordering::Release);
         self.respond(n, Segs::new()).map_err(|e| io_end("send nak", e))
-    }
-
-    /// Takes the oldest posted receive, waiting up to the RNR timeout.
-    fn take_recv(&self) -> Option<crate::ep::RecvWr> {
-        let deadline = Instant::now() + self.ia.cfg.rnr_timeout;
-        let mut q = self.recvs.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(wr) = q.pop_front() {
-                return Some(wr);
-            }
-            let now = Instant::now();
-            if now >= deadline || self.state() != EpState::Connected {
-                return None;
-            }
-            q = self.recv_cv.wait_timeout(q, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-
-    /// Consumes a receive for a send or a write-with-immediate. `place`
-    /// reads the payload (for a send, into the receive buffer).
-    fn consume_recv(
-        &self,
-        r: &mut Rx,
-        h: &Header,
-        op: DtoOp,
-        imm: Option<u64>,
-    ) -> Result<bool, End> {
-        // Let the peer's earlier DTOs complete while we wait for a buffer.
-        if r.buffer().is_empty() {
-            let mut w = true;
-            self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))?;
-        }
-        let Some(wr) = self.take_recv() else {
-            if op == DtoOp::Recv {
-                drain(r, u64::from(h.len)).map_err(|e| io_end("drain", e))?;
-            }
-            self.nak(h, Status::ReceiverNotReady)?;
-            return Err(End::Broken(format!(
-                "no receive posted within {:?} (receiver not ready)",
-                self.ia.cfg.rnr_timeout
-            )));
-        };
-        let len = u64::from(h.len);
-        let mut c = DtoCompletion {
-            ep: self.id,
-            cookie: wr.cookie,
-            op,
-            status: Status::Success,
-            bytes: len,
-            imm,
-            solicited: h.flags & F_SOLICITED != 0,
-        };
-        if op == DtoOp::Recv {
-            if len > wr.total {
-                drain(r, len).map_err(|e| io_end("drain", e))?;
-                c.status = Status::RecvTooSmall;
-                self.complete(c);
-                self.nak(h, Status::RecvTooSmall)?;
-                return Ok(false);
-            }
-            scatter(r, &wr.segs, len).map_err(|e| io_end("receive payload", e))?;
-        }
-        self.complete(c);
-        Ok(true)
-    }
-
-    fn on_send(&self, r: &mut Rx, h: &Header) -> Result<(), End> {
-        self.consume_recv(r, h, DtoOp::Recv, None).map(|_| ())
-    }
-
-    fn on_write(&self, r: &mut Rx, h: &Header, imm: bool) -> Result<(), End> {
-        let len = u64::from(h.len);
-        let checked = match self.ia.keys.lookup(h.key) {
-            None => Err(Status::BadKey),
-            Some(l) => {
-                l.check_remote(self.pz_id, Access::REMOTE_WRITE, h.addr, len).map(|off| (l, off))
-            }
-        };
-        match checked {
-            Err(status) => {
-                drain(r, len).map_err(|e| io_end("drain", e))?;
-                self.nak(h, status)
-            }
-            Ok((l, off)) => {
-                match l.region.read_exact_from(off, len, r) {
-                    Ok(res) => res.map_err(|e| io_end("write payload", e))?,
-                    Err(e) => return Err(End::Broken(e.to_string())),
-                }
-                if imm {
-                    self.consume_recv(r, h, DtoOp::RecvWriteImm, Some(h.arg0))?;
-                }
-                Ok(())
-            }
-        }
     }
 
     fn on_read_req(&self, h: &Header) -> Result<(), End> {
@@ -262,7 +414,7 @@ impl EpShared {
                 self.rx_done.store(h.seq, Ordering::Release);
                 let mut segs = Segs::new();
                 if h.arg0 > 0 {
-                    segs.push(crate::tx::Seg { region: l.region.clone(), off, len: h.arg0 });
+                    segs.push(Seg { region: l.region.clone(), off, len: h.arg0 });
                 }
                 self.respond(resp, segs).map_err(|e| io_end("send read response", e))
             }
@@ -332,62 +484,45 @@ impl EpShared {
         }
     }
 
-    /// The in-flight entry a response answers: everything before it completed.
-    fn take_answered(&self, seq: u64) -> Option<Inflight> {
+    /// The in-flight entry a response answers (everything before it completed).
+    fn answered(&self, seq: u64) -> Result<Inflight, End> {
         self.complete_upto(seq.saturating_sub(1));
         let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        // Reads and atomics before `seq` that are still here were skipped by the peer: a
-        // protocol error, reported by the caller when the front is not `seq`.
+        // Reads and atomics before `seq` that are still here were skipped by the peer.
         match inf.front() {
-            Some(f) if f.seq == seq => inf.pop_front(),
-            _ => None,
+            Some(f) if f.seq == seq => Ok(inf.pop_front().expect("front")),
+            _ => Err(End::Broken(format!("protocol error: response to unknown request {seq}"))),
         }
     }
 
-    fn on_response(&self, r: &mut Rx, h: &Header, op: Op) -> Result<(), End> {
-        let Some(f) = self.take_answered(h.seq) else {
-            return Err(End::Broken(format!(
-                "protocol error: response to unknown request {}",
-                h.seq
-            )));
-        };
+    fn on_response(&self, h: &Header, op: Op) -> Result<(), End> {
+        let f = self.answered(h.seq)?;
         let mut c = self.dto(f.cookie, f.op, Status::Success, f.bytes);
-        match op {
-            Op::Nak => {
-                c.status = Status::from_code(h.status).unwrap_or(Status::RemoteAccess);
-                if c.status.is_ok() {
-                    c.status = Status::RemoteAccess;
-                }
-                // Errors are reported even for suppressed DTOs.
-                self.complete(c);
-                return Ok(());
+        if op == Op::Nak {
+            c.status = Status::from_code(h.status).unwrap_or(Status::RemoteAccess);
+            if c.status.is_ok() {
+                c.status = Status::RemoteAccess;
             }
-            Op::ReadResp => {
-                if f.op != DtoOp::RdmaRead || u64::from(h.len) != f.bytes {
-                    return Err(End::Broken("protocol error: read response does not match".into()));
-                }
-                scatter(r, &f.dest, f.bytes).map_err(|e| io_end("read payload", e))?;
-            }
-            _ => {
-                if !matches!(f.op, DtoOp::FetchAdd | DtoOp::CmpSwap) {
-                    return Err(End::Broken(
-                        "protocol error: atomic response does not match".into(),
-                    ));
-                }
-                if let Some(s) = f.dest.first() {
-                    let _ = s.region.write(s.off, &h.arg0.to_le_bytes());
-                }
-                c.imm = Some(h.arg0);
-            }
+            // Errors are reported even for suppressed DTOs.
+            self.complete(c);
+            return Ok(());
         }
+        if !matches!(f.op, DtoOp::FetchAdd | DtoOp::CmpSwap) {
+            return Err(End::Broken("protocol error: atomic response does not match".into()));
+        }
+        if let Some(s) = f.dest.first() {
+            let _ = s.region.write(s.off, &h.arg0.to_le_bytes());
+        }
+        c.imm = Some(h.arg0);
         if f.signalled {
             self.complete(c);
         }
         Ok(())
     }
 
-    /// Ends the connection: flushes everything outstanding, posts one final event.
-    fn finish(&self, end: End) {
+    /// Ends the connection: flushes everything outstanding, posts one final
+    /// event. Runs once, in whichever thread saw the end.
+    pub(crate) fn finish(&self, end: End) {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -412,10 +547,11 @@ impl EpShared {
         }
         let recvs: Vec<_> =
             self.recvs.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-        self.recv_cv.notify_all();
         for wr in recvs {
             self.complete(self.dto(wr.cookie, DtoOp::Recv, Status::Flushed, 0));
         }
-        push(&self.evds.conn, ev);
+        self.detach();
+        self.push_conn(ev);
+        self.kick();
     }
 }

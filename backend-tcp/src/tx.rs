@@ -1,10 +1,11 @@
 //! The transmit side of an endpoint: one ordered queue of frames per stream.
 //!
-//! A post first tries to write its frame straight into the socket without
-//! blocking (`MSG_DONTWAIT`); only what the kernel does not take at once is
-//! queued for the endpoint's sender thread. So a small DTO costs one
-//! `writev` in the caller, a large one never blocks the caller, and the
-//! queue is bounded by the EP's DTO window.
+//! A post first writes its frame straight into the socket without blocking;
+//! only what the kernel does not take at once is queued, and whoever drives
+//! the endpoint next (a thread waiting on one of its EVDs, a later post, or
+//! the endpoint's progress thread) flushes the queue as the socket drains.
+//! So a small DTO costs one `writev` in the caller, a large one never blocks
+//! the caller, and the queue is bounded by the EP's DTO window.
 
 use crate::wire::{HDR, Header};
 use rmr_api::MemRegion;
@@ -13,7 +14,7 @@ use socket2::SockRef;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A range of registered memory that a frame carries or that a response fills.
 #[derive(Clone)]
@@ -36,7 +37,6 @@ pub(crate) struct OutFrame {
 
 pub(crate) struct TxState {
     queue: VecDeque<OutFrame>,
-    busy: bool,
     closed: bool,
     /// Next request sequence number (starts at 1).
     pub(crate) next_seq: u64,
@@ -45,7 +45,6 @@ pub(crate) struct TxState {
 pub(crate) struct Tx {
     stream: TcpStream,
     st: Mutex<TxState>,
-    cv: Condvar,
 }
 
 enum Progress {
@@ -53,14 +52,14 @@ enum Progress {
     Blocked,
 }
 
-fn write_some(stream: &TcpStream, f: &mut OutFrame, flags: libc::c_int) -> io::Result<Progress> {
+fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
     let sock = SockRef::from(stream);
     while f.sent < f.total {
         let r = MemRegion::gather_io(
             &f.hdr,
             f.segs.iter().map(|s| (&*s.region, s.off, s.len)),
             f.sent,
-            |iov| sock.send_vectored_with_flags(iov, flags | libc::MSG_NOSIGNAL),
+            |iov| sock.send_vectored_with_flags(iov, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL),
         )
         .map_err(|e| io::Error::other(e.to_string()))?;
         match r {
@@ -78,13 +77,7 @@ impl Tx {
     pub(crate) fn new(stream: TcpStream) -> Tx {
         Tx {
             stream,
-            st: Mutex::new(TxState {
-                queue: VecDeque::new(),
-                busy: false,
-                closed: false,
-                next_seq: 1,
-            }),
-            cv: Condvar::new(),
+            st: Mutex::new(TxState { queue: VecDeque::new(), closed: false, next_seq: 1 }),
         }
     }
 
@@ -97,67 +90,67 @@ impl Tx {
     }
 
     /// Sends (or queues) a frame. The caller holds the lock so that sequence
-    /// numbers and wire order agree. `Err` means the stream is unusable.
+    /// numbers and wire order agree. Returns true when the frame had to wait
+    /// in a queue that was empty (the caller makes sure someone will drive
+    /// the EP); `Err` means the stream is unusable.
     pub(crate) fn push(
         &self,
         st: &mut TxState,
         hdr: &Header,
         segs: Segs,
         last: bool,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         if st.closed {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "endpoint closed"));
         }
         let total = HDR + segs.iter().map(|s| s.len as usize).sum::<usize>();
         let mut f = OutFrame { hdr: hdr.encode(), segs, sent: 0, total, last };
-        if st.queue.is_empty() && !st.busy {
-            if let Progress::Done = write_some(&self.stream, &mut f, libc::MSG_DONTWAIT)? {
-                if last {
-                    st.closed = true;
-                    let _ = self.stream.shutdown(std::net::Shutdown::Write);
-                }
-                return Ok(());
-            }
-        }
         if last {
             st.closed = true;
         }
-        st.queue.push_back(f);
-        self.cv.notify_one();
-        Ok(())
-    }
-
-    /// Marks the queue closed and wakes the sender thread.
-    pub(crate) fn close(&self) {
-        let mut st = self.lock();
-        st.closed = true;
-        st.queue.clear();
-        drop(st);
-        self.cv.notify_all();
-    }
-
-    /// The sender thread: writes queued frames with blocking writes until the
-    /// queue is closed and empty. Returns the error that stopped it, if any.
-    pub(crate) fn run_sender(&self) -> io::Result<()> {
-        let mut st = self.lock();
-        loop {
-            let Some(mut f) = st.queue.pop_front() else {
-                if st.closed {
-                    return Ok(());
-                }
-                st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
-                continue;
-            };
-            st.busy = true;
-            drop(st);
-            let r = write_some(&self.stream, &mut f, 0);
-            st = self.lock();
-            st.busy = false;
-            match r {
-                Ok(_) if f.last => {
+        if !st.queue.is_empty() {
+            self.flush_locked(st)?;
+        }
+        let was_empty = st.queue.is_empty();
+        if was_empty {
+            if let Progress::Done = write_some(&self.stream, &mut f)? {
+                if last {
                     let _ = self.stream.shutdown(std::net::Shutdown::Write);
                 }
-                Ok(_) => {}
+                return Ok(false);
+            }
+        }
+        st.queue.push_back(f);
+        Ok(was_empty)
+    }
+
+    /// Whether frames wait for the socket to drain.
+    pub(crate) fn pending(&self) -> bool {
+        !self.lock().queue.is_empty()
+    }
+
+    /// Writes queued frames until the socket would block. Returns whether
+    /// any frame finished; `Err` means the stream is unusable.
+    pub(crate) fn flush(&self) -> io::Result<bool> {
+        let mut st = self.lock();
+        if st.queue.is_empty() {
+            return Ok(false);
+        }
+        self.flush_locked(&mut st)
+    }
+
+    fn flush_locked(&self, st: &mut TxState) -> io::Result<bool> {
+        let mut moved = false;
+        while let Some(f) = st.queue.front_mut() {
+            match write_some(&self.stream, f) {
+                Ok(Progress::Done) => {
+                    let f = st.queue.pop_front().expect("front");
+                    if f.last {
+                        let _ = self.stream.shutdown(std::net::Shutdown::Write);
+                    }
+                    moved = true;
+                }
+                Ok(Progress::Blocked) => break,
                 Err(e) => {
                     st.closed = true;
                     st.queue.clear();
@@ -165,5 +158,13 @@ impl Tx {
                 }
             }
         }
+        Ok(moved)
+    }
+
+    /// Marks the queue closed and drops what it holds.
+    pub(crate) fn close(&self) {
+        let mut st = self.lock();
+        st.closed = true;
+        st.queue.clear();
     }
 }

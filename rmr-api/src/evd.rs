@@ -1,11 +1,24 @@
 //! Event dispatchers: the trait, and [`SoftEvd`], the software queue that the
 //! TCP backend and the multirail layer use.
+//!
+//! ## Progress by the waiter
+//! A backend whose progress is plain socket IO (the TCP backend) registers
+//! a [`Driver`] per endpoint with the endpoint's EVDs. A thread waiting on
+//! such an EVD then reads and writes the sockets itself — it blocks in
+//! `poll(2)` on them and handles what arrives in its own context — so a
+//! completion reaches the waiter with no hand-off between threads, as a
+//! raw TCP ping-pong does. The backend's own progress thread stands back
+//! while a waiter drives, and takes over when nobody does, so RDMA into a
+//! passive target still lands.
 
 use crate::{Error, Event, Result};
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
+use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// An event dispatcher (uDAPL's EVD): a queue of [`Event`]s.
@@ -17,7 +30,8 @@ pub trait Evd: Send + Sync {
     /// [`Error::Timeout`] when the threshold was not reached in time (no
     /// event is lost: they stay queued).
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event>;
-    /// Dequeues the oldest event without blocking.
+    /// Dequeues the oldest event without blocking (making whatever progress
+    /// is ready first, for backends whose progress is the caller's).
     fn dequeue(&self) -> Option<Event>;
     /// Number of queued events.
     fn len(&self) -> usize;
@@ -37,7 +51,7 @@ pub trait Evd: Send + Sync {
     /// [`Evd::arm`]; if it returns true, block in `poll` on the fd; then
     /// dequeue until `None`. `None` (the default) means the EVD has no such
     /// fd and the caller must poll it with short sleeps.
-    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
     /// Prepares [`Evd::wait_fd`] for blocking: returns false when events
@@ -50,12 +64,48 @@ pub trait Evd: Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
+/// What a [`Driver`] waits for on its file descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Interest {
+    /// Wake when readable.
+    pub read: bool,
+    /// Wake when writable.
+    pub write: bool,
+}
+
+/// Where a [`Driver`] can block: a descriptor with an [`Interest`], and a
+/// deadline by which [`Driver::drive`] must run again (a timer of the
+/// backend's, such as a receiver-not-ready timeout).
+pub struct WaitOn<'a> {
+    /// The descriptor, or `None` when only the deadline (or another thread) can help.
+    pub fd: Option<(BorrowedFd<'a>, Interest)>,
+    /// When to drive again at the latest.
+    pub deadline: Option<Instant>,
+}
+
+/// Progress that a thread waiting on an EVD can make itself: a backend's
+/// endpoint whose IO is non-blocking socket reads and writes. Registered
+/// with [`SoftEvd::add_driver`].
+pub trait Driver: Send + Sync {
+    /// Does all IO that is ready now, without blocking; events it produces
+    /// are pushed to their EVDs. Returns true when anything moved.
+    fn drive(&self) -> bool;
+    /// Where to block when [`Driver::drive`] had nothing to do.
+    fn wait_on(&self) -> WaitOn<'_>;
+    /// A thread starts driving (waiting on an EVD this driver reports to):
+    /// the backend's own progress thread may stand back.
+    fn enter(&self) {}
+    /// That thread stops driving.
+    fn leave(&self) {}
+}
+
 /// How long a waiter spins before it sleeps: short enough that an idle
 /// process costs nothing, long enough that a ping-pong never sleeps.
 const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
-/// A software EVD: a mutex-protected queue with a condition variable.
-/// Waiters spin briefly, then block (an idle process does not burn a core).
+/// A software EVD: a queue with a condition variable, and optionally
+/// [`Driver`]s that its waiters drive (see the module docs). Waiters spin
+/// briefly, then block (an idle process does not burn a core).
 pub struct SoftEvd {
     q: Mutex<VecDeque<Event>>,
     cv: Condvar,
@@ -66,6 +116,13 @@ pub struct SoftEvd {
     pokes: AtomicU64,
     has_observers: AtomicBool,
     observers: Mutex<Vec<Weak<SoftEvd>>>,
+    /// Drivers of endpoints that report here, and EVDs whose drivers are driven too.
+    drivers: RwLock<Vec<Weak<dyn Driver>>>,
+    through: RwLock<Vec<Weak<SoftEvd>>>,
+    has_drivers: AtomicBool,
+    /// Waiters blocked in `poll(2)`; pushes and pokes wake them through `efd`.
+    poll_waiters: AtomicUsize,
+    efd: OnceLock<Option<OwnedFd>>,
 }
 
 impl Default for SoftEvd {
@@ -74,8 +131,10 @@ impl Default for SoftEvd {
     }
 }
 
+type Drivers = SmallVec<[Arc<dyn Driver>; 4]>;
+
 impl SoftEvd {
-    /// An EVD holding at most `capacity` events.
+    /// An EVD holding at most `capacity` software events.
     pub fn new(capacity: usize) -> Self {
         let spin = std::env::var("RMR_EVD_SPIN_US")
             .ok()
@@ -92,7 +151,93 @@ impl SoftEvd {
             pokes: AtomicU64::new(0),
             has_observers: AtomicBool::new(false),
             observers: Mutex::new(Vec::new()),
+            drivers: RwLock::new(Vec::new()),
+            through: RwLock::new(Vec::new()),
+            has_drivers: AtomicBool::new(false),
+            poll_waiters: AtomicUsize::new(0),
+            efd: OnceLock::new(),
         }
+    }
+
+    /// Registers a driver: waiters on this EVD will drive it. Held weakly;
+    /// remove it with [`SoftEvd::remove_driver`] when its endpoint ends.
+    pub fn add_driver(&self, d: &Arc<dyn Driver>) {
+        let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        if !v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(d))) {
+            v.push(Arc::downgrade(d));
+        }
+        self.has_drivers.store(true, Ordering::Release);
+        drop(v);
+        // A waiter already blocked must learn about the new descriptor.
+        self.wake_pollers();
+    }
+
+    /// Unregisters a driver (by identity).
+    pub fn remove_driver(&self, d: &dyn Driver) {
+        let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), d as *const _));
+    }
+
+    /// Makes waiters on this EVD also drive every driver of `other` (one
+    /// level deep): a layer that harvests several EVDs (multirail) blocks on
+    /// their endpoints' sockets directly instead of waiting for a hand-off.
+    pub fn drive_through(&self, other: &Arc<SoftEvd>) {
+        let mut v = self.through.write().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        if !v.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(other))) {
+            v.push(Arc::downgrade(other));
+        }
+        self.has_drivers.store(true, Ordering::Release);
+    }
+
+    fn own_drivers(&self, out: &mut Drivers) {
+        let v = self.drivers.read().unwrap_or_else(|p| p.into_inner());
+        out.extend(v.iter().filter_map(Weak::upgrade));
+    }
+
+    fn drivers(&self) -> Drivers {
+        let mut out = Drivers::new();
+        if !self.has_drivers.load(Ordering::Acquire) {
+            return out;
+        }
+        self.own_drivers(&mut out);
+        let t = self.through.read().unwrap_or_else(|p| p.into_inner());
+        for e in t.iter().filter_map(Weak::upgrade) {
+            let before = out.len();
+            e.own_drivers(&mut out);
+            // The same endpoint may report to several of these EVDs.
+            let mut i = before;
+            while i < out.len() {
+                if out[..i].iter().any(|d| Arc::ptr_eq(d, &out[i])) {
+                    out.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    fn efd(&self) -> Option<BorrowedFd<'_>> {
+        self.efd
+            .get_or_init(|| eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).ok())
+            .as_ref()
+            .map(|f| f.as_fd())
+    }
+
+    fn wake_pollers(&self) {
+        if self.poll_waiters.load(Ordering::SeqCst) > 0 {
+            if let Some(fd) = self.efd() {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+        }
+    }
+
+    /// Wakes waiters blocked in `poll(2)` without an event, so that they
+    /// look at their drivers again (a driver's interest changed).
+    pub fn wake(&self) {
+        self.wake_pollers();
     }
 
     /// Makes `by` be poked (see [`SoftEvd::wait_or_poke`]) whenever an event
@@ -107,46 +252,167 @@ impl SoftEvd {
         self.has_observers.store(true, Ordering::Release);
     }
 
+    /// The core wait: until `done()` holds (true) or the deadline passes
+    /// (false). Drives the drivers, spins for `spin`, then blocks — in
+    /// `poll(2)` on the drivers' descriptors when there are drivers, on the
+    /// condition variable otherwise.
+    fn block_until(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let drivers = self.drivers();
+        if drivers.is_empty() {
+            return self.cv_block_until(deadline, spin, done);
+        }
+        for d in &drivers {
+            d.enter();
+        }
+        let start = Instant::now();
+        let res = loop {
+            if done() {
+                break true;
+            }
+            let mut moved = false;
+            for d in &drivers {
+                moved |= d.drive();
+            }
+            if moved {
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break false;
+            }
+            if now.duration_since(start) < spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            self.poll_once(&drivers, deadline, done);
+        };
+        for d in &drivers {
+            d.leave();
+        }
+        res
+    }
+
+    /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor.
+    fn poll_once(&self, drivers: &Drivers, deadline: Option<Instant>, done: &dyn Fn() -> bool) {
+        self.poll_waiters.fetch_add(1, Ordering::SeqCst);
+        // Re-check after announcing ourselves: a push in between wrote the eventfd.
+        if done() {
+            self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
+            return;
+        }
+        let efd = self.efd();
+        let mut fds: SmallVec<[PollFd<'_>; 8]> = SmallVec::new();
+        if let Some(e) = efd {
+            fds.push(PollFd::from_borrowed_fd(e, PollFlags::IN));
+        }
+        let mut until = deadline;
+        for d in drivers {
+            let w = d.wait_on();
+            if let Some((fd, i)) = w.fd {
+                let mut f = PollFlags::empty();
+                if i.read {
+                    f |= PollFlags::IN;
+                }
+                if i.write {
+                    f |= PollFlags::OUT;
+                }
+                fds.push(PollFd::from_borrowed_fd(fd, f));
+            }
+            if let Some(dl) = w.deadline {
+                until = Some(until.map_or(dl, |u| u.min(dl)));
+            }
+        }
+        // Without an eventfd (exhausted descriptors) fall back to short naps.
+        let cap = if efd.is_none() { Some(Duration::from_micros(200)) } else { None };
+        let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+        let left = match (left, cap) {
+            (Some(l), Some(c)) => Some(l.min(c)),
+            (l, c) => l.or(c),
+        };
+        let ts =
+            left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
+        let _ = poll(&mut fds, ts.as_ref());
+        let woke = fds.first().is_some_and(|f| f.revents().contains(PollFlags::IN));
+        drop(fds);
+        self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
+        if woke {
+            if let Some(e) = efd {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(e, &mut b);
+            }
+        }
+    }
+
+    fn cv_block_until(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < spin {
+            if done() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let res = loop {
+            // `done` reads atomics only; checking it under the queue lock closes
+            // the gap between the check and the wait (pushers notify under it).
+            if done() {
+                break true;
+            }
+            match deadline {
+                None => q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break false;
+                    }
+                    q = self.cv.wait_timeout(q, d - now).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        res
+    }
+
     /// Waits until at least one event is queued, or a poke after generation
     /// `seen` (see [`SoftEvd::poke_gen`]), or `timeout`, without dequeuing:
     /// for a consumer that must dequeue under a lock of its own to keep events
     /// in order. Spins for `spin` first. Returns whether events are queued.
     pub fn wait_ready(&self, seen: u64, spin: Duration, timeout: Duration) -> bool {
-        let start = Instant::now();
-        while start.elapsed() < spin {
-            if self.queued.load(Ordering::Acquire) > 0 || self.pokes.load(Ordering::Acquire) != seen
-            {
-                return self.queued.load(Ordering::Acquire) > 0;
-            }
-            std::hint::spin_loop();
-        }
-        let deadline = start + timeout;
-        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
-        self.waiters.fetch_add(1, Ordering::AcqRel);
-        while q.is_empty() && self.pokes.load(Ordering::Acquire) == seen {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            q = self.cv.wait_timeout(q, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        self.waiters.fetch_sub(1, Ordering::AcqRel);
-        !q.is_empty()
+        let done =
+            || self.queued.load(Ordering::SeqCst) > 0 || self.pokes.load(Ordering::SeqCst) != seen;
+        self.block_until(Some(Instant::now() + timeout), spin, &done);
+        self.queued.load(Ordering::Acquire) > 0
     }
 
     /// Wakes this EVD's waiters in [`SoftEvd::wait_or_poke`] without an event.
     pub fn poke(&self) {
-        self.pokes.fetch_add(1, Ordering::AcqRel);
-        if self.waiters.load(Ordering::Acquire) > 0 {
+        self.pokes.fetch_add(1, Ordering::SeqCst);
+        self.wake_all();
+    }
+
+    fn wake_all(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
             let _g = self.q.lock().unwrap_or_else(|p| p.into_inner());
             self.cv.notify_all();
         }
+        self.wake_pollers();
     }
 
     /// The poke generation: read it *before* checking other sources, then
     /// pass it to [`SoftEvd::wait_or_poke`] so that no poke is missed.
     pub fn poke_gen(&self) -> u64 {
-        self.pokes.load(Ordering::Acquire)
+        self.pokes.load(Ordering::SeqCst)
     }
 
     /// Like [`Evd::wait`], but also returns `Ok(None)` once poked after
@@ -161,39 +427,30 @@ impl SoftEvd {
         seen: u64,
     ) -> Result<Option<Event>> {
         let threshold = threshold.max(1);
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
-        self.waiters.fetch_add(1, Ordering::AcqRel);
-        let res = loop {
-            if q.len() >= threshold {
-                let e = q.pop_front().expect("non-empty");
-                self.queued.store(q.len(), Ordering::Release);
-                break Ok(Some(e));
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let done = || {
+                self.queued.load(Ordering::SeqCst) >= threshold
+                    || self.pokes.load(Ordering::SeqCst) != seen
+            };
+            let ok = self.block_until(deadline, Duration::ZERO, &done);
+            if let Some(e) = self.pop(threshold) {
+                return Ok(Some(e));
             }
-            if self.pokes.load(Ordering::Acquire) != seen {
-                break Ok(None);
+            if self.pokes.load(Ordering::SeqCst) != seen {
+                return Ok(None);
             }
-            match deadline {
-                None => q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        break Err(Error::Timeout);
-                    }
-                    q = self.cv.wait_timeout(q, d - now).unwrap_or_else(|p| p.into_inner()).0;
-                }
+            if !ok {
+                return Err(Error::Timeout);
             }
-        };
-        self.waiters.fetch_sub(1, Ordering::AcqRel);
-        res
+        }
     }
 
     fn notify_observers(&self) {
         if !self.has_observers.load(Ordering::Acquire) {
             return;
         }
-        let o: Vec<Arc<SoftEvd>> = {
+        let o: SmallVec<[Arc<SoftEvd>; 4]> = {
             let o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
             o.iter().filter_map(Weak::upgrade).collect()
         };
@@ -207,11 +464,9 @@ impl SoftEvd {
     pub fn push(&self, ev: Event) {
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         q.push_back(ev);
-        self.queued.store(q.len(), Ordering::Release);
+        self.queued.store(q.len(), Ordering::SeqCst);
         drop(q);
-        if self.waiters.load(Ordering::Acquire) > 0 {
-            self.cv.notify_all();
-        }
+        self.wake_all();
         self.notify_observers();
     }
 
@@ -221,50 +476,42 @@ impl SoftEvd {
             return None;
         }
         let e = q.pop_front();
-        self.queued.store(q.len(), Ordering::Release);
+        self.queued.store(q.len(), Ordering::SeqCst);
         e
+    }
+
+    /// Drives every driver once, without blocking (what a dequeue on an
+    /// empty queue does). Returns whether anything moved.
+    pub fn drive_once(&self) -> bool {
+        let drivers = self.drivers();
+        let mut moved = false;
+        for d in &drivers {
+            d.enter();
+            moved |= d.drive();
+            d.leave();
+        }
+        moved
     }
 }
 
 impl Evd for SoftEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let threshold = threshold.max(1);
-        let start = Instant::now();
-        // Spin phase: no syscalls while the answer is microseconds away.
-        while start.elapsed() < self.spin {
-            if self.queued.load(Ordering::Acquire) >= threshold {
-                if let Some(e) = self.pop(threshold) {
-                    return Ok(e);
-                }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let done = || self.queued.load(Ordering::SeqCst) >= threshold;
+            let ok = self.block_until(deadline, self.spin, &done);
+            if let Some(e) = self.pop(threshold) {
+                return Ok(e);
             }
-            std::hint::spin_loop();
+            if !ok {
+                return Err(Error::Timeout);
+            }
         }
-        let deadline = timeout.map(|t| start + t);
-        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
-        self.waiters.fetch_add(1, Ordering::AcqRel);
-        let res = loop {
-            if q.len() >= threshold {
-                let e = q.pop_front().expect("non-empty");
-                self.queued.store(q.len(), Ordering::Release);
-                break Ok(e);
-            }
-            match deadline {
-                None => q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        break Err(Error::Timeout);
-                    }
-                    q = self.cv.wait_timeout(q, d - now).unwrap_or_else(|p| p.into_inner()).0;
-                }
-            }
-        };
-        self.waiters.fetch_sub(1, Ordering::AcqRel);
-        res
     }
 
     fn dequeue(&self) -> Option<Event> {
-        if self.queued.load(Ordering::Acquire) == 0 {
+        if self.queued.load(Ordering::Acquire) == 0 && !self.drive_once() {
             return None;
         }
         self.pop(1)
@@ -280,6 +527,22 @@ impl Evd for SoftEvd {
         }
         self.push(Event::Software(value));
         Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.efd()
+    }
+
+    fn arm(&self) -> bool {
+        // Armed only for EVDs that need no driving: a driven EVD's progress is
+        // on its drivers' sockets, not on this descriptor.
+        if self.has_drivers.load(Ordering::Acquire) {
+            return false;
+        }
+        self.poll_waiters.fetch_add(1, Ordering::SeqCst);
+        let ready = self.queued.load(Ordering::SeqCst) > 0;
+        self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
+        !ready
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -304,5 +567,73 @@ mod tests {
             e.post_software(i).unwrap();
         }
         assert!(matches!(e.post_software(9), Err(Error::QueueFull)));
+    }
+
+    /// A driver over a real pipe: the waiter must read it itself.
+    struct PipeDriver {
+        rd: OwnedFd,
+        evd: Weak<SoftEvd>,
+        drives: AtomicUsize,
+    }
+
+    impl Driver for PipeDriver {
+        fn drive(&self) -> bool {
+            self.drives.fetch_add(1, Ordering::Relaxed);
+            let mut b = [0u8; 8];
+            match rustix::io::read(&self.rd, &mut b) {
+                Ok(n) if n > 0 => {
+                    if let Some(e) = self.evd.upgrade() {
+                        e.push(Event::Software(u64::from(b[0])));
+                    }
+                    true
+                }
+                _ => false,
+            }
+        }
+        fn wait_on(&self) -> WaitOn<'_> {
+            WaitOn {
+                fd: Some((self.rd.as_fd(), Interest { read: true, write: false })),
+                deadline: None,
+            }
+        }
+    }
+
+    #[test]
+    fn waiter_drives_a_registered_driver() {
+        let evd = Arc::new(SoftEvd::new(16));
+        let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let d: Arc<dyn Driver> =
+            Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+        evd.add_driver(&d);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            rustix::io::write(&wr, &[42]).unwrap();
+            wr
+        });
+        // Nobody but the waiter reads the pipe: the event exists only if it drove.
+        match evd.wait(Some(Duration::from_secs(5)), 1).unwrap() {
+            Event::Software(42) => {}
+            e => panic!("{e:?}"),
+        }
+        let _wr = t.join().unwrap();
+        assert!(matches!(evd.wait(Some(Duration::from_millis(20)), 1), Err(Error::Timeout)));
+        evd.remove_driver(&*d);
+        assert!(evd.drivers().is_empty());
+    }
+
+    #[test]
+    fn push_from_another_thread_wakes_a_polling_waiter() {
+        let evd = Arc::new(SoftEvd::new(16));
+        let (rd, _wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let d: Arc<dyn Driver> =
+            Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+        evd.add_driver(&d);
+        let e2 = evd.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            e2.post_software(7).unwrap();
+        });
+        assert!(matches!(evd.wait(Some(Duration::from_secs(5)), 1), Ok(Event::Software(7))));
+        t.join().unwrap();
     }
 }

@@ -185,6 +185,27 @@ impl MemRegion {
         Ok(r.read_exact(dst))
     }
 
+    /// Reads at most `len` bytes from `r` straight into the region at `off`
+    /// with one `read` call: how a transport with non-blocking sockets
+    /// places a payload as it arrives. Returns the bytes read.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] before any byte is read; the reader's error otherwise.
+    pub fn read_some_from(
+        &self,
+        off: u64,
+        len: u64,
+        r: &mut dyn Read,
+    ) -> Result<io::Result<usize>> {
+        self.check(off, len)?;
+        // SAFETY: bounds checked; the slice lives only for this call. Concurrent RDMA into the
+        // same bytes is a user error with unspecified bytes as result, as on any RDMA NIC.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(self.as_ptr().add(off as usize), len as usize)
+        };
+        Ok(r.read(dst))
+    }
+
     /// Calls `f` with a read-only view of `[off, off+len)`; the view does not
     /// escape the call. This is how transports hand payloads to `writev`
     /// without copying them.
