@@ -74,12 +74,16 @@ pub(crate) struct EpShared {
     stall_until: Mutex<Option<Instant>>,
     /// An orderly disconnect gives up waiting for the peer at this time.
     disconnect_until: Mutex<Option<Instant>>,
+    /// A delayed acknowledgement is due at this time.
+    ack_due: Mutex<Option<Instant>>,
     /// Threads driving this EP now, waits begun, and when the last one left.
     active: AtomicUsize,
     waits: AtomicU64,
     left_at: AtomicU64,
     /// The progress thread sleeps until a leaving waiter kicks it.
     deep: AtomicBool,
+    /// The progress thread is polling the socket (an arriving waiter kicks it).
+    bg_polling: AtomicBool,
     kick_fd: OnceLock<OwnedFd>,
 }
 
@@ -310,9 +314,50 @@ impl EpShared {
         }
     }
 
+    /// Schedules an acknowledgement `delay` from now (unless one is due sooner).
+    pub(crate) fn arm_ack(&self, delay: Duration) {
+        let mut d = self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
+        if d.is_none() {
+            *d = Some(Instant::now() + delay);
+            drop(d);
+            self.timer_armed();
+        }
+    }
+
+    /// A new deadline exists: threads blocked in `poll` with an older one
+    /// (the progress thread, waiters on the EVDs) must look again.
+    fn timer_armed(&self) {
+        if self.bg_polling.load(Ordering::SeqCst) {
+            self.kick();
+        }
+        for evd in self.distinct_evds() {
+            evd.wake();
+        }
+    }
+
+    /// Sends the delayed acknowledgement once due, if no frame carried it.
+    fn ack_timer(&self) -> bool {
+        let due = {
+            let mut d = self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
+            match *d {
+                Some(t) if Instant::now() >= t => d.take(),
+                _ => None,
+            }
+        };
+        if due.is_none() {
+            return false;
+        }
+        let mut w = true;
+        if self.send_ack_if_wanted(&mut w).is_err() {
+            self.shutdown_stream();
+        }
+        true
+    }
+
     pub(crate) fn stall(&self, until: Instant) {
         *self.stall_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
         self.stalled.store(true, Ordering::SeqCst);
+        self.timer_armed();
     }
 
     pub(crate) fn unstall(&self) {
@@ -396,6 +441,13 @@ impl EpShared {
                 continue;
             }
             same = 0;
+            // Announce the poll below, so that a waiter arriving meanwhile moves us
+            // out of it (its timers would not be in our deadline).
+            self.bg_polling.store(true, Ordering::SeqCst);
+            if self.active.load(Ordering::SeqCst) > 0 {
+                self.bg_polling.store(false, Ordering::SeqCst);
+                continue;
+            }
             {
                 let w = self.wait_on();
                 let mut fds: smallvec::SmallVec<[PollFd<'_>; 2]> =
@@ -416,6 +468,7 @@ impl EpShared {
                 });
                 let _ = poll(&mut fds, ts.as_ref());
             }
+            self.bg_polling.store(false, Ordering::SeqCst);
             drain();
             if self.active.load(Ordering::SeqCst) == 0 {
                 self.drive();
@@ -464,6 +517,7 @@ impl Driver for EpShared {
             }
         };
         moved |= self.drive_rx();
+        moved |= self.ack_timer();
         let overdue = self
             .disconnect_until
             .lock()
@@ -488,10 +542,8 @@ impl Driver for EpShared {
             None
         };
         let disc = *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner());
-        let deadline = match (stall, disc) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        let ack = *self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
+        let deadline = [stall, disc, ack].into_iter().flatten().min();
         let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
         WaitOn { fd, deadline }
     }
@@ -499,6 +551,9 @@ impl Driver for EpShared {
     fn enter(&self) {
         self.active.fetch_add(1, Ordering::SeqCst);
         self.waits.fetch_add(1, Ordering::SeqCst);
+        if self.bg_polling.load(Ordering::SeqCst) {
+            self.kick();
+        }
     }
 
     fn leave(&self) {
@@ -535,10 +590,12 @@ impl TcpEp {
                 stalled: AtomicBool::new(false),
                 stall_until: Mutex::new(None),
                 disconnect_until: Mutex::new(None),
+                ack_due: Mutex::new(None),
                 active: AtomicUsize::new(0),
                 waits: AtomicU64::new(0),
                 left_at: AtomicU64::new(0),
                 deep: AtomicBool::new(false),
+                bg_polling: AtomicBool::new(false),
                 kick_fd: OnceLock::new(),
             }),
         })

@@ -28,6 +28,10 @@ pub struct TcpConfig {
     pub max_dtos: usize,
     /// Posted receives per EP (default 4096).
     pub max_recvs: usize,
+    /// How long an acknowledgement a peer asked for may wait for an
+    /// outgoing frame to ride on (`RMR_TCP_ACK_DELAY_US`, default 50; 0
+    /// acknowledges at once).
+    pub ack_delay: Duration,
 }
 
 fn env_ms(name: &str, default: u64) -> Duration {
@@ -41,6 +45,12 @@ impl Default for TcpConfig {
             user_timeout: env_ms("RMR_TCP_USER_TIMEOUT_MS", 4000),
             max_dtos: 4096,
             max_recvs: 4096,
+            ack_delay: Duration::from_micros(
+                std::env::var("RMR_TCP_ACK_DELAY_US")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(50),
+            ),
         }
     }
 }

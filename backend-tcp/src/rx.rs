@@ -150,14 +150,22 @@ impl EpShared {
         };
         r?;
         // Nothing more to read now, between frames: acknowledge what was asked
-        // for; the acks of a burst are coalesced into one.
-        if matches!(rx.phase, Phase::Header) {
-            self.send_ack_if_wanted(&mut rx.ack_wanted).map_err(|e| io_end("send ack", e))?;
+        // for; the acks of a burst are coalesced into one, and a reply posted
+        // within the ack delay carries it instead.
+        if matches!(rx.phase, Phase::Header) && rx.ack_wanted {
+            rx.ack_wanted = false;
+            if self.ia.cfg.ack_delay.is_zero() {
+                let mut w = true;
+                self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))?;
+            } else {
+                // Delayed: a reply posted meanwhile carries the ack for free.
+                self.arm_ack(self.ia.cfg.ack_delay);
+            }
         }
         Ok(moved)
     }
 
-    fn send_ack_if_wanted(&self, wanted: &mut bool) -> io::Result<()> {
+    pub(crate) fn send_ack_if_wanted(&self, wanted: &mut bool) -> io::Result<()> {
         if *wanted && self.rx_done.load(Ordering::Acquire) > self.acked_sent.load(Ordering::Acquire)
         {
             self.respond(Header::new(Op::Ack), Segs::new())?;

@@ -794,9 +794,9 @@ impl Core {
     /// past the rail threads for a waiter). Rails whose EVD only its rail
     /// thread may consume (not a [`SoftEvd`]) are left to it.
     pub(crate) fn poll_rails(&self) -> bool {
-        let Ok(_g) = self.harvest.try_lock() else {
-            return false; // someone else is harvesting and will deliver
-        };
+        // Wait for a harvesting rail thread rather than skip: it handles only its
+        // own rail, and events of the others must not be left behind.
+        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
         let mut batch = Vec::new();
         for (i, r) in self.rails.iter().enumerate() {
             if self.threaded() && r.evd.as_any().downcast_ref::<SoftEvd>().is_none() {
@@ -827,13 +827,30 @@ impl Core {
         }
     }
 
-    /// A pinned rail thread: posts its rail's work and harvests its EVD.
+    /// Whether an application thread is waiting on one of this EP's EVDs
+    /// (it harvests the rails itself).
+    fn waited(&self) -> bool {
+        [&self.user.request, &self.user.recv, &self.user.conn]
+            .iter()
+            .any(|e| e.as_any().downcast_ref::<MrEvd>().is_some_and(MrEvd::waiting))
+    }
+
+    fn has_failed(&self) -> bool {
+        !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+    }
+
+    /// A pinned rail thread: posts its rail's work and pushes it out as the
+    /// rail drains; harvests the rail's completions when no application
+    /// thread is waiting to do it (it is never woken by completions, so a
+    /// waiter and the rail threads do not race for every event).
     fn rail_thread(self: Arc<Self>, rail: usize, rx: crossbeam_channel::Receiver<Work>) {
         let cpu = crate::bind::bind_rail_thread(rail, self.cfg.bind);
         *self.rails[rail].cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu;
         let mut batch = Vec::new();
         let evd = self.rails[rail].evd.clone();
         let soft = evd.as_any().downcast_ref::<SoftEvd>();
+        const NAP_MIN: Duration = Duration::from_millis(1);
+        let mut nap = NAP_MIN;
         loop {
             let seen = soft.map_or(0, |s| s.poke_gen());
             while let Ok(w) = rx.try_recv() {
@@ -841,24 +858,26 @@ impl Core {
                     self.fail(&w, &e);
                 }
                 self.rails[rail].pending.fetch_sub(1, Ordering::AcqRel);
+                nap = NAP_MIN;
             }
             match soft {
-                // Wait without dequeuing; dequeue and handle under the harvest lock.
                 Some(s) => {
                     if !rx.is_empty() {
                         continue;
                     }
-                    if s.wait_ready(seen, Duration::from_micros(20), Duration::from_millis(200)) {
-                        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
-                        while let Some(ev) = evd.dequeue() {
-                            if !matches!(ev, Event::Software(WAKE)) {
-                                batch.push((rail, ev));
+                    if (!s.is_empty() || self.has_failed()) && !self.waited() {
+                        if let Ok(_g) = self.harvest.try_lock() {
+                            while !s.is_empty() {
+                                match evd.dequeue() {
+                                    Some(Event::Software(WAKE)) => {}
+                                    Some(ev) => batch.push((rail, ev)),
+                                    None => break,
+                                }
                             }
+                            self.handle(&mut batch);
+                            nap = NAP_MIN;
+                            continue;
                         }
-                        self.handle(&mut batch);
-                    } else if !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
-                        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
-                        self.handle(&mut batch);
                     }
                 }
                 // Only this thread consumes such a rail's EVD.
@@ -872,9 +891,7 @@ impl Core {
                             batch.push((rail, ev));
                         }
                     }
-                    let has_failed =
-                        !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-                    if !batch.is_empty() || has_failed {
+                    if !batch.is_empty() || self.has_failed() {
                         let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
                         self.handle(&mut batch);
                     }
@@ -885,6 +902,10 @@ impl Core {
                 if st.ended.iter().all(|e| *e) || st.conn != EpState::Connected {
                     break;
                 }
+            }
+            if let Some(s) = soft {
+                s.wait_poke_flushing(seen, nap);
+                nap = (nap * 2).min(Duration::from_millis(10));
             }
         }
     }

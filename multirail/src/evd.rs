@@ -8,7 +8,7 @@ use crate::ep::Core;
 use rmr_api::{Error, Evd, Event, Result, SoftEvd};
 use smallvec::SmallVec;
 use std::any::Any;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -20,9 +20,16 @@ pub struct MrEvd {
     has_polled: AtomicBool,
     /// Some attached rail EVD cannot poke us: waiters must poll.
     blind: AtomicBool,
+    /// Application threads inside [`Evd::wait`] (they harvest the rails).
+    waiters: AtomicUsize,
 }
 
 impl MrEvd {
+    /// Whether an application thread is waiting here now.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+    }
+
     pub(crate) fn attach_polled(&self, core: &Arc<Core>) {
         let mut p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
         p.retain(|w| w.strong_count() > 0);
@@ -30,35 +37,19 @@ impl MrEvd {
             p.push(Arc::downgrade(core));
             for evd in core.rail_evds() {
                 match evd.as_any().downcast_ref::<SoftEvd>() {
-                    Some(s) => s.observe(&self.q),
+                    Some(s) => {
+                        s.observe(&self.q);
+                    }
                     None => self.blind.store(true, Ordering::Release),
                 }
+                // A waiter here drives the rail endpoints' sockets itself.
+                self.q.drive_through(evd);
             }
         }
         self.has_polled.store(true, Ordering::Release);
     }
 
-    /// Polls every attached EP's rails once. Returns (anything happened,
-    /// every attached EP has rail threads of its own).
-    fn progress(&self) -> (bool, bool) {
-        if !self.has_polled.load(Ordering::Acquire) {
-            return (false, true);
-        }
-        let cores: SmallVec<[Arc<Core>; 4]> = {
-            let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-            p.iter().filter_map(Weak::upgrade).collect()
-        };
-        let (mut any, mut threaded) = (false, true);
-        for c in cores {
-            any |= c.poll_rails();
-            threaded &= c.threaded();
-        }
-        (any, threaded)
-    }
-}
-
-impl Evd for MrEvd {
-    fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+    fn wait_inner(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let threshold = threshold.max(1);
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
@@ -106,6 +97,33 @@ impl Evd for MrEvd {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
+    }
+
+    /// Polls every attached EP's rails once. Returns (anything happened,
+    /// every attached EP has rail threads of its own).
+    fn progress(&self) -> (bool, bool) {
+        if !self.has_polled.load(Ordering::Acquire) {
+            return (false, true);
+        }
+        let cores: SmallVec<[Arc<Core>; 4]> = {
+            let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+            p.iter().filter_map(Weak::upgrade).collect()
+        };
+        let (mut any, mut threaded) = (false, true);
+        for c in cores {
+            any |= c.poll_rails();
+            threaded &= c.threaded();
+        }
+        (any, threaded)
+    }
+}
+
+impl Evd for MrEvd {
+    fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let r = self.wait_inner(timeout, threshold);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 
     fn dequeue(&self) -> Option<Event> {

@@ -118,11 +118,14 @@ pub struct SoftEvd {
     observers: Mutex<Vec<Weak<SoftEvd>>>,
     /// Drivers of endpoints that report here, and EVDs whose drivers are driven too.
     drivers: RwLock<Vec<Weak<dyn Driver>>>,
-    through: RwLock<Vec<Weak<SoftEvd>>>,
+    through: RwLock<Vec<Weak<dyn Evd>>>,
     has_drivers: AtomicBool,
     /// Waiters blocked in `poll(2)`; pushes and pokes wake them through `efd`.
     poll_waiters: AtomicUsize,
     efd: OnceLock<Option<OwnedFd>>,
+    /// Helpers in [`SoftEvd::wait_poke_flushing`], woken by pokes only.
+    poke_waiters: AtomicUsize,
+    poke_efd: OnceLock<Option<OwnedFd>>,
 }
 
 impl Default for SoftEvd {
@@ -156,6 +159,8 @@ impl SoftEvd {
             has_drivers: AtomicBool::new(false),
             poll_waiters: AtomicUsize::new(0),
             efd: OnceLock::new(),
+            poke_waiters: AtomicUsize::new(0),
+            poke_efd: OnceLock::new(),
         }
     }
 
@@ -180,12 +185,16 @@ impl SoftEvd {
     }
 
     /// Makes waiters on this EVD also drive every driver of `other` (one
-    /// level deep): a layer that harvests several EVDs (multirail) blocks on
-    /// their endpoints' sockets directly instead of waiting for a hand-off.
-    pub fn drive_through(&self, other: &Arc<SoftEvd>) {
+    /// level deep; nothing for an EVD that is not a [`SoftEvd`]): a layer
+    /// that harvests several EVDs (multirail) blocks on their endpoints'
+    /// sockets directly instead of waiting for a hand-off.
+    pub fn drive_through(&self, other: &Arc<dyn Evd>) {
+        if other.as_any().downcast_ref::<SoftEvd>().is_none() {
+            return;
+        }
         let mut v = self.through.write().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0);
-        if !v.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(other))) {
+        if !v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(other))) {
             v.push(Arc::downgrade(other));
         }
         self.has_drivers.store(true, Ordering::Release);
@@ -204,6 +213,7 @@ impl SoftEvd {
         self.own_drivers(&mut out);
         let t = self.through.read().unwrap_or_else(|p| p.into_inner());
         for e in t.iter().filter_map(Weak::upgrade) {
+            let Some(e) = e.as_any().downcast_ref::<SoftEvd>() else { continue };
             let before = out.len();
             e.own_drivers(&mut out);
             // The same endpoint may report to several of these EVDs.
@@ -219,11 +229,14 @@ impl SoftEvd {
         out
     }
 
-    fn efd(&self) -> Option<BorrowedFd<'_>> {
-        self.efd
-            .get_or_init(|| eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).ok())
+    fn fd_of(cell: &OnceLock<Option<OwnedFd>>) -> Option<BorrowedFd<'_>> {
+        cell.get_or_init(|| eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).ok())
             .as_ref()
             .map(|f| f.as_fd())
+    }
+
+    fn efd(&self) -> Option<BorrowedFd<'_>> {
+        Self::fd_of(&self.efd)
     }
 
     fn wake_pollers(&self) {
@@ -289,7 +302,7 @@ impl SoftEvd {
                 std::hint::spin_loop();
                 continue;
             }
-            self.poll_once(&drivers, deadline, done);
+            self.poll_once(&drivers, deadline, done, false);
         };
         for d in &drivers {
             d.leave();
@@ -297,15 +310,27 @@ impl SoftEvd {
         res
     }
 
-    /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor.
-    fn poll_once(&self, drivers: &Drivers, deadline: Option<Instant>, done: &dyn Fn() -> bool) {
-        self.poll_waiters.fetch_add(1, Ordering::SeqCst);
+    /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
+    /// (with `writes_only`, on the drivers that have frames to send).
+    fn poll_once(
+        &self,
+        drivers: &Drivers,
+        deadline: Option<Instant>,
+        done: &dyn Fn() -> bool,
+        writes_only: bool,
+    ) {
+        // Event waiters wake on pushes and pokes; a flushing helper on pokes only.
+        let (waiters, efd) = if writes_only {
+            (&self.poke_waiters, Self::fd_of(&self.poke_efd))
+        } else {
+            (&self.poll_waiters, self.efd())
+        };
+        waiters.fetch_add(1, Ordering::SeqCst);
         // Re-check after announcing ourselves: a push in between wrote the eventfd.
         if done() {
-            self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
+            waiters.fetch_sub(1, Ordering::SeqCst);
             return;
         }
-        let efd = self.efd();
         let mut fds: SmallVec<[PollFd<'_>; 8]> = SmallVec::new();
         if let Some(e) = efd {
             fds.push(PollFd::from_borrowed_fd(e, PollFlags::IN));
@@ -313,9 +338,9 @@ impl SoftEvd {
         let mut until = deadline;
         for d in drivers {
             let w = d.wait_on();
-            if let Some((fd, i)) = w.fd {
+            if let Some((fd, i)) = w.fd.filter(|(_, i)| i.write || !writes_only) {
                 let mut f = PollFlags::empty();
-                if i.read {
+                if i.read && !writes_only {
                     f |= PollFlags::IN;
                 }
                 if i.write {
@@ -339,7 +364,7 @@ impl SoftEvd {
         let _ = poll(&mut fds, ts.as_ref());
         let woke = fds.first().is_some_and(|f| f.revents().contains(PollFlags::IN));
         drop(fds);
-        self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
+        waiters.fetch_sub(1, Ordering::SeqCst);
         if woke {
             if let Some(e) = efd {
                 let mut b = [0u8; 8];
@@ -395,10 +420,45 @@ impl SoftEvd {
         self.queued.load(Ordering::Acquire) > 0
     }
 
+    /// For a helper thread that feeds the endpoints reporting here (a
+    /// multirail rail thread): returns once poked after `seen` (see
+    /// [`SoftEvd::poke_gen`]) or after `timeout`, meanwhile pushing out the
+    /// endpoints' queued frames as their sockets drain. It never blocks on
+    /// reads and does not count as a waiter, so the endpoints' own progress
+    /// keeps serving the receive side.
+    pub fn wait_poke_flushing(&self, seen: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let done = || self.pokes.load(Ordering::SeqCst) != seen;
+        loop {
+            if done() {
+                return;
+            }
+            let drivers = self.drivers();
+            let mut moved = false;
+            for d in &drivers {
+                if d.wait_on().fd.is_some_and(|(_, i)| i.write) {
+                    moved |= d.drive();
+                }
+            }
+            if moved {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            self.poll_once(&drivers, Some(deadline), &done, true);
+        }
+    }
+
     /// Wakes this EVD's waiters in [`SoftEvd::wait_or_poke`] without an event.
     pub fn poke(&self) {
         self.pokes.fetch_add(1, Ordering::SeqCst);
         self.wake_all();
+        if self.poke_waiters.load(Ordering::SeqCst) > 0 {
+            if let Some(fd) = Self::fd_of(&self.poke_efd) {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+        }
     }
 
     fn wake_all(&self) {
