@@ -126,7 +126,9 @@ pub fn connect_step(e: &CmEvent) -> ConnectStep {
             "route resolution failed ({})",
             std::io::Error::from_raw_os_error(e.status.abs())
         )),
-        CmKind::Unreachable => ConnectStep::Failed(format!("peer unreachable (status {})", e.status)),
+        CmKind::Unreachable => {
+            ConnectStep::Failed(format!("peer unreachable (status {})", e.status))
+        }
         CmKind::ConnectError => ConnectStep::Failed(format!("connect error (status {})", e.status)),
         CmKind::DeviceRemoval => ConnectStep::Failed("RDMA device removed".into()),
         _ => ConnectStep::Ignore,
@@ -164,7 +166,9 @@ pub fn connected_event(
     peer_has_ctrl: bool,
 ) -> Option<Closed> {
     match e.kind {
-        CmKind::Disconnected if we_closed || goodbye || !peer_has_ctrl => Some(Closed::Disconnected),
+        CmKind::Disconnected if we_closed || goodbye || !peer_has_ctrl => {
+            Some(Closed::Disconnected)
+        }
         CmKind::Disconnected => Some(Closed::Broken(
             "peer disconnected without closing (process killed or link lost)".into(),
         )),
@@ -212,13 +216,20 @@ mod tests {
         let pd = private_data::encode(Kind::Reject, Ctrl::default(), b"go away").unwrap();
         let s = connect_step(&ev(CmKind::Rejected, 28, pd));
         assert_eq!(s, ConnectStep::Rejected(b"go away".to_vec()));
-        assert!(matches!(connect_error(s), Error::Rejected { private_data } if private_data == b"go away"));
+        assert!(
+            matches!(connect_error(s), Error::Rejected { private_data } if private_data == b"go away")
+        );
         // The CM's own reject (invalid service id) has no header: refused.
         let s = connect_step(&ev(CmKind::Rejected, 8, vec![0; 148]));
         assert!(matches!(s, ConnectStep::Failed(_)));
         assert!(matches!(connect_error(s), Error::Io { .. }));
-        assert!(matches!(connect_step(&ev(CmKind::Unreachable, -110, vec![])), ConnectStep::Failed(_)));
-        assert!(matches!(connect_step(&ev(CmKind::AddrError, -113, vec![])), ConnectStep::Failed(w) if w.contains("address")));
+        assert!(matches!(
+            connect_step(&ev(CmKind::Unreachable, -110, vec![])),
+            ConnectStep::Failed(_)
+        ));
+        assert!(
+            matches!(connect_step(&ev(CmKind::AddrError, -113, vec![])), ConnectStep::Failed(w) if w.contains("address"))
+        );
     }
 
     #[test]

@@ -167,7 +167,10 @@ mod tests {
     #[test]
     fn receive_completions() {
         let r = recv_info(&wc(0, O::IBV_WC_RECV, 256, None));
-        assert_eq!((r.op, r.status, r.bytes, r.imm, r.solicited), (DtoOp::Recv, Status::Success, 256, None, false));
+        assert_eq!(
+            (r.op, r.status, r.bytes, r.imm, r.solicited),
+            (DtoOp::Recv, Status::Success, 256, None, false)
+        );
         let r = recv_info(&wc(0, O::IBV_WC_RECV, 8, Some(SOLICITED_MARK)));
         assert!(r.solicited && r.imm.is_none());
         let r = recv_info(&wc(0, O::IBV_WC_RECV_RDMA_WITH_IMM, 0, Some(0xC0FFEE)));

@@ -1,7 +1,7 @@
 //! Endpoints: an rdma_cm id with an RC QP, its send/receive bookkeeping,
 //! and the connection state machine.
 
-use crate::cm_event::{self, CmEvent, Closed, ConnectStep};
+use crate::cm_event::{self, Closed, CmEvent, ConnectStep};
 use crate::completion::{Wc, breaks_qp, describe, map_status, recv_info};
 use crate::evd::{Breaks, VerbsEvd};
 use crate::ia::{IaCore, Route};
@@ -32,7 +32,8 @@ const GOODBYE: u64 = 0x6579_6264_6f6f_6721;
 const GOODBYE_WAIT: Duration = Duration::from_secs(1);
 
 /// (device context, QP number) -> endpoint, for completions and async events.
-static QPS: RwLock<Option<HashMap<(usize, u32), Weak<EpCore>>>> = RwLock::new(None);
+type QpTable = HashMap<(usize, u32), Weak<EpCore>>;
+static QPS: RwLock<Option<QpTable>> = RwLock::new(None);
 
 fn qps_insert(ctx: Ctx, qpn: u32, ep: Weak<EpCore>) {
     let mut m = QPS.write().unwrap_or_else(|e| e.into_inner());
@@ -330,9 +331,10 @@ impl EpCore {
     }
 
     fn connect(&self, remote: &str, service: u16, pd: &[u8], timeout: Duration) -> Result<Vec<u8>> {
-        let ip: IpAddr = remote.trim_start_matches('[').trim_end_matches(']').parse().map_err(
-            |_| Error::invalid(format!("`{remote}` is not an IP address (verbs connects by IP)")),
-        )?;
+        let ip: IpAddr =
+            remote.trim_start_matches('[').trim_end_matches(']').parse().map_err(|_| {
+                Error::invalid(format!("`{remote}` is not an IP address (verbs connects by IP)"))
+            })?;
         let hdr = private_data::encode(Kind::Connect, self.my_ctrl(), pd)?;
         let deadline = Instant::now() + timeout;
         let ms = |d: Duration| d.min(self.ia.cfg.resolve_timeout).as_millis().max(1) as i32;
@@ -385,8 +387,7 @@ impl EpCore {
                 c.cm = Some(id);
                 self.set_state(EpState::Connected);
                 drop(c);
-                self.conn_evd
-                    .push(Event::Established { ep: self.id, private_data: user.clone() });
+                self.conn_evd.push(Event::Established { ep: self.id, private_data: user.clone() });
                 Ok(user)
             }
             Err(e) => {
@@ -546,11 +547,7 @@ impl EpCore {
     fn say_goodbye(&self, peer: Ctrl) {
         let _ = self.ctrl_mem.store_u64(8, GOODBYE);
         self.goodbye_acked.store(false, Ordering::Release);
-        let seg = LocalSeg {
-            addr: self.ctrl_mem.addr() + 8,
-            len: 8,
-            lkey: self.ctrl_mr.lkey(),
-        };
+        let seg = LocalSeg { addr: self.ctrl_mem.addr() + 8, len: 8, lkey: self.ctrl_mr.lkey() };
         let target = RemoteTarget { addr: peer.addr, rkey: peer.rkey };
         {
             let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
@@ -558,8 +555,7 @@ impl EpCore {
             let Ok(ticket) = tx.t.begin(true) else { return };
             let mut segs = Segs::new();
             segs.push(seg);
-            let plan =
-                wr::plan_send(WrKind::Write, segs, Some(target), DtoFlags::empty(), true, 0);
+            let plan = wr::plan_send(WrKind::Write, segs, Some(target), DtoFlags::empty(), true, 0);
             if qp.post_send(&plan, encode_wr_id(WrQueue::Internal, ticket.seq)).is_err() {
                 return;
             }
@@ -696,11 +692,7 @@ impl VerbsEp {
             }),
             mail: Mutex::new(VecDeque::new()),
             mail_cv: Condvar::new(),
-            tx: Mutex::new(Tx {
-                t: SendTracker::new(sq_depth, period),
-                qp: None,
-                max_inline: 0,
-            }),
+            tx: Mutex::new(Tx { t: SendTracker::new(sq_depth, period), qp: None, max_inline: 0 }),
             rx: Mutex::new(Rx { t: RecvTracker::new(rq_depth), qp: None, early: Vec::new() }),
             ctrl_mem,
             ctrl_mr,
@@ -848,4 +840,3 @@ impl Ep for VerbsEp {
         self
     }
 }
-

@@ -8,7 +8,7 @@ use crate::ep::{EpCore, dispatch_wc};
 use crate::ia::IaCore;
 use crate::sys::cq::Cq;
 use crate::sys::fd::{Epoll, EventFd, poll_in};
-use rmr_api::{Error, Event, Evd, Result};
+use rmr_api::{Error, Evd, Event, Result};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};

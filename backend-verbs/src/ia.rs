@@ -136,14 +136,14 @@ impl VerbsIa {
         let chan = EventChannel::create()?;
         let ip = match spec {
             Spec::Addr(ip) => *ip,
-            Spec::Device { name, port } => ip_of(&chan, name, *port).ok_or_else(|| {
-                Error::NoDevice {
+            Spec::Device { name, port } => {
+                ip_of(&chan, name, *port).ok_or_else(|| Error::NoDevice {
                     what: format!(
                         "{name} port {port} has no IP address, which rdma_cm needs \
                          (configure IPoIB or the RoCE netdev, or use `verbs:<ip>`)"
                     ),
-                }
-            })?,
+                })?
+            }
         };
         let anchor = CmId::create(&chan)?;
         anchor.bind(SocketAddr::new(ip, 0))?;

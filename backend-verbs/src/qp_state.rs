@@ -86,12 +86,8 @@ pub fn rc_transition(from: QpState, to: QpState) -> Option<Transition> {
     let t = |required: u32, optional: u32| Some(Transition { required: st | required, optional });
     match (from, to) {
         (_, Reset) | (_, Err) => t(0, 0),
-        (Reset, Init) => {
-            t(M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0, 0)
-        }
-        (Init, Init) => {
-            t(0, M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0)
-        }
+        (Reset, Init) => t(M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0, 0),
+        (Init, Init) => t(0, M::IBV_QP_PKEY_INDEX.0 | M::IBV_QP_PORT.0 | M::IBV_QP_ACCESS_FLAGS.0),
         (Init, Rtr) => t(
             M::IBV_QP_AV.0
                 | M::IBV_QP_PATH_MTU.0
@@ -264,7 +260,15 @@ mod tests {
     #[test]
     fn conn_params_respect_device_and_peer() {
         let p = conn_params(16, 16, 9, 7, None);
-        assert_eq!(p, ConnParams { responder_resources: 16, initiator_depth: 16, retry_count: 7, rnr_retry_count: 7 });
+        assert_eq!(
+            p,
+            ConnParams {
+                responder_resources: 16,
+                initiator_depth: 16,
+                retry_count: 7,
+                rnr_retry_count: 7
+            }
+        );
         let p = conn_params(64, 4, 7, 3, None);
         assert_eq!((p.responder_resources, p.initiator_depth, p.rnr_retry_count), (16, 4, 3));
         let p = conn_params(16, 16, 7, 7, Some((2, 8)));

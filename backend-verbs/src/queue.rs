@@ -89,14 +89,21 @@ impl<X> SendTracker<X> {
         if self.q.len() >= self.depth {
             return Err(Error::QueueFull);
         }
-        let signalled = want_event
-            || self.since_signal + 1 >= self.period
-            || self.q.len() + 1 == self.depth;
+        let signalled =
+            want_event || self.since_signal + 1 >= self.period || self.q.len() + 1 == self.depth;
         Ok(Ticket { seq: self.next_seq, signalled })
     }
 
     /// Records a WR that `ibv_post_send` accepted.
-    pub fn commit(&mut self, t: Ticket, cookie: u64, op: DtoOp, bytes: u64, report: bool, extra: X) {
+    pub fn commit(
+        &mut self,
+        t: Ticket,
+        cookie: u64,
+        op: DtoOp,
+        bytes: u64,
+        report: bool,
+        extra: X,
+    ) {
         debug_assert_eq!(t.seq, self.next_seq);
         self.next_seq += 1;
         self.since_signal = if t.signalled { 0 } else { self.since_signal + 1 };

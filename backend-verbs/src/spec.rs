@@ -194,13 +194,13 @@ pub fn link_speed_bps(active_width: u8, active_speed: u8) -> Option<u64> {
     };
     // Per-lane data rates after line encoding, in Mbit/s.
     let lane_mbps: u64 = match active_speed {
-        1 => 2_000,    // SDR
-        2 => 4_000,    // DDR
-        4 => 8_000,    // QDR
-        8 => 10_000,   // FDR10
-        16 => 13_636,  // FDR
-        32 => 25_000,  // EDR
-        64 => 50_000,  // HDR
+        1 => 2_000,     // SDR
+        2 => 4_000,     // DDR
+        4 => 8_000,     // QDR
+        8 => 10_000,    // FDR10
+        16 => 13_636,   // FDR
+        32 => 25_000,   // EDR
+        64 => 50_000,   // HDR
         128 => 100_000, // NDR
         _ => return None,
     };

@@ -126,8 +126,11 @@ impl EventChannel {
         };
         let (id, listen) = (e.id as usize, e.listen_id as usize);
         // A request's id is new and ours to accept, reject and destroy.
-        let new_id = (copy.kind == CmKind::ConnectRequest)
-            .then(|| CmId { raw: e.id, has_qp: false, _chan: self.clone() });
+        let new_id = (copy.kind == CmKind::ConnectRequest).then(|| CmId {
+            raw: e.id,
+            has_qp: false,
+            _chan: self.clone(),
+        });
         // SAFETY: acknowledges the event obtained above, once.
         unsafe { ffi::rdma_ack_cm_event(ev) };
         Some(Incoming { id, listen, event: copy, new_id })
@@ -199,7 +202,12 @@ impl CmId {
         let mut raw = std::ptr::null_mut();
         // SAFETY: valid channel; raw is a live out-parameter.
         let r = unsafe {
-            ffi::rdma_create_id(chan.0, &mut raw, std::ptr::null_mut(), ffi::rdma_port_space::RDMA_PS_TCP)
+            ffi::rdma_create_id(
+                chan.0,
+                &mut raw,
+                std::ptr::null_mut(),
+                ffi::rdma_port_space::RDMA_PS_TCP,
+            )
         };
         check(r, "rdma_create_id")?;
         Ok(CmId { raw, has_qp: false, _chan: chan.clone() })
@@ -219,7 +227,10 @@ impl CmId {
         // SAFETY: valid id; st is a live sockaddr of the family it names.
         let r = unsafe { ffi::rdma_bind_addr(self.raw, (&raw mut st).cast()) };
         if r != 0 {
-            return Err(Error::io(format!("rdma_bind_addr {addr}"), std::io::Error::last_os_error()));
+            return Err(Error::io(
+                format!("rdma_bind_addr {addr}"),
+                std::io::Error::last_os_error(),
+            ));
         }
         Ok(())
     }

@@ -89,7 +89,8 @@ impl Cq {
                 opcode: w.opcode,
                 byte_len: w.byte_len,
                 // SAFETY: imm_data is the member in use when IBV_WC_WITH_IMM is set.
-                imm: with_imm.then(|| u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })),
+                imm: with_imm
+                    .then(|| u32::from_be(unsafe { w.imm_data_invalidated_rkey_union.imm_data })),
                 qp_num: w.qp_num,
                 vendor_err: w.vendor_err,
             });

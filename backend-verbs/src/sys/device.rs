@@ -22,10 +22,7 @@ pub(crate) fn device_names() -> Result<Vec<String>> {
                 (ibv_get_device_list: ENOSYS; load ib_uverbs and an RDMA driver, \
                 or use rdma_rxe/siw over Ethernet)"
                 .to_string(),
-            _ => format!(
-                "ibv_get_device_list failed: {}",
-                std::io::Error::from_raw_os_error(e)
-            ),
+            _ => format!("ibv_get_device_list failed: {}", std::io::Error::from_raw_os_error(e)),
         };
         return Err(Error::NoDevice { what });
     }

@@ -98,7 +98,10 @@ pub(crate) fn poll_in(fds: &[RawFd], timeout: Option<Duration>) -> Vec<bool> {
         fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
     let ms = match timeout {
         None => -1,
-        Some(t) => t.as_millis().min(i32::MAX as u128) as i32 + i32::from(t.subsec_nanos() % 1_000_000 != 0),
+        Some(t) => {
+            t.as_millis().min(i32::MAX as u128) as i32
+                + i32::from(t.subsec_nanos() % 1_000_000 != 0)
+        }
     };
     // SAFETY: p is a live array of p.len() pollfds.
     let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, ms) };

@@ -37,12 +37,7 @@ impl Mr {
         // and its memory stays at a fixed address, so the HCA's mapping of
         // [as_ptr+offset, +n) stays valid until ibv_dereg_mr.
         let raw = unsafe {
-            ffi::ibv_reg_mr(
-                pd.raw(),
-                region.as_ptr().add(offset as usize).cast(),
-                n,
-                access as i32,
-            )
+            ffi::ibv_reg_mr(pd.raw(), region.as_ptr().add(offset as usize).cast(), n, access as i32)
         };
         if raw.is_null() {
             return Err(last_err("ibv_reg_mr"));
