@@ -62,14 +62,15 @@ fn qps_all(ctx: Ctx) -> Vec<Arc<EpCore>> {
 }
 
 /// Handles a device async event (from the IA's event thread).
-pub(crate) fn on_async(ctx: Ctx, port: u8, ev: AsyncEvent) {
+pub(crate) fn on_async(ctx: Ctx, ev: AsyncEvent) {
     match ev {
         AsyncEvent::QpError { qp_num, what } => {
             if let Some(ep) = qps_lookup(ctx, qp_num) {
                 ep.fail(format!("QP error: {what}"));
             }
         }
-        AsyncEvent::PortDown { port: p } if p == port => {
+        AsyncEvent::PortDown { port: p } => {
+            // Any IA's thread may read the event: every EP on that port breaks.
             for ep in qps_all(ctx).into_iter().filter(|e| e.ia.port == p) {
                 ep.fail(format!("port {p} went down"));
             }
@@ -122,7 +123,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                     }
                     Extra::Atomic(region, off) if d.status.is_ok() => {
                         let mut b = [0u8; 8];
-                        region.read(*off, &mut b).ok().map(|_| u64::from_le_bytes(b))
+                        region.read(*off, &mut b).ok().map(|_| u64::from_ne_bytes(b))
                     }
                     _ => None,
                 };
@@ -276,7 +277,16 @@ impl EpCore {
             max_recv_sge: self.max_sges as u32,
             max_inline_data: self.ia.cfg.max_inline,
         };
-        let (qp, granted) = id.create_qp(&self.pz.pd, &self.req.cq, &self.recv.cq, cap)?;
+        let (qp, granted) = match id.create_qp(&self.pz.pd, &self.req.cq, &self.recv.cq, cap) {
+            // Some devices refuse inline data with many SGEs: retry without.
+            Err(_) if cap.max_inline_data > 0 => id.create_qp(
+                &self.pz.pd,
+                &self.req.cq,
+                &self.recv.cq,
+                rdma_sys::ibv_qp_cap { max_inline_data: 0, ..cap },
+            )?,
+            r => r?,
+        };
         qps_insert(self.ia.ctx, qp.qp_num(), self.me.clone());
         c.qp_num = Some(qp.qp_num());
         c.qp_state = apply(QpState::Reset, QpEvent::Created);
@@ -437,11 +447,20 @@ impl EpCore {
 
     /// An rdma_cm event for this endpoint's id (event thread).
     pub(crate) fn on_cm_event(&self, ev: CmEvent) {
-        if self.connecting.load(Ordering::Acquire) {
-            self.mail.lock().unwrap_or_else(|e| e.into_inner()).push_back(ev);
-            self.mail_cv.notify_all();
-            return;
+        {
+            // The flag is read and cleared under the mail lock, so no event
+            // falls between the connecting and the connected handling.
+            let mut m = self.mail.lock().unwrap_or_else(|e| e.into_inner());
+            if self.connecting.load(Ordering::Acquire) {
+                m.push_back(ev);
+                self.mail_cv.notify_all();
+                return;
+            }
         }
+        self.on_connected_event(ev);
+    }
+
+    fn on_connected_event(&self, ev: CmEvent) {
         let mut c = self.conn();
         match self.state() {
             EpState::Pending => match cm_event::connect_step(&ev) {
@@ -452,7 +471,7 @@ impl EpCore {
                     drop(c);
                     self.conn_evd.push(Event::Established { ep: self.id, private_data: pd });
                 }
-                ConnectStep::Ignore => {}
+                ConnectStep::Ignore if ev.kind != cm_event::CmKind::Disconnected => {}
                 other => {
                     drop(c);
                     self.fail(format!("connection failed after accept: {other:?}"));
@@ -591,12 +610,20 @@ impl EpCore {
         self.check_posting()?;
         let segs = wr::local_segs(local, |l| VerbsLmr::lkey_for(l, &self.ia))?;
         let want = !flags.contains(DtoFlags::SUPPRESS);
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(qp) = tx.qp else { return Err(Error::NotConnected) };
         // One slot stays free for the goodbye of a disconnect.
-        if tx.t.len() + 1 >= self.sq_depth as usize {
-            return Err(Error::QueueFull);
+        let full = |tx: &Tx| tx.t.len() + 1 >= self.sq_depth as usize;
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        if full(&tx) {
+            // Reap completions (they go to the EVD's queue), then look again:
+            // nobody may be waiting on the EVD to do it.
+            drop(tx);
+            self.req.progress();
+            tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+            if full(&tx) {
+                return Err(Error::QueueFull);
+            }
         }
+        let Some(qp) = tx.qp else { return Err(Error::NotConnected) };
         let ticket = tx.t.begin(want)?;
         let plan = wr::plan_send(kind, segs, remote, flags, ticket.signalled, tx.max_inline);
         qp.post_send(&plan, encode_wr_id(WrQueue::Send, ticket.seq))
@@ -612,6 +639,11 @@ impl EpCore {
         }
         let segs = wr::local_segs(local, |l| VerbsLmr::lkey_for(l, &self.ia))?;
         let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        if rx.t.begin().is_err() {
+            drop(rx);
+            self.recv.progress();
+            rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        }
         let seq = rx.t.begin()?;
         match rx.qp {
             Some(qp) => qp

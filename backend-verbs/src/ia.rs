@@ -100,7 +100,7 @@ fn event_thread(ia: Weak<IaCore>, chan: Arc<EventChannel>, async_fd: i32, wake: 
             core.dispatch(inc);
         }
         while let Some(ev) = core.ctx.next_async() {
-            crate::ep::on_async(core.ctx, core.port, ev);
+            crate::ep::on_async(core.ctx, ev);
         }
     }
 }
@@ -169,7 +169,7 @@ impl VerbsIa {
         let attr = IaAttr {
             provider: "verbs".into(),
             address: ip.to_string(),
-            max_msg_size: u64::from(limits.max_msg_sz.max(1 << 20)),
+            max_msg_size: u64::from(limits.max_msg_sz),
             max_sges: cfg.max_sge.min(limits.max_sge.max(1) as u32) as usize,
             max_dtos: (sq - 1) as usize,
             max_private_data: crate::private_data::MAX_USER,
