@@ -387,7 +387,6 @@ impl EpCore {
                 }
             }
         })();
-        self.connecting.store(false, Ordering::Release);
         let mut c = self.conn();
         match res {
             Ok((user, ctrl)) => {
@@ -398,9 +397,24 @@ impl EpCore {
                 self.set_state(EpState::Connected);
                 drop(c);
                 self.conn_evd.push(Event::Established { ep: self.id, private_data: user.clone() });
+                // The flag is cleared under the mail lock: events that came
+                // after ESTABLISHED (a quick disconnect) are handled here,
+                // later ones by the event thread directly.
+                let late: Vec<CmEvent> = {
+                    let mut m = self.mail.lock().unwrap_or_else(|e| e.into_inner());
+                    self.connecting.store(false, Ordering::Release);
+                    m.drain(..).collect()
+                };
+                for ev in late {
+                    self.on_connected_event(ev);
+                }
                 Ok(user)
             }
             Err(e) => {
+                {
+                    let _m = self.mail.lock().unwrap_or_else(|e| e.into_inner());
+                    self.connecting.store(false, Ordering::Release);
+                }
                 self.detach(&mut c, Some(id));
                 self.set_state(EpState::Unconnected);
                 Err(e)
