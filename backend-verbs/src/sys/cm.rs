@@ -104,22 +104,31 @@ impl EventChannel {
         }
         // SAFETY: a successful call gives a valid event until it is acked.
         let e = unsafe { &*ev };
+        let kind = CmKind::from_raw(e.event);
         // SAFETY: the conn member is the one rdma_cm fills for RC (RDMA_PS_TCP) ids.
         let conn = unsafe { &e.param.conn };
-        let private_data = if conn.private_data.is_null() || conn.private_data_len == 0 {
-            Vec::new()
-        } else {
-            // SAFETY: private_data holds private_data_len bytes while the event is live.
-            unsafe {
-                std::slice::from_raw_parts(
-                    conn.private_data.cast::<u8>(),
-                    conn.private_data_len as usize,
-                )
-            }
-            .to_vec()
-        };
+        let carries_data = matches!(
+            kind,
+            CmKind::ConnectRequest
+                | CmKind::ConnectResponse
+                | CmKind::Established
+                | CmKind::Rejected
+        );
+        let private_data =
+            if !carries_data || conn.private_data.is_null() || conn.private_data_len == 0 {
+                Vec::new()
+            } else {
+                // SAFETY: private_data holds private_data_len bytes while the event is live.
+                unsafe {
+                    std::slice::from_raw_parts(
+                        conn.private_data.cast::<u8>(),
+                        conn.private_data_len as usize,
+                    )
+                }
+                .to_vec()
+            };
         let copy = CmEvent {
-            kind: CmKind::from_raw(e.event),
+            kind,
             status: e.status,
             private_data,
             peer_rd: (conn.responder_resources, conn.initiator_depth),
