@@ -60,6 +60,7 @@
 //! None. The crate always builds against the system rdma-core headers.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
+#![warn(clippy::undocumented_unsafe_blocks, clippy::missing_safety_doc)]
 
 #[forbid(unsafe_code)]
 pub mod cm_event;
