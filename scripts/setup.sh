@@ -2,7 +2,7 @@
 # Installs the system packages rmr builds and tests with. Idempotent: does
 # nothing when everything is present. Debian/Ubuntu; needs root (or sudo).
 set -euo pipefail
-PKGS=(pkg-config clang libclang-dev libfabric-dev libfabric-bin libhwloc-dev iproute2 python3)
+PKGS=(pkg-config clang libclang-dev libfabric-dev libfabric-bin libhwloc-dev libibverbs-dev librdmacm-dev iproute2 python3)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -15,6 +15,9 @@
 //! }
 //! ```
 //!
+//! A target whose hardware is absent here ([`Target::unavailable`]) prints
+//! `SKIPPED: <why>` in every case instead of failing.
+//!
 //! Heavy cases scale with [`Target::scale`] (a slow provider gives less
 //! than one) but never drop below a meaningful size. A case a provider
 //! cannot do, as its [`crate::Caps`] say, prints `SKIPPED: <why>` and returns.
@@ -44,12 +47,46 @@ pub struct Target {
     pub spec_b: String,
     /// Work multiplier for the heavy cases (1.0 = full size).
     pub scale: f64,
+    /// When set, every case prints `SKIPPED: <why>` and passes (a backend
+    /// whose hardware is absent here, e.g. verbs without an RDMA device).
+    skip: Option<String>,
 }
 
 impl Target {
     /// A target at full scale.
     pub fn new(name: &'static str, register: fn(), spec_a: &str, spec_b: &str) -> Target {
-        Target { name, register, spec_a: spec_a.into(), spec_b: spec_b.into(), scale: 1.0 }
+        Target {
+            name,
+            register,
+            spec_a: spec_a.into(),
+            spec_b: spec_b.into(),
+            scale: 1.0,
+            skip: None,
+        }
+    }
+
+    /// A target that cannot run here: every case prints `SKIPPED: <why>`
+    /// and returns (say what is missing, e.g. "no RDMA device (...)").
+    pub fn unavailable(name: &'static str, register: fn(), why: impl Into<String>) -> Target {
+        let mut t = Target::new(name, register, "", "");
+        t.skip = Some(why.into());
+        t
+    }
+
+    /// Why the suite is skipped on this target, if it is.
+    pub fn skip_reason(&self) -> Option<&str> {
+        self.skip.as_deref()
+    }
+
+    /// Prints `SKIPPED: <why>` and returns true when the target is unavailable.
+    pub fn skipped(&self) -> bool {
+        match &self.skip {
+            Some(why) => {
+                println!("SKIPPED: {why}");
+                true
+            }
+            None => false,
+        }
     }
 
     /// The same target with a work multiplier.
@@ -319,14 +356,20 @@ macro_rules! conformance_suite {
                 Some((_, m)) => format!("{m}::peer_killed_broken_event"),
                 None => "peer_killed_broken_event".to_string(),
             };
-            $crate::conformance::cases::peer_killed_broken_event(&$target(), &name)
+            let t = $target();
+            if !t.skipped() {
+                $crate::conformance::cases::peer_killed_broken_event(&t, &name)
+            }
         }
     };
     (@cases $target:path; $($case:ident),* $(,)?) => {
         $(
             #[test]
             fn $case() {
-                $crate::conformance::cases::$case(&$target())
+                let t = $target();
+                if !t.skipped() {
+                    $crate::conformance::cases::$case(&t)
+                }
             }
         )*
     };
