@@ -67,6 +67,10 @@ pub(crate) struct EpShared {
     pub(crate) rx_done: AtomicU64,
     /// Highest `rx_done` value carried to the peer in any frame.
     pub(crate) acked_sent: AtomicU64,
+    /// Highest acknowledgement received from the peer (diagnostics).
+    pub(crate) acked_rcvd: AtomicU64,
+    /// Frames sent and received (diagnostics).
+    pub(crate) frames: [AtomicU64; 2],
     pub(crate) ended: AtomicBool,
     pub(crate) local_disconnect: AtomicBool,
     /// The receive side waits for a posted receive until this deadline.
@@ -165,6 +169,7 @@ impl EpShared {
         let mut st = tx.lock();
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
+        self.frames[0].fetch_add(1, Ordering::Relaxed);
         if tx.push(&mut st, &h, segs, false)? {
             drop(st);
             self.needs_driving();
@@ -215,6 +220,7 @@ impl EpShared {
         h.seq = seq;
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
+        self.frames[0].fetch_add(1, Ordering::Relaxed);
         match tx.push(&mut st, &h, payload, false) {
             Ok(queued) => {
                 drop(st);
@@ -312,6 +318,35 @@ impl EpShared {
         if let Some(k) = self.kick_fd.get() {
             let _ = rustix::io::write(k, &1u64.to_ne_bytes());
         }
+    }
+
+    /// A one-line picture of the endpoint's progress state (for diagnostics).
+    pub(crate) fn progress_note(&self) -> String {
+        let inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let recvs = self.recvs.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let txq = self.tx.get().map_or(0, |t| t.queued());
+        let txb = self.tx.get().map_or(0, |t| t.tx_bytes.load(Ordering::Relaxed));
+        let rx = match self.rx.try_lock() {
+            Ok(g) => g.as_ref().map_or("none".into(), |r| r.describe()),
+            Err(_) => "busy".into(),
+        };
+        format!(
+            "state={:?} inflight={inflight} recvs={recvs} txq={txq} tx_bytes={txb} rx=[{rx}] frames tx/rx={}/{} rx_done={} acked_sent={} acked_rcvd={} ack_due={:?} stalled={} active={} deep={} bg_polling={}",
+            self.state(),
+            self.frames[0].load(Ordering::Relaxed),
+            self.frames[1].load(Ordering::Relaxed),
+            self.rx_done.load(Ordering::SeqCst),
+            self.acked_sent.load(Ordering::SeqCst),
+            self.acked_rcvd.load(Ordering::SeqCst),
+            self.ack_due
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .map(|d| d.saturating_duration_since(Instant::now())),
+            self.stalled.load(Ordering::SeqCst),
+            self.active.load(Ordering::SeqCst),
+            self.deep.load(Ordering::SeqCst),
+            self.bg_polling.load(Ordering::SeqCst),
+        )
     }
 
     /// Schedules an acknowledgement `delay` from now (unless one is due sooner).
@@ -585,6 +620,8 @@ impl TcpEp {
                 recvs: Mutex::new(VecDeque::new()),
                 rx_done: AtomicU64::new(0),
                 acked_sent: AtomicU64::new(0),
+                acked_rcvd: AtomicU64::new(0),
+                frames: [AtomicU64::new(0), AtomicU64::new(0)],
                 ended: AtomicBool::new(false),
                 local_disconnect: AtomicBool::new(false),
                 stalled: AtomicBool::new(false),
@@ -707,7 +744,7 @@ impl Ep for TcpEp {
             max_dtos: self.sh.ia.cfg.max_dtos,
             max_recvs: self.sh.ia.cfg.max_recvs,
             max_sges: a.max_sges,
-            notes: vec![],
+            notes: vec![("progress".into(), self.sh.progress_note())],
         }
     }
 

@@ -81,6 +81,7 @@ pub(crate) struct RxState {
     /// Next expected request sequence number.
     expect: u64,
     ack_wanted: bool,
+    rx_bytes: u64,
 }
 
 enum Step {
@@ -98,7 +99,24 @@ impl RxState {
             phase: Phase::Header,
             expect: 1,
             ack_wanted: false,
+            rx_bytes: 0,
         }
+    }
+
+    /// The parser's state, for diagnostics.
+    pub(crate) fn describe(&self) -> String {
+        let phase = match &self.phase {
+            Phase::Header => "header".to_string(),
+            Phase::NeedRecv { h, .. } => format!("need-recv seq {}", h.seq),
+            Phase::Place { h, left, .. } => format!("place op {} seq {} left {left}", h.op, h.seq),
+            Phase::Drain { h, left, .. } => format!("drain seq {} left {left}", h.seq),
+        };
+        format!(
+            "{phase} buffered={} expect={} rx_bytes={}",
+            self.avail(),
+            self.expect,
+            self.rx_bytes
+        )
     }
 
     fn avail(&self) -> usize {
@@ -119,6 +137,7 @@ impl RxState {
             match sock.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(End::Broken(PEER_CLOSED.into())),
                 Ok(n) => {
+                    self.rx_bytes += n as u64;
                     self.end += n;
                     return Ok(true);
                 }
@@ -201,7 +220,10 @@ impl EpShared {
                             Ok(Ok(0)) => {
                                 return Err(End::Broken("stream ended inside a payload".into()));
                             }
-                            Ok(Ok(k)) => k as u64,
+                            Ok(Ok(k)) => {
+                                rx.rx_bytes += k as u64;
+                                k as u64
+                            }
                             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => 0,
                             Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
                                 rx.phase = Phase::Place { h, segs, idx, at, left, then };
@@ -276,6 +298,8 @@ impl EpShared {
 
     fn on_header(&self, rx: &mut RxState, h: Header) -> Result<Step, End> {
         let op = h.validate().map_err(|e| End::Broken(format!("protocol error: {e}")))?;
+        self.frames[1].fetch_add(1, Ordering::Relaxed);
+        self.acked_rcvd.fetch_max(h.ack, Ordering::Relaxed);
         if op.is_request() {
             if h.seq != rx.expect {
                 return Err(End::Broken(format!(

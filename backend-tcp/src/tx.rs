@@ -14,6 +14,7 @@ use socket2::SockRef;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A range of registered memory that a frame carries or that a response fills.
@@ -45,6 +46,8 @@ pub(crate) struct TxState {
 pub(crate) struct Tx {
     stream: TcpStream,
     st: Mutex<TxState>,
+    /// Bytes written to the socket (diagnostics).
+    pub(crate) tx_bytes: AtomicU64,
 }
 
 enum Progress {
@@ -78,6 +81,7 @@ impl Tx {
         Tx {
             stream,
             st: Mutex::new(TxState { queue: VecDeque::new(), closed: false, next_seq: 1 }),
+            tx_bytes: AtomicU64::new(0),
         }
     }
 
@@ -113,7 +117,9 @@ impl Tx {
         }
         let was_empty = st.queue.is_empty();
         if was_empty {
-            if let Progress::Done = write_some(&self.stream, &mut f)? {
+            let r = write_some(&self.stream, &mut f);
+            self.tx_bytes.fetch_add(f.sent as u64, Ordering::Relaxed);
+            if let Progress::Done = r? {
                 if last {
                     let _ = self.stream.shutdown(std::net::Shutdown::Write);
                 }
@@ -122,6 +128,11 @@ impl Tx {
         }
         st.queue.push_back(f);
         Ok(was_empty)
+    }
+
+    /// Frames waiting in the queue.
+    pub(crate) fn queued(&self) -> usize {
+        self.lock().queue.len()
     }
 
     /// Whether frames wait for the socket to drain.
@@ -142,7 +153,10 @@ impl Tx {
     fn flush_locked(&self, st: &mut TxState) -> io::Result<bool> {
         let mut moved = false;
         while let Some(f) = st.queue.front_mut() {
-            match write_some(&self.stream, f) {
+            let before = f.sent;
+            let r = write_some(&self.stream, f);
+            self.tx_bytes.fetch_add((f.sent - before) as u64, Ordering::Relaxed);
+            match r {
                 Ok(Progress::Done) => {
                     let f = st.queue.pop_front().expect("front");
                     if f.last {

@@ -212,8 +212,8 @@ impl Evd for VerbsEvd {
         Ok(())
     }
 
-    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
-        Some(self.epoll.raw())
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        Some(self.epoll.borrow())
     }
 
     fn arm(&self) -> bool {

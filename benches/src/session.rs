@@ -22,7 +22,7 @@ const CTRL: u64 = 128;
 const RING: u64 = 64;
 const SEND_BIT: u64 = 1 << 40;
 /// How long any single wait may last before the run is declared stuck.
-pub(crate) const STUCK: Duration = Duration::from_secs(60);
+pub(crate) const STUCK: Duration = Duration::from_secs(20);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -221,7 +221,17 @@ impl Conn {
     /// (notify → ack, ping → write back + pong) on the way.
     fn next(&mut self) -> Result<Ctrl> {
         loop {
-            let c = match self.evd.wait(Some(STUCK), 1)? {
+            let stuck = std::env::var("RMR_BENCH_STUCK_S")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .map_or(STUCK, Duration::from_secs);
+            let ev = self.evd.wait(Some(stuck), 1);
+            if matches!(ev, Err(Error::Timeout)) {
+                for (k, v) in self.ep.attr().notes {
+                    eprintln!("# stuck: {k} = {v}");
+                }
+            }
+            let c = match ev? {
                 Event::Dto(c) => c,
                 _ => continue,
             };

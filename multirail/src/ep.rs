@@ -1072,6 +1072,27 @@ impl Ep for MrEp {
             .map(|r| format!("{:.0}", if r.secs > 0.0 { r.bytes / r.secs * 8e-6 } else { 0.0 }))
             .collect();
         notes.push(("rail_mbps_est".into(), r.join(",")));
+        {
+            let st = c.lock();
+            notes.push((
+                "state".into(),
+                format!(
+                    "reqs={} deferred={} recvs={} posted={:?} completed={:?} outstanding={:?}",
+                    st.reqs.len(),
+                    st.deferred.len(),
+                    st.recvs.len(),
+                    st.posted,
+                    st.completed,
+                    st.planner.outstanding()
+                ),
+            ));
+        }
+        for (i, r) in c.rails.iter().enumerate() {
+            for (k, v) in r.ep.attr().notes {
+                notes.push((format!("rail{i}.{k}"), v));
+            }
+            notes.push((format!("rail{i}.evd_len"), r.evd.len().to_string()));
+        }
         let r0 = c.rails[0].ep.attr();
         EpAttr {
             max_msg_size: r0.max_msg_size,

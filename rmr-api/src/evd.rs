@@ -251,6 +251,17 @@ impl SoftEvd {
     /// look at their drivers again (a driver's interest changed).
     pub fn wake(&self) {
         self.wake_pollers();
+        // Waiters of EVDs that drive through this one (see `drive_through`,
+        // paired with `observe`) poll these drivers too.
+        if self.has_observers.load(Ordering::Acquire) {
+            let o: SmallVec<[Arc<SoftEvd>; 4]> = {
+                let o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+                o.iter().filter_map(Weak::upgrade).collect()
+            };
+            for e in o {
+                e.wake_pollers();
+            }
+        }
     }
 
     /// Makes `by` be poked (see [`SoftEvd::wait_or_poke`]) whenever an event
@@ -348,7 +359,9 @@ impl SoftEvd {
                 }
                 fds.push(PollFd::from_borrowed_fd(fd, f));
             }
-            if let Some(dl) = w.deadline {
+            // A flushing helper leaves the drivers' timers to their waiters and
+            // progress threads (it does not drive what it does not poll).
+            if let Some(dl) = w.deadline.filter(|_| !writes_only) {
                 until = Some(until.map_or(dl, |u| u.min(dl)));
             }
         }

@@ -89,6 +89,12 @@ impl Epoll {
     pub(crate) fn raw(&self) -> RawFd {
         self.0.as_raw_fd()
     }
+
+    /// The epoll descriptor, borrowed for `poll(2)` by a layer above.
+    pub(crate) fn borrow(&self) -> std::os::fd::BorrowedFd<'_> {
+        use std::os::fd::AsFd;
+        self.0.as_fd()
+    }
 }
 
 /// Waits until one of `fds` is readable or `timeout` passes (`None`: forever).
