@@ -212,6 +212,8 @@ impl EpShared {
     fn cqs(&self) -> Result<Vec<(Arc<Cq>, u64)>> {
         let txf = (sys::FI_TRANSMIT as u64) | sys::FI_SELECTIVE_COMPLETION;
         let rq = self.req.cq_for(&self.pz.domain)?;
+        self.req.start_pump();
+        self.rcv.start_pump();
         if Arc::ptr_eq(&self.req, &self.rcv) {
             Ok(vec![(rq, txf | sys::FI_RECV as u64)])
         } else {

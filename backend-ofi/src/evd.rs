@@ -7,13 +7,13 @@
 //! events keep the CQ's order. A waiter blocks in `fi_cq_sread` in slices;
 //! events queued from elsewhere wake it with `fi_cq_signal`.
 
-use crate::ffi::{Cq, Cqe, Domain, Fabric};
+use crate::ffi::{Cq, Cqe, Domain, EventFd, Fabric};
 use crate::ia::IaShared;
 use rmr_api::{Error, Event, Evd, Result};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -34,11 +34,20 @@ pub(crate) struct EvdShared {
     spin: Duration,
     cq_size: usize,
     fd_ok: bool,
+    /// With a pump thread: its own fd, signalled on every queued event.
+    efd: Option<EventFd>,
+    /// Whether a pump thread reads the CQs (providers that progress only
+    /// inside CQ calls, like tcp in libfabric 1.x, need one for one-sided
+    /// operations to land while the target application is busy elsewhere).
+    pump: bool,
+    pump_started: AtomicBool,
+    pub(crate) stop: AtomicBool,
 }
 
 impl EvdShared {
     fn new(ia: &Arc<IaShared>) -> Result<EvdShared> {
         let size = ia.feat.cq_size;
+        let pump = ia.feat.pump;
         // Prefer a CQ with an fd wait object (for Evd::wait_fd); fall back to any.
         let (cq, fd) = match Cq::open(&ia.default_domain, size, true) {
             Ok(cq) => {
@@ -62,12 +71,40 @@ impl EvdShared {
             waiters: AtomicUsize::new(0),
             cqs: RwLock::new(vec![cq]),
             reader: Mutex::new(Vec::with_capacity(64)),
-            wait_fd: fd,
+            wait_fd: if pump { None } else { fd },
             capacity: 1 << 20,
             spin,
             cq_size: size,
-            fd_ok: fd.is_some(),
+            fd_ok: fd.is_some() && !pump,
+            efd: if pump { Some(EventFd::new()?) } else { None },
+            pump,
+            pump_started: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
         })
+    }
+
+    /// Starts the pump thread (once), when the EVD has one.
+    pub(crate) fn start_pump(self: &Arc<Self>) {
+        if !self.pump || self.pump_started.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let me = self.clone();
+        let spawned = std::thread::Builder::new()
+            .name("rmr-ofi-pump".into())
+            .stack_size(256 << 10)
+            .spawn(move || {
+                while !me.stop.load(Ordering::Acquire) {
+                    let single = me.cqs.read().unwrap_or_else(|e| e.into_inner()).len() == 1;
+                    if !me.progress_blocking(if single { SLICE } else { Duration::ZERO })
+                        || !single
+                    {
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            });
+        if spawned.is_err() {
+            self.pump_started.store(false, Ordering::Release);
+        }
     }
 
     /// The CQ of this EVD in `domain`, opened on first use.
@@ -100,6 +137,9 @@ impl EvdShared {
             self.push_locked(&mut q, ev);
         }
         self.cv.notify_all();
+        if let Some(e) = &self.efd {
+            e.signal();
+        }
         if self.waiters.load(Ordering::Acquire) > 0 || self.fd_ok {
             for c in self.cqs.read().unwrap_or_else(|e| e.into_inner()).iter() {
                 c.signal();
@@ -131,6 +171,9 @@ impl EvdShared {
             }
             drop(q);
             self.cv.notify_all();
+            if let Some(e) = &self.efd {
+                e.signal();
+            }
         }
         for (ep, why) in broken {
             ep.teardown(Some(why));
@@ -141,9 +184,21 @@ impl EvdShared {
     /// fi_cq_sread that long when there is a single CQ. Returns false when
     /// another thread is reading them right now.
     pub(crate) fn progress(&self, block: Duration) -> bool {
-        let Ok(mut buf) = self.reader.try_lock() else {
+        let Ok(buf) = self.reader.try_lock() else {
             return false;
         };
+        self.read_cqs(buf, block);
+        true
+    }
+
+    /// Like `progress`, but waits for the reader lock (the pump).
+    fn progress_blocking(&self, block: Duration) -> bool {
+        let buf = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        self.read_cqs(buf, block);
+        true
+    }
+
+    fn read_cqs(&self, mut buf: std::sync::MutexGuard<'_, Vec<Cqe>>, block: Duration) {
         let cqs: Vec<Arc<Cq>> = self.cqs.read().unwrap_or_else(|e| e.into_inner()).clone();
         let mut got = false;
         for (i, cq) in cqs.iter().enumerate() {
@@ -170,7 +225,6 @@ impl EvdShared {
             }
         }
         self.process(&mut buf);
-        true
     }
 
     /// Like `progress`, waiting briefly for the reader lock (teardown uses it
@@ -228,7 +282,7 @@ impl EvdShared {
             };
             let slice = left.min(SLICE);
             self.waiters.fetch_add(1, Ordering::AcqRel);
-            let mine = self.progress(if single { slice } else { Duration::ZERO });
+            let mine = !self.pump && self.progress(if single { slice } else { Duration::ZERO });
             if !mine || !single {
                 // Someone else reads the CQ (or there are several): sleep on the queue.
                 let q = self.q.lock().unwrap_or_else(|e| e.into_inner());
@@ -280,11 +334,19 @@ impl Evd for OfiEvd {
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
-        self.sh.wait_fd
+        match &self.sh.efd {
+            Some(e) => Some(e.raw()),
+            None => self.sh.wait_fd,
+        }
     }
 
     fn arm(&self) -> bool {
         let sh = &self.sh;
+        if let Some(e) = &sh.efd {
+            // The pump signals the fd after queueing: reset, then re-check.
+            e.reset();
+            return sh.queued.load(Ordering::Acquire) == 0;
+        }
         if sh.wait_fd.is_none() || sh.queued.load(Ordering::Acquire) > 0 {
             return false;
         }
@@ -298,5 +360,14 @@ impl Evd for OfiEvd {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl Drop for OfiEvd {
+    fn drop(&mut self) {
+        self.sh.stop.store(true, Ordering::Release);
+        for c in self.sh.cqs.read().unwrap_or_else(|e| e.into_inner()).iter() {
+            c.signal();
+        }
     }
 }

@@ -762,3 +762,36 @@ impl Mr {
         unsafe { sys::rfi_mr_desc(self.raw()) as usize }
     }
 }
+
+/// A Linux eventfd: the wait fd of an EVD whose CQ is read by a pump thread.
+pub(crate) struct EventFd(std::os::fd::OwnedFd);
+
+impl EventFd {
+    pub(crate) fn new() -> Result<EventFd> {
+        // SAFETY: plain syscall; a valid fd is returned or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(Error::io("eventfd", std::io::Error::last_os_error()));
+        }
+        // SAFETY: fd is a fresh descriptor we own.
+        Ok(EventFd(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }))
+    }
+
+    pub(crate) fn raw(&self) -> i32 {
+        std::os::fd::AsRawFd::as_raw_fd(&self.0)
+    }
+
+    /// Makes the fd readable.
+    pub(crate) fn signal(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a valid u64 to our fd.
+        unsafe { libc::write(self.raw(), (&raw const one).cast(), 8) };
+    }
+
+    /// Makes the fd unreadable again.
+    pub(crate) fn reset(&self) {
+        let mut v: u64 = 0;
+        // SAFETY: reads 8 bytes into a valid u64 from our non-blocking fd.
+        unsafe { libc::read(self.raw(), (&raw mut v).cast(), 8) };
+    }
+}

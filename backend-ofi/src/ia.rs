@@ -54,6 +54,8 @@ pub(crate) struct Features {
     pub(crate) bounce_max: u64,
     /// CQ entries per EVD CQ.
     pub(crate) cq_size: usize,
+    /// Whether each EVD runs a pump thread reading its CQ (see [`crate::evd`]).
+    pub(crate) pump: bool,
 }
 
 pub(crate) struct IaShared {
@@ -262,6 +264,11 @@ fn features(info: &Info) -> Features {
         delivery_complete: env_u64("RMR_OFI_DELIVERY_COMPLETE", 1) != 0,
         bounce_max: env_u64("RMR_OFI_BOUNCE_MAX", 64 << 10),
         cq_size: env_u64("RMR_OFI_CQ_SIZE", 16384) as usize,
+        pump: match std::env::var("RMR_OFI_PROGRESS_THREAD").as_deref() {
+            Ok("1" | "on" | "yes") => true,
+            Ok("0" | "off" | "no") => false,
+            _ => matches!(prov.as_str(), "tcp" | "net" | "udp"),
+        },
         prov,
     }
 }
