@@ -180,19 +180,19 @@ impl OfiIa {
             }
         }
         let probe = probe.map_err(|e| no_device(&spec, &e))?;
-        // Optional capabilities the provider offers: ask for them explicitly.
-        let extra = probe.caps() & (sys::FI_ATOMIC | sys::FI_FENCE) as u64;
-        let info = if extra != 0 {
+        // Optional capabilities: a provider grants only what is asked for, so
+        // ask for each combination, richest first.
+        let (a, f) = (sys::FI_ATOMIC as u64, sys::FI_FENCE as u64);
+        let mut chosen = None;
+        for extra in [a | f, a, f] {
             let mut h2 = hints.clone();
             h2.caps |= extra;
-            Info::get(&h2, node.as_deref(), None, true).map(|i| (i, h2)).ok()
-        } else {
-            None
-        };
-        let (info, hints) = match info {
-            Some((i, h)) => (i, h),
-            None => (probe, hints),
-        };
+            if let Ok(i) = Info::get(&h2, node.as_deref(), None, true) {
+                chosen = Some((i, h2));
+                break;
+            }
+        }
+        let (info, hints) = chosen.unwrap_or((probe, hints));
         let fabric = Fabric::open(&info)?;
         let eq = Eq::open(&fabric)?;
         let default_domain = Domain::open(&fabric, &info)?;
