@@ -205,6 +205,11 @@ impl OfiIa {
         if feat.atomics && !feat.mr_local {
             caps |= Caps::ATOMICS;
         }
+        // Providers that acknowledge a delivery-complete send only after the
+        // receiver matched it, and break the connection on a truncation.
+        if feat.delivery_complete && matches!(feat.prov.as_str(), "tcp" | "net" | "verbs") {
+            caps |= Caps::OVERRUN_AT_SENDER;
+        }
         let attr = IaAttr {
             provider: "ofi".into(),
             address: ip.map_or_else(|| "0.0.0.0".into(), |i| i.to_string()),
