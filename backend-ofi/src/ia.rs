@@ -174,7 +174,7 @@ impl OfiIa {
         let mut probe = Err(Error::invalid("unreached"));
         for order in [ORDER_ALL, ORDER_ALL & !(sys::FI_ORDER_WAR as u64), ORDER_NEED] {
             hints.msg_order = order;
-            probe = Info::get(&hints, node.as_deref(), None, true);
+            probe = Info::get(&hints, node.as_deref(), None, node.is_some());
             if probe.is_ok() {
                 break;
             }
@@ -187,7 +187,7 @@ impl OfiIa {
         for extra in [a | f, a, f] {
             let mut h2 = hints.clone();
             h2.caps |= extra;
-            if let Ok(i) = Info::get(&h2, node.as_deref(), None, true) {
+            if let Ok(i) = Info::get(&h2, node.as_deref(), None, node.is_some()) {
                 chosen = Some((i, h2));
                 break;
             }
@@ -197,7 +197,7 @@ impl OfiIa {
         let eq = Eq::open(&fabric)?;
         let default_domain = Domain::open(&fabric, &info)?;
         let feat = features(&info);
-        let ip = info.src_addr().map(|a| a.ip()).or(spec.ip);
+        let ip = if node.is_some() { info.src_addr().map(|a| a.ip()).or(spec.ip) } else { spec.ip };
         let mut caps = Caps::RDMA_READ;
         if feat.cq_data >= 8 {
             caps |= Caps::WRITE_IMM;

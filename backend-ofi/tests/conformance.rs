@@ -22,12 +22,12 @@ fn register() {
 }
 
 fn tcp() -> Target {
-    Target::new("ofi-tcp", register, "ofi:tcp:127.0.0.1", "ofi:tcp:127.0.0.1").scaled(0.5)
+    Target::new("ofi-tcp", register, "ofi:tcp:127.0.0.1", "ofi:tcp:127.0.0.1")
 }
 
 fn sockets() -> Target {
     Target::new("ofi-sockets", register, "ofi:sockets:127.0.0.1", "ofi:sockets:127.0.0.1")
-        .scaled(0.1)
+        .scaled(0.5)
 }
 
 mod conformance {
