@@ -20,7 +20,10 @@ fn main() {
     };
 
     let mut cc = cc::Build::new();
-    cc.file("csrc/shim.c").include("csrc").warnings(true).flag_if_supported("-Wno-deprecated-declarations");
+    cc.file("csrc/shim.c")
+        .include("csrc")
+        .warnings(true)
+        .flag_if_supported("-Wno-deprecated-declarations");
     for p in &lib.include_paths {
         cc.include(p);
     }

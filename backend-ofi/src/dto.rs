@@ -109,7 +109,11 @@ fn tx_status(err: i32) -> Status {
 }
 
 impl EpShared {
-    fn check_sges(&self, local: &[Sge<'_>], need: Access) -> Result<(SmallVec<[Iov; 4]>, Keep, u64)> {
+    fn check_sges(
+        &self,
+        local: &[Sge<'_>],
+        need: Access,
+    ) -> Result<(SmallVec<[Iov; 4]>, Keep, u64)> {
         let f = &self.ia.feat;
         let total = check_local_sges(local, self.pz.id, need, self.ia.attr.max_sges)?;
         if total > self.ia.attr.max_msg_size {
@@ -313,9 +317,8 @@ impl EpShared {
                     &mut |ep, tok, fl| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
                     call,
                 )?;
-                let data = (KIND_IMM << KIND_SHIFT)
-                    | ((total.min(LEN_MASK)) << 32)
-                    | u64::from(imm);
+                let data =
+                    (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
                 let smeta = self.user_meta(cookie, op, flags, total, keep);
                 self.post_tx(
                     smeta,
@@ -343,8 +346,7 @@ impl EpShared {
         if !self.ia.attr.caps.contains(rmr_api::Caps::ATOMICS) {
             return Err(Error::Unsupported(what));
         }
-        if self.state() == rmr_api::EpState::Connected && !self.atomics_ok.load(Ordering::Acquire)
-        {
+        if self.state() == rmr_api::EpState::Connected && !self.atomics_ok.load(Ordering::Acquire) {
             return Err(Error::Unsupported(what));
         }
         if result.len != 8 {
@@ -361,8 +363,7 @@ impl EpShared {
         let ops = Box::new([operand, compare.unwrap_or(0)]);
         let (p_op, p_cmp) = (&ops[0] as *const u64, &ops[1] as *const u64);
         meta.operand = Some(ops);
-        meta.result =
-            Some((result.lmr.region().clone(), result.lmr.offset() + result.offset));
+        meta.result = Some((result.lmr.region().clone(), result.lmr.offset() + result.offset));
         let res = iov[0];
         self.post_tx(
             meta,
@@ -474,7 +475,8 @@ impl EpShared {
 
     /// After a failed set-up closed the endpoint: its receives are pending again.
     pub(crate) fn unpost_recvs(&self) {
-        if self.state() == rmr_api::EpState::Pending || self.state() == rmr_api::EpState::Unconnected
+        if self.state() == rmr_api::EpState::Pending
+            || self.state() == rmr_api::EpState::Unconnected
         {
             for m in self.rx.lock().unwrap_or_else(|e| e.into_inner()).q.iter_mut() {
                 m.posted = false;
@@ -562,9 +564,11 @@ impl EpShared {
             };
             return (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, c.len))), why);
         }
-        let kind = if c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 { c.data >> KIND_SHIFT } else { 0 };
+        let kind =
+            if c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 { c.data >> KIND_SHIFT } else { 0 };
         if kind == KIND_IMM {
-            let mut d = self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, (c.data >> 32) & LEN_MASK);
+            let mut d =
+                self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, (c.data >> 32) & LEN_MASK);
             d.imm = Some(c.data & 0xffff_ffff);
             return (Some(Event::Dto(d)), None);
         }
@@ -572,7 +576,10 @@ impl EpShared {
         if let Some(b) = &m.bounce {
             if len > m.total {
                 let d = self.dto(m.cookie, DtoOp::Recv, Status::RecvTooSmall, len);
-                return (Some(Event::Dto(d)), Some("message larger than the posted receive".into()));
+                return (
+                    Some(Event::Dto(d)),
+                    Some("message larger than the posted receive".into()),
+                );
             }
             let mut at = 0usize;
             for (r, off, l) in &m.segs {
@@ -590,9 +597,12 @@ impl EpShared {
     }
 }
 
+/// An endpoint to break, and why.
+pub(crate) type Breaks = (Arc<EpShared>, String);
+
 /// Translates one CQ entry: the event to queue (if any) and an endpoint to
 /// break (with why), e.g. after a receive that was too small.
-pub(crate) fn on_cqe(c: &Cqe) -> Option<(Option<Event>, Option<(Arc<EpShared>, String)>)> {
+pub(crate) fn on_cqe(c: &Cqe) -> Option<(Option<Event>, Option<Breaks>)> {
     let idx = (c.token >> 40) as u32;
     if idx == 0 {
         return None;

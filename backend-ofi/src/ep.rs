@@ -112,6 +112,8 @@ pub(crate) struct EpShared {
     pub(crate) idx: u32,
     pub(crate) ia: Arc<IaShared>,
     pub(crate) pz: Arc<PzShared>,
+    /// Keeps the user's EVD handles (and so their pump threads) alive.
+    #[allow(dead_code)]
     pub(crate) evds: EpEvds,
     pub(crate) req: Arc<EvdShared>,
     pub(crate) rcv: Arc<EvdShared>,
@@ -226,10 +228,8 @@ impl EpShared {
     fn open_fid(&self, info: Info) -> Result<Arc<EpH>> {
         let ep = Arc::new(EpH::open(&self.pz.domain, info, &self.ia.eq, &self.cqs()?)?);
         let addr = ep.raw() as usize;
-        self.ia.eps.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, {
-            let me = lookup(self.idx).map(|a| Arc::downgrade(&a)).unwrap_or_default();
-            me
-        });
+        let me = lookup(self.idx).map(|a| Arc::downgrade(&a)).unwrap_or_default();
+        self.ia.eps.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, me);
         *self.fid_addr.lock().unwrap_or_else(|e| e.into_inner()) = addr;
         self.atomics_ok.store(self.ia.feat.atomics && ep.atomics_valid(), Ordering::Release);
         *self.fid.write().unwrap_or_else(|e| e.into_inner()) = Some(ep.clone());
@@ -301,10 +301,8 @@ impl EpShared {
                 self.close_fid();
                 self.set_state(EpState::Unconnected);
                 if let Error::Rejected { private_data } = &e {
-                    self.conn_evd.push(Event::Rejected {
-                        ep: self.id,
-                        private_data: private_data.clone(),
-                    });
+                    self.conn_evd
+                        .push(Event::Rejected { ep: self.id, private_data: private_data.clone() });
                 }
                 Err(e)
             }
@@ -364,7 +362,8 @@ impl EpShared {
         };
         drop(c);
         if self.peer.get().is_none() {
-            let p = self.fid.read().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|e| e.peer());
+            let p =
+                self.fid.read().unwrap_or_else(|e| e.into_inner()).as_ref().and_then(|e| e.peer());
             if let Some(p) = p {
                 let _ = self.peer.set(p);
             }
@@ -382,7 +381,10 @@ impl EpShared {
                 let e = if let Some(_h) = CmHdr::parse(&data, CmHdr::REJECT) {
                     Error::Rejected { private_data: data[CM_HDR..].to_vec() }
                 } else if err == sys::FI_ECONNREFUSED as i32 {
-                    Error::io("connect", std::io::Error::from(std::io::ErrorKind::ConnectionRefused))
+                    Error::io(
+                        "connect",
+                        std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+                    )
                 } else if err == sys::FI_ETIMEDOUT as i32 {
                     Error::Timeout
                 } else {
@@ -491,6 +493,7 @@ impl Ep for OfiEp {
                 ("ofi.mr_local".into(), f.mr_local.to_string()),
                 ("ofi.virt_addr".into(), f.virt_addr.to_string()),
                 ("ofi.prov_key".into(), f.prov_key.to_string()),
+                ("ofi.msg_order".into(), format!("{:#x}", f.msg_order)),
             ],
         }
     }
@@ -547,7 +550,9 @@ impl Ep for OfiEp {
         flags: DtoFlags,
     ) -> Result<()> {
         if self.sh.ia.feat.cq_data < 8 {
-            return Err(Error::Unsupported("rdma write with immediate (provider cq_data_size < 8)"));
+            return Err(Error::Unsupported(
+                "rdma write with immediate (provider cq_data_size < 8)",
+            ));
         }
         self.sh.post_rma(false, local, remote, remote_offset, Some(imm), cookie, flags)
     }

@@ -9,7 +9,7 @@
 
 use crate::ffi::{Cq, Cqe, Domain, EventFd, Fabric};
 use crate::ia::IaShared;
-use rmr_api::{Error, Event, Evd, Result};
+use rmr_api::{Error, Evd, Event, Result};
 use std::any::Any;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
@@ -52,8 +52,7 @@ impl EvdShared {
         let (cq, fd) = match Cq::open(&ia.default_domain, size, true) {
             Ok(cq) => {
                 let fd = cq.wait_fd();
-                let ok = fd.is_some()
-                    && ia.fabric.trywait(&cq) != -(ofi_sys::FI_ENOSYS as i32);
+                let ok = fd.is_some() && ia.fabric.trywait(&cq) != -(ofi_sys::FI_ENOSYS as i32);
                 (cq, if ok { fd } else { None })
             }
             Err(_) => (Cq::open(&ia.default_domain, size, false)?, None),
@@ -95,8 +94,7 @@ impl EvdShared {
             .spawn(move || {
                 while !me.stop.load(Ordering::Acquire) {
                     let single = me.cqs.read().unwrap_or_else(|e| e.into_inner()).len() == 1;
-                    if !me.progress_blocking(if single { SLICE } else { Duration::ZERO })
-                        || !single
+                    if !me.progress_blocking(if single { SLICE } else { Duration::ZERO }) || !single
                     {
                         std::thread::sleep(Duration::from_micros(200));
                     }
@@ -218,7 +216,10 @@ impl EvdShared {
                     Ok(false) => break,
                     Err(e) => {
                         let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-                        self.push_locked(&mut q, Event::AsyncError { ep: None, what: e.to_string() });
+                        self.push_locked(
+                            &mut q,
+                            Event::AsyncError { ep: None, what: e.to_string() },
+                        );
                         break;
                     }
                 }

@@ -184,11 +184,8 @@ impl Info {
                 std::ptr::copy_nonoverlapping(b.as_ptr(), m, b.len());
                 (*i).src_addr = m.cast();
                 (*i).src_addrlen = b.len();
-                (*i).addr_format = if src.is_ipv4() {
-                    sys::FI_SOCKADDR_IN
-                } else {
-                    sys::FI_SOCKADDR_IN6
-                };
+                (*i).addr_format =
+                    if src.is_ipv4() { sys::FI_SOCKADDR_IN } else { sys::FI_SOCKADDR_IN6 };
             }
         }
         let node_c = node.map(CString::new).transpose().map_err(|_| Error::invalid("NUL"))?;
@@ -392,12 +389,16 @@ impl Domain {
 
 impl Eq {
     pub(crate) fn open(fabric: &Arc<Fabric>) -> Result<Arc<Eq>> {
-        let mut attr = sys::fi_eq_attr { size: 1024, wait_obj: sys::FI_WAIT_UNSPEC, ..Default::default() };
+        let mut attr =
+            sys::fi_eq_attr { size: 1024, wait_obj: sys::FI_WAIT_UNSPEC, ..Default::default() };
         let mut eq: *mut sys::fid_eq = null_mut();
         // SAFETY: attr and eq are valid for the call.
         let ret = unsafe { sys::rfi_eq_open(fabric.raw(), &mut attr, &mut eq, null_mut()) };
         check("fi_eq_open", ret)?;
-        Ok(Arc::new(Eq { ptr: NonNull::new(eq).expect("fi_eq_open set the eq"), fabric: fabric.clone() }))
+        Ok(Arc::new(Eq {
+            ptr: NonNull::new(eq).expect("fi_eq_open set the eq"),
+            fabric: fabric.clone(),
+        }))
     }
 }
 
@@ -433,7 +434,11 @@ impl Eq {
             // SAFETY: e is a valid out-parameter; err_data null/0 lets the provider lend its buffer.
             let r = unsafe { sys::rfi_eq_readerr(self.raw(), &mut e, 0) };
             if r < 0 {
-                return if r == EAGAIN { Ok(EqEvent::None) } else { Err(fi_error("fi_eq_readerr", r)) };
+                return if r == EAGAIN {
+                    Ok(EqEvent::None)
+                } else {
+                    Err(fi_error("fi_eq_readerr", r))
+                };
             }
             let data = if e.err_data.is_null() || e.err_data_size == 0 {
                 Vec::new()
@@ -509,7 +514,10 @@ impl Cq {
         // SAFETY: attr and cq are valid for the call.
         let ret = unsafe { sys::rfi_cq_open(domain.raw(), &mut attr, &mut cq, null_mut()) };
         check("fi_cq_open", ret)?;
-        Ok(Arc::new(Cq { ptr: NonNull::new(cq).expect("fi_cq_open set the cq"), domain: domain.clone() }))
+        Ok(Arc::new(Cq {
+            ptr: NonNull::new(cq).expect("fi_cq_open set the cq"),
+            domain: domain.clone(),
+        }))
     }
 
     /// The wait fd (FI_GETWAIT), when the CQ has one.
@@ -546,7 +554,13 @@ impl Cq {
         // SAFETY: buf has room for 32 entries of the CQ's format (FI_CQ_FORMAT_DATA).
         let n = unsafe {
             if timeout_ms > 0 {
-                sys::rfi_cq_sread(self.raw(), buf.as_mut_ptr().cast(), buf.len(), null(), timeout_ms)
+                sys::rfi_cq_sread(
+                    self.raw(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    null(),
+                    timeout_ms,
+                )
             } else {
                 sys::rfi_cq_read(self.raw(), buf.as_mut_ptr().cast(), buf.len())
             }
@@ -614,23 +628,6 @@ impl Pep {
         let ret = unsafe { sys::rfi_reject(self.raw(), handle, pd.as_ptr().cast(), pd.len()) };
         check("fi_reject", ret)
     }
-
-    /// FI_OPT_CM_DATA_SIZE: the largest private data the provider carries.
-    pub(crate) fn cm_data_size(&self) -> Option<usize> {
-        let mut v: usize = 0;
-        let mut len = std::mem::size_of::<usize>();
-        // SAFETY: v and len are valid out-parameters of the right size.
-        let ret = unsafe {
-            sys::rfi_getopt(
-                self.fid(),
-                sys::FI_OPT_ENDPOINT as i32,
-                sys::FI_OPT_CM_DATA_SIZE as i32,
-                (&raw mut v).cast(),
-                &mut len,
-            )
-        };
-        (ret == 0 && v > 0).then_some(v)
-    }
 }
 
 fn getname(fid: *mut sys::fid) -> Option<SocketAddr> {
@@ -679,7 +676,12 @@ impl EpH {
         // SAFETY: the destination address comes from the info the ep was opened with
         // (owned by self); pd valid.
         let ret = unsafe {
-            sys::rfi_connect(self.raw(), (*self.info.as_ptr()).dest_addr, pd.as_ptr().cast(), pd.len())
+            sys::rfi_connect(
+                self.raw(),
+                (*self.info.as_ptr()).dest_addr,
+                pd.as_ptr().cast(),
+                pd.len(),
+            )
         };
         check("fi_connect", ret)
     }
@@ -710,9 +712,8 @@ impl EpH {
     pub(crate) fn atomics_valid(&self) -> bool {
         let mut n: usize = 0;
         // SAFETY: live ep, n is an out-parameter.
-        let fa = unsafe {
-            sys::rfi_fetch_atomicvalid(self.raw(), sys::FI_UINT64, sys::FI_SUM, &mut n)
-        };
+        let fa =
+            unsafe { sys::rfi_fetch_atomicvalid(self.raw(), sys::FI_UINT64, sys::FI_SUM, &mut n) };
         let mut m: usize = 0;
         // SAFETY: as above.
         let cs = unsafe {

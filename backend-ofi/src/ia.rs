@@ -103,9 +103,7 @@ pub(crate) fn parse_spec(rest: &str) -> Result<Spec> {
         return Ok(Spec { prov: None, ip: Some(ip) });
     }
     let (prov, addr) = rest.split_once(':').unwrap_or((rest, ""));
-    if prov.is_empty()
-        || !prov.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ';')
-    {
+    if prov.is_empty() || !prov.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ';') {
         return Err(bad("expected `ofi:[<provider>:]<local IP>`, e.g. `ofi:tcp:127.0.0.1`"));
     }
     let addr = addr.trim().trim_matches(['[', ']']);
@@ -278,7 +276,10 @@ fn features(info: &Info) -> Features {
     }
 }
 
-pub(crate) fn ofi_evd(evd: &Arc<dyn Evd>, ia: &Arc<IaShared>) -> Result<Arc<crate::evd::EvdShared>> {
+pub(crate) fn ofi_evd(
+    evd: &Arc<dyn Evd>,
+    ia: &Arc<IaShared>,
+) -> Result<Arc<crate::evd::EvdShared>> {
     let e = evd
         .as_any()
         .downcast_ref::<OfiEvd>()
@@ -337,7 +338,10 @@ mod tests {
             ip: ip.map(|i| i.parse().unwrap()),
         };
         assert_eq!(parse_spec("tcp:127.0.0.1").unwrap(), s(Some("tcp"), Some("127.0.0.1")));
-        assert_eq!(parse_spec("sockets:198.18.0.1").unwrap(), s(Some("sockets"), Some("198.18.0.1")));
+        assert_eq!(
+            parse_spec("sockets:198.18.0.1").unwrap(),
+            s(Some("sockets"), Some("198.18.0.1"))
+        );
         assert_eq!(parse_spec("127.0.0.1").unwrap(), s(None, Some("127.0.0.1")));
         assert_eq!(parse_spec("::1").unwrap(), s(None, Some("::1")));
         assert_eq!(parse_spec("tcp:[::1]").unwrap(), s(Some("tcp"), Some("::1")));

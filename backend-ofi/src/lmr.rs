@@ -25,7 +25,12 @@ pub(crate) fn fi_access(a: Access) -> u64 {
 
 /// Registers `[addr, addr+len)` in `pz`'s domain with a fresh key.
 /// Returns the registration and the key a peer must use.
-pub(crate) fn reg_raw(pz: &PzShared, addr: *const u8, len: usize, access: u64) -> Result<(Mr, u64)> {
+pub(crate) fn reg_raw(
+    pz: &PzShared,
+    addr: *const u8,
+    len: usize,
+    access: u64,
+) -> Result<(Mr, u64)> {
     let f = &pz.ia.feat;
     let mut last = None;
     for _ in 0..8 {
@@ -113,7 +118,11 @@ impl Lmr for OfiLmr {
         self.inner.pz_id
     }
     fn rmr_context(&self) -> RmrContext {
-        RmrContext::new(self.inner.key, self.inner.region.addr() + self.inner.offset, self.inner.len)
+        RmrContext::new(
+            self.inner.key,
+            self.inner.region.addr() + self.inner.offset,
+            self.inner.len,
+        )
     }
     fn is_registered(&self) -> bool {
         self.inner.registered.load(Ordering::Acquire)

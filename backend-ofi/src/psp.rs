@@ -49,9 +49,11 @@ impl OfiPsp {
         let node = ia.ip.filter(|i| !i.is_unspecified()).map(|i| i.to_string());
         let mut hints = ia.hints.clone();
         hints.src = None;
-        let info = crate::ffi::Info::get(&hints, node.as_deref(), Some(&service.to_string()), true)?;
-        let pep = Pep::open(&ia.fabric, info, &ia.eq)
-            .map_err(|e| Error::io(format!("listen on port {service}"), std::io::Error::other(e.to_string())))?;
+        let info =
+            crate::ffi::Info::get(&hints, node.as_deref(), Some(&service.to_string()), true)?;
+        let pep = Pep::open(&ia.fabric, info, &ia.eq).map_err(|e| {
+            Error::io(format!("listen on port {service}"), std::io::Error::other(e.to_string()))
+        })?;
         let ip = ia.ip.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
         let addr = pep.name().unwrap_or(SocketAddr::new(ip, service));
         let fid = pep.fid() as usize;
