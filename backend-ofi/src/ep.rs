@@ -243,7 +243,12 @@ impl EpShared {
         let addr = std::mem::take(&mut *self.fid_addr.lock().unwrap_or_else(|e| e.into_inner()));
         self.ia.eps.lock().unwrap_or_else(|e| e.into_inner()).remove(&addr);
         if let Some(ep) = ep {
-            ep.shutdown();
+            // sockets: fi_shutdown and its CM thread both close the CM socket
+            // (a double close that can hit a reused descriptor); fi_close
+            // alone joins that thread first, and the peer still sees FI_SHUTDOWN.
+            if self.ia.feat.prov != "sockets" {
+                ep.shutdown();
+            }
             drop(ep);
         }
         self.unpost_recvs();
