@@ -34,12 +34,12 @@ pub(crate) struct EvdShared {
     spin: Duration,
     cq_size: usize,
     fd_ok: bool,
-    /// With a pump thread: its own fd, signalled on every queued event.
-    efd: Option<EventFd>,
+    /// Signalled on every queued event: the wait fd of a pumped EVD.
+    efd: EventFd,
     /// Whether a pump thread reads the CQs (providers that progress only
     /// inside CQ calls, like tcp in libfabric 1.x, need one for one-sided
     /// operations to land while the target application is busy elsewhere).
-    pump: bool,
+    pump: AtomicBool,
     pump_started: AtomicBool,
     pub(crate) stop: AtomicBool,
 }
@@ -70,13 +70,15 @@ impl EvdShared {
             waiters: AtomicUsize::new(0),
             cqs: RwLock::new(vec![cq]),
             reader: Mutex::new(Vec::with_capacity(64)),
-            wait_fd: if pump { None } else { fd },
+            // sockets: its CQ fd stays readable after fi_cq_signal, whatever
+            // fi_trywait says; such EVDs switch to a pump and the eventfd.
+            wait_fd: if pump || ia.feat.prov == "sockets" { None } else { fd },
             capacity: 1 << 20,
             spin,
             cq_size: size,
             fd_ok: fd.is_some() && !pump,
-            efd: if pump { Some(EventFd::new()?) } else { None },
-            pump,
+            efd: EventFd::new()?,
+            pump: AtomicBool::new(pump),
             pump_started: AtomicBool::new(false),
             stop: AtomicBool::new(false),
         })
@@ -84,7 +86,7 @@ impl EvdShared {
 
     /// Starts the pump thread (once), when the EVD has one.
     pub(crate) fn start_pump(self: &Arc<Self>) {
-        if !self.pump || self.pump_started.swap(true, Ordering::AcqRel) {
+        if !self.pump.load(Ordering::Acquire) || self.pump_started.swap(true, Ordering::AcqRel) {
             return;
         }
         let me = self.clone();
@@ -135,8 +137,8 @@ impl EvdShared {
             self.push_locked(&mut q, ev);
         }
         self.cv.notify_all();
-        if let Some(e) = &self.efd {
-            e.signal();
+        if self.pump.load(Ordering::Acquire) {
+            self.efd.signal();
         }
         if self.waiters.load(Ordering::Acquire) > 0 || self.fd_ok {
             for c in self.cqs.read().unwrap_or_else(|e| e.into_inner()).iter() {
@@ -169,8 +171,8 @@ impl EvdShared {
             }
             drop(q);
             self.cv.notify_all();
-            if let Some(e) = &self.efd {
-                e.signal();
+            if self.pump.load(Ordering::Acquire) {
+                self.efd.signal();
             }
         }
         for (ep, why) in broken {
@@ -283,7 +285,8 @@ impl EvdShared {
             };
             let slice = left.min(SLICE);
             self.waiters.fetch_add(1, Ordering::AcqRel);
-            let mine = !self.pump && self.progress(if single { slice } else { Duration::ZERO });
+            let mine = !self.pump.load(Ordering::Acquire)
+                && self.progress(if single { slice } else { Duration::ZERO });
             if !mine || !single {
                 // Someone else reads the CQ (or there are several): sleep on the queue.
                 let q = self.q.lock().unwrap_or_else(|e| e.into_inner());
@@ -335,17 +338,20 @@ impl Evd for OfiEvd {
     }
 
     fn wait_fd(&self) -> Option<RawFd> {
-        match &self.sh.efd {
-            Some(e) => Some(e.raw()),
-            None => self.sh.wait_fd,
+        if let Some(fd) = self.sh.wait_fd {
+            return Some(fd);
         }
+        // No usable CQ fd: a pump thread reads the CQ and rings our eventfd.
+        self.sh.pump.store(true, Ordering::Release);
+        self.sh.start_pump();
+        Some(self.sh.efd.raw())
     }
 
     fn arm(&self) -> bool {
         let sh = &self.sh;
-        if let Some(e) = &sh.efd {
+        if sh.pump.load(Ordering::Acquire) {
             // The pump signals the fd after queueing: reset, then re-check.
-            e.reset();
+            sh.efd.reset();
             return sh.queued.load(Ordering::Acquire) == 0;
         }
         if sh.wait_fd.is_none() || sh.queued.load(Ordering::Acquire) > 0 {
