@@ -616,3 +616,37 @@ pub(crate) fn on_cqe(c: &Cqe) -> Option<(Option<Event>, Option<Breaks>)> {
         Some((ep.tx_complete(seq, c), None))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_carry_endpoint_direction_and_sequence() {
+        let t = token(0x00ab_cdef, true, 42);
+        assert_eq!(t >> 40, 0x00ab_cdef);
+        assert_ne!(t & RX_BIT, 0);
+        assert_eq!(t & SEQ_MASK, 42);
+        let t = token(1, false, SEQ_MASK + 5); // sequence numbers wrap inside the mask
+        assert_eq!((t >> 40, t & RX_BIT, t & SEQ_MASK), (1, 0, 4));
+        assert_ne!(token(1, false, 0), 0, "a token is never the null context");
+    }
+
+    #[test]
+    fn remote_cq_data_layout() {
+        let data = (KIND_IMM << KIND_SHIFT) | ((1000 & LEN_MASK) << 32) | 0xC0FF_EE;
+        assert_eq!(data >> KIND_SHIFT, KIND_IMM);
+        assert_eq!((data >> 32) & LEN_MASK, 1000);
+        assert_eq!(data & 0xffff_ffff, 0xC0FF_EE);
+        assert_eq!((KIND_SOLICITED << KIND_SHIFT) >> KIND_SHIFT, KIND_SOLICITED);
+    }
+
+    #[test]
+    fn libfabric_errors_map_to_statuses() {
+        assert_eq!(tx_status(sys::FI_ECANCELED as i32), Status::Flushed);
+        assert_eq!(tx_status(sys::FI_EACCES as i32), Status::RemoteAccess);
+        assert_eq!(tx_status(sys::FI_EKEYREJECTED as i32), Status::BadKey);
+        assert_eq!(tx_status(sys::FI_ETRUNC as i32), Status::RecvTooSmall);
+        assert_eq!(tx_status(sys::FI_EIO as i32), Status::Broken);
+    }
+}

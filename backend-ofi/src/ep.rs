@@ -595,3 +595,35 @@ impl Ep for OfiEp {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cm_header_round_trip_and_rejects_foreign_data() {
+        let h = CmHdr { magic: CmHdr::CONNECT, key: 0xdead_beef_0000_0001, addr: 0x7f00_1234 };
+        let mut b = h.encode().to_vec();
+        b.extend_from_slice(b"user");
+        let p = CmHdr::parse(&b, CmHdr::CONNECT).expect("parses");
+        assert_eq!((p.key, p.addr), (h.key, h.addr));
+        assert_eq!(&b[CM_HDR..], b"user");
+        assert!(CmHdr::parse(&b, CmHdr::REJECT).is_none(), "a connect header is not a reject");
+        assert!(CmHdr::parse(&b[..CM_HDR - 1], CmHdr::CONNECT).is_none(), "short data");
+        assert!(CmHdr::parse(b"go away, not an rmr peer!", CmHdr::REJECT).is_none());
+        assert!(CmHdr::parse(&CmHdr::reject().encode(), CmHdr::REJECT).is_some());
+    }
+
+    #[test]
+    fn states_round_trip() {
+        for s in [
+            EpState::Unconnected,
+            EpState::Pending,
+            EpState::Connected,
+            EpState::Disconnected,
+            EpState::Broken,
+        ] {
+            assert_eq!(state_from(state_to(s)), s);
+        }
+    }
+}
