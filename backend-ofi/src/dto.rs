@@ -634,10 +634,10 @@ mod tests {
 
     #[test]
     fn remote_cq_data_layout() {
-        let data = (KIND_IMM << KIND_SHIFT) | ((1000 & LEN_MASK) << 32) | 0xC0FF_EE;
+        let data = (KIND_IMM << KIND_SHIFT) | ((1000 & LEN_MASK) << 32) | 0x00C0_FFEE;
         assert_eq!(data >> KIND_SHIFT, KIND_IMM);
         assert_eq!((data >> 32) & LEN_MASK, 1000);
-        assert_eq!(data & 0xffff_ffff, 0xC0FF_EE);
+        assert_eq!(data & 0xffff_ffff, 0x00C0_FFEE);
         assert_eq!((KIND_SOLICITED << KIND_SHIFT) >> KIND_SHIFT, KIND_SOLICITED);
     }
 
