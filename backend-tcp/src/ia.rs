@@ -147,7 +147,7 @@ impl TcpIa {
             max_sges: 16,
             max_dtos: cfg.max_dtos,
             max_private_data: wire::MAX_PRIVATE,
-            caps: Caps::RDMA_READ | Caps::WRITE_IMM | Caps::ATOMICS,
+            caps: Caps::RDMA_READ | Caps::WRITE_IMM | Caps::ATOMICS | Caps::OVERRUN_AT_SENDER,
             link_speed_bps: None,
         };
         TcpIa { shared: Arc::new(IaShared { attr, ip, keys: KeyTable::default(), cfg }) }

@@ -80,7 +80,8 @@ enum RawCmd {
 /// Options shared by server and client.
 #[derive(Args, Clone)]
 pub(crate) struct Common {
-    /// Backend of every rail (`tcp`; `ofi:<provider>` once available).
+    /// Backend of every rail: `tcp`, or `ofi:<provider>` (`ofi:tcp`, `ofi:sockets`,
+    /// `ofi:verbs`; plain `ofi` takes libfabric's best); a rail becomes `<backend>:<addr>`.
     #[arg(long, default_value = "tcp")]
     backend: String,
     /// Rail addresses, comma separated (server: local; client: the server's).
@@ -161,6 +162,7 @@ pub(crate) fn mr_config(c: &Common) -> MrConfig {
 
 fn register() {
     backend_tcp::register();
+    backend_ofi::register();
     multirail::register();
 }
 

@@ -35,7 +35,7 @@ impl MrIa {
             )));
         }
         let a: Vec<&IaAttr> = rails.iter().map(|r| r.attr()).collect();
-        let mut caps = Caps::RDMA_READ | Caps::WRITE_IMM | Caps::ATOMICS;
+        let mut caps = Caps::RDMA_READ | Caps::WRITE_IMM | Caps::ATOMICS | Caps::OVERRUN_AT_SENDER;
         for x in &a {
             caps = Caps::from_bits_truncate(caps.bits() & x.caps.bits());
         }

@@ -87,6 +87,11 @@ bitset! {
         WRITE_IMM = 2;
         /// 64-bit fetch-and-add and compare-and-swap are available.
         ATOMICS = 4;
+        /// A send larger than the receive posted at the target completes
+        /// with an error at the sender too, not only at the receiver
+        /// (absent where the transport acknowledges a message before the
+        /// receiver has matched it, e.g. libfabric's `sockets` provider).
+        OVERRUN_AT_SENDER = 8;
     }
 }
 

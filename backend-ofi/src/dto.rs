@@ -1,0 +1,652 @@
+//! The data path: posting DTOs and turning CQ entries back into events.
+//!
+//! Every posted operation gets a sequence number and a record (cookie,
+//! op, the memory it keeps alive) in its endpoint's transmit or receive
+//! queue; its libfabric context is a *token* `endpoint index << 40 | rx bit
+//! | seq`, never a pointer. SUPPRESS maps to FI_SELECTIVE_COMPLETION: a
+//! suppressed send or write is posted without FI_COMPLETION and retired when
+//! a later completion of the same endpoint arrives (libfabric completes
+//! sends and writes of one FI_EP_MSG endpoint in order); every so often a
+//! suppressed post carries a hidden FI_COMPLETION so the window drains even
+//! when the user never asks for one. Reads and atomics always carry one.
+//!
+//! Receives of up to `RMR_OFI_BOUNCE_MAX` bytes are staged in a bounce
+//! buffer one byte larger than the posted list: a message that does not fit
+//! fails with `RecvTooSmall` and never touches the user's buffer.
+
+use crate::ep::EpShared;
+use crate::ffi::{Cqe, EAGAIN, fi_error};
+use crate::lmr::OfiLmr;
+use crate::msg::{self, Iov, Remote};
+use ofi_sys as sys;
+use rmr_api::{
+    Access, DtoCompletion, DtoFlags, DtoOp, Error, Event, MemRegion, Result, RmrContext, Sge,
+    Status, check_local_sges,
+};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const RX_BIT: u64 = 1 << 39;
+const SEQ_MASK: u64 = RX_BIT - 1;
+
+/// Kinds carried in the top bits of remote CQ data.
+const KIND_SHIFT: u32 = 62;
+const KIND_SOLICITED: u64 = 1;
+const KIND_IMM: u64 = 2;
+const LEN_MASK: u64 = (1 << 30) - 1;
+
+type Keep = SmallVec<[Arc<MemRegion>; 2]>;
+type Segs = SmallVec<[(Arc<MemRegion>, u64, u64); 2]>;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum TxKind {
+    User,
+    Bye,
+}
+
+pub(crate) struct TxMeta {
+    seq: u64,
+    cookie: u64,
+    op: DtoOp,
+    user_signal: bool,
+    prov_signal: bool,
+    read_like: bool,
+    bytes: u64,
+    kind: TxKind,
+    #[allow(dead_code)]
+    keep: Keep,
+    /// Where an atomic's old value lands (region, offset).
+    result: Option<(Arc<MemRegion>, u64)>,
+    /// An atomic's operand and compare value (libfabric reads them until completion).
+    #[allow(dead_code)]
+    operand: Option<Box<[u64; 2]>>,
+}
+
+#[derive(Default)]
+pub(crate) struct TxState {
+    next_seq: u64,
+    q: VecDeque<TxMeta>,
+    /// Suppressed posts since the last one carrying a completion.
+    blind: usize,
+    /// Reads and atomics in flight (for a software BARRIER_FENCE).
+    reads: usize,
+}
+
+pub(crate) struct RxMeta {
+    seq: u64,
+    cookie: u64,
+    segs: Segs,
+    total: u64,
+    bounce: Option<Vec<u8>>,
+    iov: SmallVec<[Iov; 4]>,
+    posted: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct RxState {
+    next_seq: u64,
+    q: VecDeque<RxMeta>,
+}
+
+fn token(idx: u32, rx: bool, seq: u64) -> u64 {
+    (u64::from(idx) << 40) | if rx { RX_BIT } else { 0 } | (seq & SEQ_MASK)
+}
+
+/// Maps a libfabric errno of a transmit-side completion to an rmr status.
+fn tx_status(err: i32) -> Status {
+    match err as u32 {
+        sys::FI_ECANCELED => Status::Flushed,
+        sys::FI_EACCES | sys::FI_EPERM | sys::FI_EREMOTEIO => Status::RemoteAccess,
+        sys::FI_EKEYREJECTED | sys::FI_ENOKEY => Status::BadKey,
+        sys::FI_EINVAL | sys::FI_EFAULT | sys::FI_EOVERFLOW => Status::OutOfBounds,
+        sys::FI_ETRUNC | sys::FI_EMSGSIZE => Status::RecvTooSmall,
+        sys::FI_ENOSYS | sys::FI_EOPNOTSUPP => Status::Unsupported,
+        _ => Status::Broken,
+    }
+}
+
+impl EpShared {
+    fn check_sges(
+        &self,
+        local: &[Sge<'_>],
+        need: Access,
+    ) -> Result<(SmallVec<[Iov; 4]>, Keep, u64)> {
+        let f = &self.ia.feat;
+        let total = check_local_sges(local, self.pz.id, need, self.ia.attr.max_sges)?;
+        if total > self.ia.attr.max_msg_size {
+            return Err(Error::invalid(format!(
+                "{total} bytes exceed the {} byte message limit",
+                self.ia.attr.max_msg_size
+            )));
+        }
+        let mut iov = SmallVec::new();
+        let mut keep = Keep::new();
+        for s in local.iter().filter(|s| s.len > 0) {
+            let desc = if f.mr_local {
+                let o = s
+                    .lmr
+                    .as_any()
+                    .downcast_ref::<OfiLmr>()
+                    .ok_or_else(|| Error::invalid("LMR of another provider"))?;
+                o.inner.desc
+            } else {
+                0
+            };
+            let region = s.lmr.region();
+            iov.push(Iov {
+                addr: region.as_ptr() as usize + (s.lmr.offset() + s.offset) as usize,
+                len: s.len as usize,
+                desc,
+            });
+            if !keep.iter().any(|r| Arc::ptr_eq(r, region)) {
+                keep.push(region.clone());
+            }
+        }
+        Ok((iov, keep, total))
+    }
+
+    fn remote(&self, ctx: &RmrContext, off: u64, len: u64) -> Result<Remote> {
+        if off.checked_add(len).is_none_or(|e| e > ctx.len) {
+            return Err(Error::OutOfBounds { offset: off, len, limit: ctx.len });
+        }
+        let addr = if self.ia.feat.virt_addr { ctx.addr + off } else { off };
+        Ok(Remote { addr, len, key: ctx.key() })
+    }
+
+    /// Waits until no read or atomic of this endpoint is in flight (a
+    /// BARRIER_FENCE on a provider without FI_FENCE).
+    fn software_fence(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.tx.lock().unwrap_or_else(|e| e.into_inner()).reads > 0 {
+            if Instant::now() > deadline {
+                return Err(Error::Timeout);
+            }
+            if !self.req.progress(Duration::from_millis(1)) {
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// The common post path: assigns the sequence number, decides whether
+    /// the provider reports a completion, calls `post` with (token, flags)
+    /// and records the operation, all under the transmit lock so that wire
+    /// order and record order agree. A full queue is progressed and retried
+    /// before it becomes [`Error::QueueFull`].
+    fn post_tx(
+        &self,
+        mut meta: TxMeta,
+        base_flags: u64,
+        post: &mut dyn FnMut(&crate::ffi::EpH, u64, u64) -> isize,
+        call: &str,
+    ) -> Result<()> {
+        let f = &self.ia.feat;
+        for attempt in 0..3 {
+            {
+                let g = self.fid.read().unwrap_or_else(|e| e.into_inner());
+                let Some(ep) = g.as_ref() else { return Err(self.not_connected()) };
+                if self.state() != rmr_api::EpState::Connected && meta.kind == TxKind::User {
+                    return Err(self.not_connected());
+                }
+                let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+                if tx.q.len() < f.tx_size {
+                    let seq = tx.next_seq;
+                    meta.seq = seq;
+                    meta.prov_signal = meta.user_signal
+                        || meta.read_like
+                        || meta.kind != TxKind::User
+                        || tx.blind + 1 >= (f.tx_size / 4).max(1);
+                    let mut flags = base_flags;
+                    if meta.prov_signal {
+                        flags |= sys::FI_COMPLETION as u64;
+                        if f.delivery_complete && !meta.read_like {
+                            flags |= sys::FI_DELIVERY_COMPLETE as u64;
+                        }
+                    }
+                    let ret = post(ep, token(self.idx, false, seq), flags);
+                    if ret == 0 {
+                        tx.next_seq += 1;
+                        tx.blind = if meta.prov_signal { 0 } else { tx.blind + 1 };
+                        if meta.read_like {
+                            tx.reads += 1;
+                        }
+                        tx.q.push_back(meta);
+                        return Ok(());
+                    }
+                    if ret != EAGAIN {
+                        return Err(fi_error(call, ret));
+                    }
+                }
+            }
+            if attempt == 0 {
+                self.req.progress(Duration::ZERO);
+            } else {
+                self.req.progress(Duration::from_millis(1));
+            }
+        }
+        Err(Error::QueueFull)
+    }
+
+    fn user_meta(&self, cookie: u64, op: DtoOp, flags: DtoFlags, bytes: u64, keep: Keep) -> TxMeta {
+        TxMeta {
+            seq: 0,
+            cookie,
+            op,
+            user_signal: !flags.contains(DtoFlags::SUPPRESS),
+            prov_signal: false,
+            read_like: matches!(op, DtoOp::RdmaRead | DtoOp::FetchAdd | DtoOp::CmpSwap),
+            bytes,
+            kind: TxKind::User,
+            keep,
+            result: None,
+            operand: None,
+        }
+    }
+
+    fn fence_flags(&self, flags: DtoFlags) -> Result<u64> {
+        if !flags.contains(DtoFlags::BARRIER_FENCE) {
+            return Ok(0);
+        }
+        if self.ia.feat.fence {
+            Ok(sys::FI_FENCE as u64)
+        } else {
+            self.software_fence()?;
+            Ok(0)
+        }
+    }
+
+    pub(crate) fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+        let (iov, keep, total) = self.check_sges(local, Access::empty())?;
+        let mut base = self.fence_flags(flags)?;
+        let mut data = 0;
+        if flags.contains(DtoFlags::SOLICITED) && self.ia.feat.cq_data >= 8 {
+            base |= sys::FI_REMOTE_CQ_DATA as u64;
+            data = KIND_SOLICITED << KIND_SHIFT;
+        }
+        let meta = self.user_meta(cookie, DtoOp::Send, flags, total, keep);
+        self.post_tx(
+            meta,
+            base,
+            // SAFETY: `keep` in the record holds every region of `iov` until completion or flush.
+            &mut |ep, tok, fl| unsafe { msg::send(ep, &iov, tok, data, fl) },
+            "fi_sendmsg",
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_rma(
+        &self,
+        read: bool,
+        local: &[Sge<'_>],
+        remote: &RmrContext,
+        remote_offset: u64,
+        imm: Option<u32>,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let need = if read { Access::LOCAL_WRITE } else { Access::empty() };
+        let (iov, keep, total) = self.check_sges(local, need)?;
+        let r = self.remote(remote, remote_offset, total)?;
+        let base = self.fence_flags(flags)?;
+        let op = if read { DtoOp::RdmaRead } else { DtoOp::RdmaWrite };
+        let call = if read { "fi_readmsg" } else { "fi_writemsg" };
+        match imm {
+            None => {
+                let meta = self.user_meta(cookie, op, flags, total, keep);
+                self.post_tx(
+                    meta,
+                    base,
+                    // SAFETY: `keep` holds every region of `iov` until completion or flush.
+                    &mut |ep, tok, fl| unsafe { msg::rma(ep, read, &iov, r, tok, 0, fl) },
+                    call,
+                )
+            }
+            Some(imm) => {
+                // Write with immediate: the write (suppressed) and then a
+                // zero-length send whose remote CQ data carries the
+                // immediate; FI_ORDER_SAW makes the data visible first.
+                let wmeta =
+                    self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
+                self.post_tx(
+                    wmeta,
+                    base,
+                    // SAFETY: as above.
+                    &mut |ep, tok, fl| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
+                    call,
+                )?;
+                let data =
+                    (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
+                let smeta = self.user_meta(cookie, op, flags, total, keep);
+                self.post_tx(
+                    smeta,
+                    sys::FI_REMOTE_CQ_DATA as u64,
+                    // SAFETY: a zero-length send reads no memory.
+                    &mut |ep, tok, fl| unsafe { msg::send(ep, &[], tok, data, fl) },
+                    "fi_sendmsg",
+                )
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn post_atomic(
+        &self,
+        result: Sge<'_>,
+        remote: &RmrContext,
+        remote_offset: u64,
+        operand: u64,
+        compare: Option<u64>,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let what = if compare.is_some() { "compare-and-swap" } else { "fetch-and-add" };
+        if !self.ia.attr.caps.contains(rmr_api::Caps::ATOMICS) {
+            return Err(Error::Unsupported(what));
+        }
+        if self.state() == rmr_api::EpState::Connected && !self.atomics_ok.load(Ordering::Acquire) {
+            return Err(Error::Unsupported(what));
+        }
+        if result.len != 8 {
+            return Err(Error::invalid("an atomic's result segment must be 8 bytes"));
+        }
+        if (remote.addr + remote_offset) % 8 != 0 {
+            return Err(Error::invalid("atomic target must be 8-byte aligned"));
+        }
+        let (iov, keep, _) = self.check_sges(&[result], Access::LOCAL_WRITE)?;
+        let r = self.remote(remote, remote_offset, 8)?;
+        let base = self.fence_flags(flags)?;
+        let op = if compare.is_some() { DtoOp::CmpSwap } else { DtoOp::FetchAdd };
+        let mut meta = self.user_meta(cookie, op, flags, 8, keep);
+        let ops = Box::new([operand, compare.unwrap_or(0)]);
+        let (p_op, p_cmp) = (&ops[0] as *const u64, &ops[1] as *const u64);
+        meta.operand = Some(ops);
+        meta.result = Some((result.lmr.region().clone(), result.lmr.offset() + result.offset));
+        let res = iov[0];
+        self.post_tx(
+            meta,
+            base,
+            // SAFETY: the operand box and the result region live in the record until completion.
+            &mut |ep, tok, fl| unsafe {
+                msg::atomic(ep, p_op, compare.map(|_| p_cmp), res, r, tok, fl)
+            },
+            if compare.is_some() { "fi_compare_atomicmsg" } else { "fi_fetch_atomicmsg" },
+        )
+    }
+
+    /// The goodbye mark of an orderly disconnect (see [`crate::ep`]).
+    pub(crate) fn post_bye(&self, key: u64, addr: u64) -> Result<()> {
+        let desc = if self.ia.feat.mr_local { self.ctl_mr.desc() } else { 0 };
+        let iov = [Iov { addr: self.ctl.as_ptr() as usize + 8, len: 8, desc }];
+        let r = Remote { addr, len: 8, key };
+        let meta = TxMeta {
+            seq: 0,
+            cookie: 0,
+            op: DtoOp::RdmaWrite,
+            user_signal: false,
+            prov_signal: true,
+            read_like: false,
+            bytes: 8,
+            kind: TxKind::Bye,
+            keep: SmallVec::from_elem(self.ctl.clone(), 1),
+            result: None,
+            operand: None,
+        };
+        self.post_tx(
+            meta,
+            0,
+            // SAFETY: the control region lives as long as the endpoint.
+            &mut |ep, tok, fl| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
+            "fi_writemsg",
+        )
+    }
+
+    fn post_one_recv(&self, ep: &crate::ffi::EpH, m: &RxMeta) -> isize {
+        // SAFETY: the record (bounce buffer or the regions in `segs`) outlives the receive.
+        unsafe { msg::recv(ep, &m.iov, token(self.idx, true, m.seq), sys::FI_COMPLETION as u64) }
+    }
+
+    pub(crate) fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+        let (iov, _keep, total) = self.check_sges(local, Access::LOCAL_WRITE)?;
+        match self.state() {
+            rmr_api::EpState::Disconnected | rmr_api::EpState::Broken => {
+                return Err(Error::NotConnected);
+            }
+            _ => {}
+        }
+        let f = &self.ia.feat;
+        let segs: Segs = local
+            .iter()
+            .filter(|s| s.len > 0)
+            .map(|s| (s.lmr.region().clone(), s.lmr.offset() + s.offset, s.len))
+            .collect();
+        let (bounce, iov) = if !f.mr_local && total <= f.bounce_max {
+            let b = vec![0u8; total as usize + 1];
+            let i = Iov { addr: b.as_ptr() as usize, len: b.len(), desc: 0 };
+            (Some(b), SmallVec::from_elem(i, 1))
+        } else {
+            (None, iov)
+        };
+        let mut m = RxMeta { seq: 0, cookie, segs, total, bounce, iov, posted: false };
+        for attempt in 0..3 {
+            {
+                let g = self.fid.read().unwrap_or_else(|e| e.into_inner());
+                let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+                if rx.q.len() < f.rx_size {
+                    m.seq = rx.next_seq;
+                    if let Some(ep) = g.as_ref() {
+                        let ret = self.post_one_recv(ep, &m);
+                        if ret == 0 {
+                            m.posted = true;
+                        } else if ret != EAGAIN {
+                            return Err(fi_error("fi_recvmsg", ret));
+                        }
+                    }
+                    if m.posted || g.is_none() {
+                        rx.next_seq += 1;
+                        rx.q.push_back(m);
+                        return Ok(());
+                    }
+                }
+            }
+            self.rcv.progress(if attempt == 0 { Duration::ZERO } else { Duration::from_millis(1) });
+        }
+        Err(Error::QueueFull)
+    }
+
+    /// Posts the receives queued before the endpoint existed, in order.
+    pub(crate) fn post_pending_recvs(&self) -> Result<()> {
+        let g = self.fid.read().unwrap_or_else(|e| e.into_inner());
+        let Some(ep) = g.as_ref() else { return Ok(()) };
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..rx.q.len() {
+            if !rx.q[i].posted {
+                let ret = self.post_one_recv(ep, &rx.q[i]);
+                if ret != 0 {
+                    return Err(fi_error("fi_recvmsg", ret));
+                }
+                rx.q[i].posted = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed set-up closed the endpoint: its receives are pending again.
+    pub(crate) fn unpost_recvs(&self) {
+        if self.state() == rmr_api::EpState::Pending
+            || self.state() == rmr_api::EpState::Unconnected
+        {
+            for m in self.rx.lock().unwrap_or_else(|e| e.into_inner()).q.iter_mut() {
+                m.posted = false;
+            }
+        }
+    }
+
+    fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
+        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+    }
+
+    /// Completes everything still recorded with `Flushed` (the endpoint ended).
+    pub(crate) fn flush(&self) {
+        let txq = std::mem::take(&mut self.tx.lock().unwrap_or_else(|e| e.into_inner()).q);
+        let rxq = std::mem::take(&mut self.rx.lock().unwrap_or_else(|e| e.into_inner()).q);
+        for m in txq.into_iter().filter(|m| m.kind == TxKind::User) {
+            self.req.push(Event::Dto(self.dto(m.cookie, m.op, Status::Flushed, 0)));
+        }
+        for m in rxq {
+            self.rcv.push(Event::Dto(self.dto(m.cookie, DtoOp::Recv, Status::Flushed, 0)));
+        }
+    }
+
+    fn tx_complete(&self, seq: u64, c: &Cqe) -> Option<Event> {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let pos = tx.q.iter().position(|m| m.seq & SEQ_MASK == seq)?;
+        let m = tx.q.remove(pos)?;
+        if m.read_like {
+            tx.reads = tx.reads.saturating_sub(1);
+        }
+        if c.err == 0 {
+            // Sends and writes complete in order: earlier suppressed ones are done.
+            let s = m.seq;
+            tx.q.retain(|x| x.prov_signal || x.seq > s);
+        }
+        drop(tx);
+        if m.kind == TxKind::Bye {
+            self.conn.lock().unwrap_or_else(|e| e.into_inner()).bye_done = true;
+            return None;
+        }
+        if c.err == 0 {
+            if !m.user_signal {
+                return None;
+            }
+            let mut d = self.dto(m.cookie, m.op, Status::Success, m.bytes);
+            if let Some((r, off)) = &m.result {
+                let mut b = [0u8; 8];
+                if r.read(*off, &mut b).is_ok() {
+                    d.imm = Some(u64::from_ne_bytes(b));
+                }
+            }
+            return Some(Event::Dto(d));
+        }
+        let status = tx_status(c.err);
+        if std::env::var_os("RMR_OFI_DEBUG").is_some() {
+            eprintln!(
+                "rmr-ofi: {:?} {} failed: {} (prov {})",
+                m.op,
+                m.cookie,
+                crate::ffi::strerror(c.err),
+                c.prov_errno
+            );
+        }
+        Some(Event::Dto(self.dto(m.cookie, m.op, status, 0)))
+    }
+
+    fn rx_complete(&self, seq: u64, c: &Cqe) -> (Option<Event>, Option<String>) {
+        let m = {
+            let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(pos) = rx.q.iter().position(|m| m.seq & SEQ_MASK == seq) else {
+                return (None, None);
+            };
+            match rx.q.remove(pos) {
+                Some(m) => m,
+                None => return (None, None),
+            }
+        };
+        if c.err != 0 {
+            let (status, why) = match c.err as u32 {
+                sys::FI_ETRUNC | sys::FI_EMSGSIZE => {
+                    (Status::RecvTooSmall, Some("message larger than the posted receive".into()))
+                }
+                sys::FI_ECANCELED => (Status::Flushed, None),
+                _ => (Status::Broken, None),
+            };
+            return (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, c.len))), why);
+        }
+        let kind =
+            if c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 { c.data >> KIND_SHIFT } else { 0 };
+        if kind == KIND_IMM {
+            let mut d =
+                self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, (c.data >> 32) & LEN_MASK);
+            d.imm = Some(c.data & 0xffff_ffff);
+            return (Some(Event::Dto(d)), None);
+        }
+        let len = c.len;
+        if let Some(b) = &m.bounce {
+            if len > m.total {
+                let d = self.dto(m.cookie, DtoOp::Recv, Status::RecvTooSmall, len);
+                return (
+                    Some(Event::Dto(d)),
+                    Some("message larger than the posted receive".into()),
+                );
+            }
+            let mut at = 0usize;
+            for (r, off, l) in &m.segs {
+                if at as u64 >= len {
+                    break;
+                }
+                let n = (*l).min(len - at as u64) as usize;
+                let _ = r.write(*off, &b[at..at + n]);
+                at += n;
+            }
+        }
+        let mut d = self.dto(m.cookie, DtoOp::Recv, Status::Success, len);
+        d.solicited = kind == KIND_SOLICITED;
+        (Some(Event::Dto(d)), None)
+    }
+}
+
+/// An endpoint to break, and why.
+pub(crate) type Breaks = (Arc<EpShared>, String);
+
+/// Translates one CQ entry: the event to queue (if any) and an endpoint to
+/// break (with why), e.g. after a receive that was too small.
+pub(crate) fn on_cqe(c: &Cqe) -> Option<(Option<Event>, Option<Breaks>)> {
+    let idx = (c.token >> 40) as u32;
+    if idx == 0 {
+        return None;
+    }
+    let ep = crate::ep::lookup(idx)?;
+    let seq = c.token & SEQ_MASK;
+    if c.token & RX_BIT != 0 {
+        let (ev, why) = ep.rx_complete(seq, c);
+        Some((ev, why.map(|w| (ep, w))))
+    } else {
+        Some((ep.tx_complete(seq, c), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_carry_endpoint_direction_and_sequence() {
+        let t = token(0x00ab_cdef, true, 42);
+        assert_eq!(t >> 40, 0x00ab_cdef);
+        assert_ne!(t & RX_BIT, 0);
+        assert_eq!(t & SEQ_MASK, 42);
+        let t = token(1, false, SEQ_MASK + 5); // sequence numbers wrap inside the mask
+        assert_eq!((t >> 40, t & RX_BIT, t & SEQ_MASK), (1, 0, 4));
+        assert_ne!(token(1, false, 0), 0, "a token is never the null context");
+    }
+
+    #[test]
+    fn remote_cq_data_layout() {
+        let data = (KIND_IMM << KIND_SHIFT) | ((1000 & LEN_MASK) << 32) | 0x00C0_FFEE;
+        assert_eq!(data >> KIND_SHIFT, KIND_IMM);
+        assert_eq!((data >> 32) & LEN_MASK, 1000);
+        assert_eq!(data & 0xffff_ffff, 0x00C0_FFEE);
+        assert_eq!((KIND_SOLICITED << KIND_SHIFT) >> KIND_SHIFT, KIND_SOLICITED);
+    }
+
+    #[test]
+    fn libfabric_errors_map_to_statuses() {
+        assert_eq!(tx_status(sys::FI_ECANCELED as i32), Status::Flushed);
+        assert_eq!(tx_status(sys::FI_EACCES as i32), Status::RemoteAccess);
+        assert_eq!(tx_status(sys::FI_EKEYREJECTED as i32), Status::BadKey);
+        assert_eq!(tx_status(sys::FI_ETRUNC as i32), Status::RecvTooSmall);
+        assert_eq!(tx_status(sys::FI_EIO as i32), Status::Broken);
+    }
+}

@@ -1,0 +1,68 @@
+//! The IA's connection-event thread: blocks in `fi_eq_sread` and hands each
+//! event to the passive endpoint or endpoint it names.
+
+use crate::ffi::{Eq, EqEvent};
+use crate::ia::IaShared;
+use rmr_api::{Error, Result};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// Starts the EQ thread; it ends within one slice after the IA is gone.
+pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
+    std::thread::Builder::new()
+        .name("rmr-ofi-eq".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            loop {
+                let ev = eq.sread(100);
+                let Some(ia) = ia.upgrade() else { break };
+                match ev {
+                    Ok(EqEvent::None) => {}
+                    Ok(e) => dispatch(&ia, e),
+                    Err(e) => {
+                        if std::env::var_os("RMR_OFI_DEBUG").is_some() {
+                            eprintln!("rmr-ofi: {e}");
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| Error::io("spawn the EQ thread", e))
+}
+
+fn dispatch(ia: &Arc<IaShared>, e: EqEvent) {
+    let debug = std::env::var_os("RMR_OFI_DEBUG").is_some();
+    match e {
+        EqEvent::ConnReq { pep, info, data } => match ia.psp_by_fid(pep) {
+            Some(psp) => psp.on_connreq(info, data),
+            None => drop(info),
+        },
+        EqEvent::Connected { ep, data } => {
+            if debug {
+                eprintln!("rmr-ofi: FI_CONNECTED {ep:#x} ({} bytes)", data.len());
+            }
+            if let Some(ep) = ia.ep_by_fid(ep) {
+                ep.on_connected(data);
+            }
+        }
+        EqEvent::Shutdown { ep } => {
+            if debug {
+                eprintln!("rmr-ofi: FI_SHUTDOWN {ep:#x}");
+            }
+            if let Some(ep) = ia.ep_by_fid(ep) {
+                ep.on_shutdown();
+            }
+        }
+        EqEvent::Error { fid, err, data } => {
+            if debug {
+                eprintln!("rmr-ofi: EQ error {fid:#x}: {err} ({} bytes)", data.len());
+            }
+            if let Some(ep) = ia.ep_by_fid(fid) {
+                ep.on_cm_error(err, data);
+            }
+        }
+        EqEvent::None => {}
+    }
+}
