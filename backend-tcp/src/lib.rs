@@ -57,10 +57,18 @@
 //! `tcp:<local IP>`: the IA binds its endpoints and service points to that
 //! address, so several IAs on one host are separate rails.
 //!
-//! ## Thread safety
-//! Each connected endpoint has a reader thread (blocked in `read`) and a
-//! sender thread (blocked on a condition variable until a post could not be
-//! written at once). Posts from several threads are serialised per EP.
+//! ## Thread safety and progress
+//! Posts from several threads are serialised per EP; a post writes its
+//! frame straight into the non-blocking socket and queues only what the
+//! kernel does not take at once. Progress is made by whoever waits: a
+//! thread blocked on one of the EP's EVDs polls the EP's socket itself and
+//! handles what arrives in its own context (no hand-off between threads, so
+//! a write+notify costs what a raw TCP ping-pong costs). Each connected EP
+//! also has one progress thread, which stands back while an application
+//! thread drives the EP and takes over 200 µs after
+//! the last one left, so RDMA into a passive target lands even when its
+//! owner never waits. Acknowledgements a peer asks for are delayed briefly
+//! so that a reply carries them.
 //!
 //! ## Resource cleanup
 //! Dropping an EP disconnects it; dropping an LMR deregisters it; dropping
@@ -72,7 +80,10 @@
 //! - `RMR_TCP_USER_TIMEOUT_MS` (4000): TCP_USER_TIMEOUT and keepalive
 //!   budget — how fast a dead peer or a cut link breaks the EP.
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
-//! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins before sleeping.
+//! - `RMR_TCP_ACK_DELAY_US` (50): how long a requested acknowledgement may
+//!   wait for an outgoing frame to ride on (0: at once).
+//! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins (driving) before
+//!   it blocks in `poll(2)`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]

@@ -22,7 +22,7 @@ const CTRL: u64 = 128;
 const RING: u64 = 64;
 const SEND_BIT: u64 = 1 << 40;
 /// How long any single wait may last before the run is declared stuck.
-pub(crate) const STUCK: Duration = Duration::from_secs(20);
+pub(crate) const STUCK: Duration = Duration::from_secs(120);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]

@@ -553,6 +553,18 @@ impl SoftEvd {
         e
     }
 
+    /// Drives this EVD's endpoints until `done()` holds (true) or `timeout`
+    /// passes (false), blocking in `poll(2)` on their sockets in between; no
+    /// event is dequeued. This is how a process that waits for an RDMA
+    /// write to land in its own memory (a barrier flag, a mailbox) makes the
+    /// write land at once instead of after a hand-off from the endpoint's
+    /// progress thread: `done` checks the memory. On an EVD without drivers
+    /// it waits for events with the same bound.
+    pub fn drive_until(&self, timeout: Option<Duration>, done: &dyn Fn() -> bool) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.block_until(deadline, self.spin, done)
+    }
+
     /// Drives every driver once, without blocking (what a dequeue on an
     /// empty queue does). Returns whether anything moved.
     pub fn drive_once(&self) -> bool {
