@@ -3,7 +3,7 @@
 
 use crate::ia::IaShared;
 use crate::rx::{End, RxState};
-use crate::tx::{Seg, Segs, Tx};
+use crate::tx::{Pushed, Seg, Segs, Tx};
 use crate::wire::{self, F_ACK_REQ, F_SOLICITED, HDR, Header, Op};
 use rmr_api::{
     Access, Driver, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
@@ -170,19 +170,27 @@ impl EpShared {
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
         self.frames[0].fetch_add(1, Ordering::Relaxed);
-        if tx.push(&mut st, &h, segs, false)? {
-            drop(st);
-            self.needs_driving();
-        }
+        let pushed = tx.push(&mut st, &h, segs, false, false)?;
+        drop(st);
+        self.pushed(pushed);
         Ok(())
     }
 
-    /// Frames wait in the transmit queue: make sure a driver polls for
-    /// writability (the progress thread, or waiters that are blocked now).
-    fn needs_driving(&self) {
-        self.kick();
-        for evd in self.distinct_evds() {
-            evd.wake();
+    /// After a frame was pushed: frames that wait (held for batching, or
+    /// queued behind a full socket) need a driver that polls for
+    /// writability — waiters blocked now must look again, and the progress
+    /// thread, when it polls, too. A waiter that comes (as the poster
+    /// usually does next) sends them at once.
+    fn pushed(&self, p: Pushed) {
+        match p {
+            Pushed::Queued(true) => {
+                self.kick();
+                for evd in self.distinct_evds() {
+                    evd.wake();
+                }
+            }
+            Pushed::Held(true) => self.timer_armed(),
+            _ => {}
         }
     }
 
@@ -221,12 +229,10 @@ impl EpShared {
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
         self.frames[0].fetch_add(1, Ordering::Relaxed);
-        match tx.push(&mut st, &h, payload, false) {
-            Ok(queued) => {
+        match tx.push(&mut st, &h, payload, false, self.ia.cfg.batch) {
+            Ok(pushed) => {
                 drop(st);
-                if queued {
-                    self.needs_driving();
-                }
+                self.pushed(pushed);
                 Ok(())
             }
             Err(e) => {
@@ -522,11 +528,10 @@ impl EpShared {
         let mut st = tx.lock();
         let mut h = Header::new(Op::Disconnect);
         h.ack = self.rx_done.load(Ordering::Acquire);
-        let r = tx.push(&mut st, &h, Segs::new(), true);
+        let r = tx.push(&mut st, &h, Segs::new(), true, false);
         drop(st);
         match r {
-            Ok(true) => self.needs_driving(),
-            Ok(false) => {}
+            Ok(p) => self.pushed(p),
             Err(_) => self.shutdown_stream(),
         }
         // A peer that never answers must not keep the EP forever.
@@ -570,7 +575,8 @@ impl Driver for EpShared {
             return WaitOn { fd: None, deadline: None };
         };
         let stalled = self.stalled.load(Ordering::SeqCst);
-        let interest = Interest { read: !stalled, write: tx.pending() };
+        let (queued, held) = tx.pending();
+        let interest = Interest { read: !stalled, write: queued || held.is_some() };
         let stall = if stalled {
             *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
         } else {

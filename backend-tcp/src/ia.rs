@@ -32,6 +32,9 @@ pub struct TcpConfig {
     /// outgoing frame to ride on (`RMR_TCP_ACK_DELAY_US`, default 50; 0
     /// acknowledges at once).
     pub ack_delay: Duration,
+    /// Batch small frames into one `send` until the next frame or the next
+    /// drive (`RMR_TCP_BATCH`, default on; `0` writes every frame at once).
+    pub batch: bool,
 }
 
 fn env_ms(name: &str, default: u64) -> Duration {
@@ -51,6 +54,7 @@ impl Default for TcpConfig {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(50),
             ),
+            batch: std::env::var("RMR_TCP_BATCH").map_or(true, |v| v != "0"),
         }
     }
 }

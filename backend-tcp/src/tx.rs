@@ -1,11 +1,16 @@
 //! The transmit side of an endpoint: one ordered queue of frames per stream.
 //!
-//! A post first writes its frame straight into the socket without blocking;
-//! only what the kernel does not take at once is queued, and whoever drives
-//! the endpoint next (a thread waiting on one of its EVDs, a later post, or
-//! the endpoint's progress thread) flushes the queue as the socket drains.
-//! So a small DTO costs one `writev` in the caller, a large one never blocks
-//! the caller, and the queue is bounded by the EP's DTO window.
+//! A small frame (a header and at most [`HOLD_FRAME`] bytes of payload) is
+//! not written at once: it is copied into a *held* batch that the next
+//! frame, or the next thread that drives the endpoint, sends with it in one
+//! system call — the doorbell batching of verbs, without a doorbell call in
+//! the API. So a write+notify costs one `send`, like a raw TCP ping-pong,
+//! and a burst of small DTOs costs one `send` per 64 KiB. A thread that
+//! waits on one of the endpoint's EVDs drives it, which rings the doorbell;
+//! a held batch that nobody drives is sent by the endpoint's progress
+//! thread. Large frames are written straight from registered memory with
+//! `writev` (never staged); what the kernel does not take at once is queued
+//! and flushed by whoever drives the endpoint next.
 
 use crate::wire::{HDR, Header};
 use rmr_api::MemRegion;
@@ -16,6 +21,12 @@ use std::io;
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Largest payload a frame may have to be held for batching.
+pub(crate) const HOLD_FRAME: u64 = 4 << 10;
+/// A held batch is sent once it reaches this size.
+const HOLD_BATCH: usize = 64 << 10;
 
 /// A range of registered memory that a frame carries or that a response fills.
 #[derive(Clone)]
@@ -27,8 +38,24 @@ pub(crate) struct Seg {
 
 pub(crate) type Segs = SmallVec<[Seg; 2]>;
 
-pub(crate) struct OutFrame {
-    hdr: [u8; HDR],
+/// What goes before a frame's payload: its header, or a held batch of
+/// small frames followed by the header.
+enum Head {
+    Hdr([u8; HDR]),
+    Batch(Vec<u8>),
+}
+
+impl Head {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Head::Hdr(h) => h,
+            Head::Batch(b) => b,
+        }
+    }
+}
+
+struct OutFrame {
+    head: Head,
     segs: Segs,
     sent: usize,
     total: usize,
@@ -38,9 +65,24 @@ pub(crate) struct OutFrame {
 
 pub(crate) struct TxState {
     queue: VecDeque<OutFrame>,
+    /// Small frames waiting to go out with the next frame or drive (only
+    /// while the queue is empty, so that wire order is posting order).
+    held: Vec<u8>,
+    held_since: Option<Instant>,
     closed: bool,
     /// Next request sequence number (starts at 1).
     pub(crate) next_seq: u64,
+}
+
+/// What [`Tx::push`] did with a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// Written to the socket.
+    Sent,
+    /// Held for batching; `true` when it started a new batch.
+    Held(bool),
+    /// Queued behind a full socket; `true` when the queue was empty.
+    Queued(bool),
 }
 
 pub(crate) struct Tx {
@@ -59,7 +101,7 @@ fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
     let sock = SockRef::from(stream);
     while f.sent < f.total {
         let r = MemRegion::gather_io(
-            &f.hdr,
+            f.head.bytes(),
             f.segs.iter().map(|s| (&*s.region, s.off, s.len)),
             f.sent,
             |iov| sock.send_vectored_with_flags(iov, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL),
@@ -80,7 +122,13 @@ impl Tx {
     pub(crate) fn new(stream: TcpStream) -> Tx {
         Tx {
             stream,
-            st: Mutex::new(TxState { queue: VecDeque::new(), closed: false, next_seq: 1 }),
+            st: Mutex::new(TxState {
+                queue: VecDeque::new(),
+                held: Vec::new(),
+                held_since: None,
+                closed: false,
+                next_seq: 1,
+            }),
             tx_bytes: AtomicU64::new(0),
         }
     }
@@ -93,25 +141,52 @@ impl Tx {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Sends (or queues) a frame. The caller holds the lock so that sequence
-    /// numbers and wire order agree. Returns true when the frame had to wait
-    /// in a queue that was empty (the caller makes sure someone will drive
-    /// the EP); `Err` means the stream is unusable.
+    /// Sends, holds or queues a frame. The caller holds the lock so that
+    /// sequence numbers and wire order agree; `hold` allows batching a small
+    /// frame. `Err` means the stream is unusable.
     pub(crate) fn push(
         &self,
         st: &mut TxState,
         hdr: &Header,
         segs: Segs,
         last: bool,
-    ) -> io::Result<bool> {
+        hold: bool,
+    ) -> io::Result<Pushed> {
         if st.closed {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "endpoint closed"));
         }
-        let total = HDR + segs.iter().map(|s| s.len as usize).sum::<usize>();
-        let mut f = OutFrame { hdr: hdr.encode(), segs, sent: 0, total, last };
+        let payload: u64 = segs.iter().map(|s| s.len).sum();
+        if hold
+            && !last
+            && st.queue.is_empty()
+            && payload <= HOLD_FRAME
+            && st.held.len() + HDR + payload as usize <= HOLD_BATCH
+        {
+            st.held.extend_from_slice(&hdr.encode());
+            for s in &segs {
+                s.region
+                    .with_slice(s.off, s.len, |b| st.held.extend_from_slice(b))
+                    .map_err(|e| io::Error::other(e.to_string()))?;
+            }
+            let first = st.held_since.is_none();
+            if first {
+                st.held_since = Some(Instant::now());
+            }
+            return Ok(Pushed::Held(first));
+        }
         if last {
             st.closed = true;
         }
+        let head = if st.held.is_empty() {
+            Head::Hdr(hdr.encode())
+        } else {
+            let mut b = std::mem::take(&mut st.held);
+            b.extend_from_slice(&hdr.encode());
+            st.held_since = None;
+            Head::Batch(b)
+        };
+        let total = head.bytes().len() + payload as usize;
+        let mut f = OutFrame { head, segs, sent: 0, total, last };
         if !st.queue.is_empty() {
             self.flush_locked(st)?;
         }
@@ -120,37 +195,65 @@ impl Tx {
             let r = write_some(&self.stream, &mut f);
             self.tx_bytes.fetch_add(f.sent as u64, Ordering::Relaxed);
             if let Progress::Done = r? {
-                if last {
-                    let _ = self.stream.shutdown(std::net::Shutdown::Write);
-                }
-                return Ok(false);
+                self.done(st, f);
+                return Ok(Pushed::Sent);
             }
         }
         st.queue.push_back(f);
-        Ok(was_empty)
+        Ok(Pushed::Queued(was_empty))
     }
 
-    /// Frames waiting in the queue.
+    /// A frame is fully written: shut down after the last one; keep a
+    /// batch's buffer for the next batch.
+    fn done(&self, st: &mut TxState, f: OutFrame) {
+        if f.last {
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        }
+        if let Head::Batch(mut b) = f.head {
+            if st.held.capacity() == 0 {
+                b.clear();
+                st.held = b;
+            }
+        }
+    }
+
+    /// Frames waiting in the queue (diagnostics).
     pub(crate) fn queued(&self) -> usize {
         self.lock().queue.len()
     }
 
-    /// Whether frames wait for the socket to drain.
-    pub(crate) fn pending(&self) -> bool {
-        !self.lock().queue.is_empty()
+    /// Whether frames wait for the socket to drain or in a held batch, and
+    /// since when the batch has been held.
+    pub(crate) fn pending(&self) -> (bool, Option<Instant>) {
+        let st = self.lock();
+        (!st.queue.is_empty(), st.held_since)
     }
 
-    /// Writes queued frames until the socket would block. Returns whether
-    /// any frame finished; `Err` means the stream is unusable.
+    /// Sends the held batch and writes queued frames until the socket would
+    /// block. Returns whether any frame finished; `Err` means the stream is
+    /// unusable.
     pub(crate) fn flush(&self) -> io::Result<bool> {
         let mut st = self.lock();
-        if st.queue.is_empty() {
+        if st.queue.is_empty() && st.held.is_empty() {
             return Ok(false);
         }
         self.flush_locked(&mut st)
     }
 
     fn flush_locked(&self, st: &mut TxState) -> io::Result<bool> {
+        if !st.held.is_empty() {
+            // Held only while the queue is empty: the batch goes first.
+            let b = std::mem::take(&mut st.held);
+            st.held_since = None;
+            let total = b.len();
+            st.queue.push_back(OutFrame {
+                head: Head::Batch(b),
+                segs: Segs::new(),
+                sent: 0,
+                total,
+                last: false,
+            });
+        }
         let mut moved = false;
         while let Some(f) = st.queue.front_mut() {
             let before = f.sent;
@@ -159,9 +262,7 @@ impl Tx {
             match r {
                 Ok(Progress::Done) => {
                     let f = st.queue.pop_front().expect("front");
-                    if f.last {
-                        let _ = self.stream.shutdown(std::net::Shutdown::Write);
-                    }
+                    self.done(st, f);
                     moved = true;
                 }
                 Ok(Progress::Blocked) => break,
@@ -180,5 +281,7 @@ impl Tx {
         let mut st = self.lock();
         st.closed = true;
         st.queue.clear();
+        st.held.clear();
+        st.held_since = None;
     }
 }

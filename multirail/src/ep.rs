@@ -814,7 +814,14 @@ impl Core {
 
     fn drain_rail(&self, i: usize, batch: &mut Vec<(usize, Event)>) {
         let r = &self.rails[i];
-        while let Some(ev) = r.evd.dequeue() {
+        // A software rail EVD is driven by the waiter's poll (drive_through);
+        // here its events are only collected. Others make progress in dequeue.
+        let soft = r.evd.as_any().downcast_ref::<SoftEvd>();
+        let next = || match soft {
+            Some(s) => s.try_pop(),
+            None => r.evd.dequeue(),
+        };
+        while let Some(ev) = next() {
             if matches!(ev, Event::Software(WAKE)) {
                 if self.threaded() {
                     // The rail thread's doorbell: hand it back and leave this rail to it.

@@ -72,14 +72,13 @@ impl MrEvd {
                 return Err(Error::Timeout);
             }
             idle += 1;
-            if idle < 64 {
-                std::hint::spin_loop();
-                continue;
-            }
             let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
             if !self.blind.load(Ordering::Acquire) {
-                // Every rail EVD pokes us: sleep until an event or a poke.
-                match self.q.wait_or_poke(left, threshold, seen)? {
+                // Every rail EVD pokes us: drive the rails' sockets (spinning as
+                // long as a single-rail waiter would, then blocking) until an
+                // event or a poke.
+                let spin = self.q.spin_time().saturating_sub(start.elapsed());
+                match self.q.wait_or_poke_spin(left, threshold, seen, spin)? {
                     Some(e) => return Ok(e),
                     None => {
                         idle = 0;

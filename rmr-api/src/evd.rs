@@ -136,6 +136,21 @@ impl Default for SoftEvd {
 
 type Drivers = SmallVec<[Arc<dyn Driver>; 4]>;
 
+/// Which drivers a waiter drives next.
+enum Ready {
+    All,
+    Some(SmallVec<[bool; 8]>),
+}
+
+impl Ready {
+    fn has(&self, i: usize) -> bool {
+        match self {
+            Ready::All => true,
+            Ready::Some(v) => v.get(i).copied().unwrap_or(true),
+        }
+    }
+}
+
 impl SoftEvd {
     /// An EVD holding at most `capacity` software events.
     pub fn new(capacity: usize) -> Self {
@@ -162,6 +177,11 @@ impl SoftEvd {
             poke_waiters: AtomicUsize::new(0),
             poke_efd: OnceLock::new(),
         }
+    }
+
+    /// How long a waiter spins (driving) before it blocks (`RMR_EVD_SPIN_US`).
+    pub fn spin_time(&self) -> Duration {
+        self.spin
     }
 
     /// Registers a driver: waiters on this EVD will drive it. Held weakly;
@@ -294,26 +314,30 @@ impl SoftEvd {
             d.enter();
         }
         let start = Instant::now();
+        let mut ready = Ready::All;
         let res = loop {
             if done() {
                 break true;
             }
             let mut moved = false;
-            for d in &drivers {
-                moved |= d.drive();
+            for (i, d) in drivers.iter().enumerate() {
+                if ready.has(i) {
+                    moved |= d.drive();
+                }
             }
             if moved {
+                ready = Ready::All;
                 continue;
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break false;
             }
-            if now.duration_since(start) < spin {
-                std::hint::spin_loop();
-                continue;
-            }
-            self.poll_once(&drivers, deadline, done, false);
+            // Spinning, one `poll` with a zero timeout tells which drivers
+            // have input (one system call for any number of endpoints);
+            // after that, block in it.
+            let spinning = now.duration_since(start) < spin;
+            ready = self.poll_once(&drivers, deadline, done, false, spinning);
         };
         for d in &drivers {
             d.leave();
@@ -322,42 +346,51 @@ impl SoftEvd {
     }
 
     /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
-    /// (with `writes_only`, on the drivers that have frames to send).
+    /// (with `writes_only`, on the drivers that have frames to send; with
+    /// `nowait`, only looks). Returns which drivers to drive next.
     fn poll_once(
         &self,
         drivers: &Drivers,
         deadline: Option<Instant>,
         done: &dyn Fn() -> bool,
         writes_only: bool,
-    ) {
+        nowait: bool,
+    ) -> Ready {
         // Event waiters wake on pushes and pokes; a flushing helper on pokes only.
-        let (waiters, efd) = if writes_only {
-            (&self.poke_waiters, Self::fd_of(&self.poke_efd))
+        let (waiters, efd) = if nowait {
+            (None, None)
+        } else if writes_only {
+            (Some(&self.poke_waiters), Self::fd_of(&self.poke_efd))
         } else {
-            (&self.poll_waiters, self.efd())
+            (Some(&self.poll_waiters), self.efd())
         };
-        waiters.fetch_add(1, Ordering::SeqCst);
-        // Re-check after announcing ourselves: a push in between wrote the eventfd.
-        if done() {
-            waiters.fetch_sub(1, Ordering::SeqCst);
-            return;
+        if let Some(w) = waiters {
+            w.fetch_add(1, Ordering::SeqCst);
+            // Re-check after announcing ourselves: a push in between wrote the eventfd.
+            if done() {
+                w.fetch_sub(1, Ordering::SeqCst);
+                return Ready::All;
+            }
         }
         let mut fds: SmallVec<[PollFd<'_>; 8]> = SmallVec::new();
+        let mut owner: SmallVec<[usize; 8]> = SmallVec::new();
         if let Some(e) = efd {
             fds.push(PollFd::from_borrowed_fd(e, PollFlags::IN));
+            owner.push(usize::MAX);
         }
         let mut until = deadline;
-        for d in drivers {
+        for (i, d) in drivers.iter().enumerate() {
             let w = d.wait_on();
-            if let Some((fd, i)) = w.fd.filter(|(_, i)| i.write || !writes_only) {
+            if let Some((fd, int)) = w.fd.filter(|(_, i)| i.write || !writes_only) {
                 let mut f = PollFlags::empty();
-                if i.read && !writes_only {
+                if int.read && !writes_only {
                     f |= PollFlags::IN;
                 }
-                if i.write {
+                if int.write {
                     f |= PollFlags::OUT;
                 }
                 fds.push(PollFd::from_borrowed_fd(fd, f));
+                owner.push(i);
             }
             // A flushing helper leaves the drivers' timers to their waiters and
             // progress threads (it does not drive what it does not poll).
@@ -365,25 +398,57 @@ impl SoftEvd {
                 until = Some(until.map_or(dl, |u| u.min(dl)));
             }
         }
-        // Without an eventfd (exhausted descriptors) fall back to short naps.
-        let cap = if efd.is_none() { Some(Duration::from_micros(200)) } else { None };
-        let left = until.map(|u| u.saturating_duration_since(Instant::now()));
-        let left = match (left, cap) {
-            (Some(l), Some(c)) => Some(l.min(c)),
-            (l, c) => l.or(c),
+        let left = if nowait {
+            Some(Duration::ZERO)
+        } else {
+            // Without an eventfd (exhausted descriptors) fall back to short naps.
+            let cap = if efd.is_none() { Some(Duration::from_micros(200)) } else { None };
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            match (left, cap) {
+                (Some(l), Some(c)) => Some(l.min(c)),
+                (l, c) => l.or(c),
+            }
         };
         let ts =
             left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
-        let _ = poll(&mut fds, ts.as_ref());
-        let woke = fds.first().is_some_and(|f| f.revents().contains(PollFlags::IN));
+        let n = poll(&mut fds, ts.as_ref()).unwrap_or(0);
+        let mut ready = Ready::All;
+        let mut woke = false;
+        if n > 0 {
+            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            for (f, &o) in fds.iter().zip(&owner) {
+                if f.revents().is_empty() {
+                    continue;
+                }
+                if o == usize::MAX {
+                    woke = true;
+                } else {
+                    which[o] = true;
+                }
+            }
+            // A wake-up (push, poke, changed interest) means: look at everything.
+            if !woke {
+                ready = Ready::Some(which);
+            }
+        } else if nowait {
+            // Nothing ready and no timer can be due sooner than we look again,
+            // unless one already is.
+            let due = until.is_some_and(|u| u <= Instant::now());
+            if !due {
+                ready = Ready::Some(SmallVec::from_elem(false, drivers.len()));
+            }
+        }
         drop(fds);
-        waiters.fetch_sub(1, Ordering::SeqCst);
+        if let Some(w) = waiters {
+            w.fetch_sub(1, Ordering::SeqCst);
+        }
         if woke {
             if let Some(e) = efd {
                 let mut b = [0u8; 8];
                 let _ = rustix::io::read(e, &mut b);
             }
         }
+        ready
     }
 
     fn cv_block_until(
@@ -459,7 +524,7 @@ impl SoftEvd {
             if Instant::now() >= deadline {
                 return;
             }
-            self.poll_once(&drivers, Some(deadline), &done, true);
+            self.poll_once(&drivers, Some(deadline), &done, true, false);
         }
     }
 
@@ -499,6 +564,20 @@ impl SoftEvd {
         threshold: usize,
         seen: u64,
     ) -> Result<Option<Event>> {
+        self.wait_or_poke_spin(timeout, threshold, seen, Duration::ZERO)
+    }
+
+    /// [`SoftEvd::wait_or_poke`] that first spins (driving) for `spin`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_or_poke_spin(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+        spin: Duration,
+    ) -> Result<Option<Event>> {
         let threshold = threshold.max(1);
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
@@ -506,7 +585,7 @@ impl SoftEvd {
                 self.queued.load(Ordering::SeqCst) >= threshold
                     || self.pokes.load(Ordering::SeqCst) != seen
             };
-            let ok = self.block_until(deadline, Duration::ZERO, &done);
+            let ok = self.block_until(deadline, spin, &done);
             if let Some(e) = self.pop(threshold) {
                 return Ok(Some(e));
             }
@@ -563,6 +642,16 @@ impl SoftEvd {
     pub fn drive_until(&self, timeout: Option<Duration>, done: &dyn Fn() -> bool) -> bool {
         let deadline = timeout.map(|t| Instant::now() + t);
         self.block_until(deadline, self.spin, done)
+    }
+
+    /// Dequeues the oldest event without driving anything (for a layer that
+    /// drives this EVD's endpoints by other means, see
+    /// [`SoftEvd::drive_through`]).
+    pub fn try_pop(&self) -> Option<Event> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.pop(1)
     }
 
     /// Drives every driver once, without blocking (what a dequeue on an
