@@ -377,7 +377,7 @@ impl EpShared {
     }
 
     /// Sends the delayed acknowledgement once due, if no frame carried it.
-    fn ack_timer(&self) -> bool {
+    pub(crate) fn ack_timer(&self) -> bool {
         let due = {
             let mut d = self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
             match *d {

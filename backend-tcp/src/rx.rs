@@ -156,7 +156,19 @@ impl EpShared {
         let mut moved = false;
         let r = loop {
             match self.step(rx, sock) {
-                Ok(Step::More) => moved = true,
+                Ok(Step::More) => {
+                    moved = true;
+                    // A frame boundary with no further frame buffered: the
+                    // acknowledgement asked for goes out now (delayed a little,
+                    // so that more frames or a reply can carry it), not only
+                    // when the stream pauses — a long stream would otherwise
+                    // complete nothing until its end.
+                    if rx.ack_wanted && matches!(rx.phase, Phase::Header) && rx.avail() < HDR {
+                        if let Err(e) = self.ack_requested(rx) {
+                            break Err(e);
+                        }
+                    }
+                }
                 Ok(Step::Blocked) | Ok(Step::Stalled) => break Ok(()),
                 // Our disconnect was answered by the peer closing its side.
                 Err(End::Broken(why))
@@ -172,16 +184,24 @@ impl EpShared {
         // for; the acks of a burst are coalesced into one, and a reply posted
         // within the ack delay carries it instead.
         if matches!(rx.phase, Phase::Header) && rx.ack_wanted {
-            rx.ack_wanted = false;
-            if self.ia.cfg.ack_delay.is_zero() {
-                let mut w = true;
-                self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))?;
-            } else {
-                // Delayed: a reply posted meanwhile carries the ack for free.
-                self.arm_ack(self.ia.cfg.ack_delay);
-            }
+            self.ack_requested(rx)?;
         }
         Ok(moved)
+    }
+
+    /// The peer asked for an acknowledgement of what was handled so far.
+    fn ack_requested(&self, rx: &mut RxState) -> Result<(), End> {
+        rx.ack_wanted = false;
+        if self.ia.cfg.ack_delay.is_zero() {
+            let mut w = true;
+            self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))
+        } else {
+            // Delayed: a reply posted meanwhile carries the ack for free; a
+            // due one goes out even in the middle of a long stream.
+            self.arm_ack(self.ia.cfg.ack_delay);
+            self.ack_timer();
+            Ok(())
+        }
     }
 
     pub(crate) fn send_ack_if_wanted(&self, wanted: &mut bool) -> io::Result<()> {
