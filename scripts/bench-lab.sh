@@ -26,8 +26,13 @@ server 198.18.0.2,198.18.1.2
   for e in inline fork-join pinned; do
     client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES" --baseline
   done
+  for pol in single round-robin weighted:1,1 adaptive; do
+    client --rails 198.18.0.2,198.18.1.2 --engine pinned --policy $pol --test bw --sizes 64K,1M
+  done
   client --rails 198.18.0.2 --test bibw --sizes 64K,1M
-  client --rails 198.18.0.2,198.18.1.2 --engine pinned --test bibw --sizes 64K,1M
+  for e in inline fork-join pinned; do
+    client --rails 198.18.0.2,198.18.1.2 --engine $e --test bibw --sizes 64K,1M
+  done
   client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --baseline
   for e in inline pinned; do
     client --rails 198.18.0.2,198.18.1.2 --engine $e --test lat --sizes 8,64,512,4K
@@ -35,6 +40,18 @@ server 198.18.0.2,198.18.1.2
   client --rails 198.18.0.2,198.18.1.2 --engine inline --test breakdown --sizes 16K,1M
   client --rails 198.18.0.2,198.18.1.2 --engine pinned --test breakdown --sizes 16K,1M
 } | tee "$OUT/equal.jsonl"
+
+echo "== the same 1 Gbit/s rail through libfabric (ofi:tcp) beside the tcp backend"
+pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; sleep 0.3
+ip netns exec $P-b "$B" server --backend ofi:tcp --rails 198.18.0.2 --port 7570 --idle 30 2>>"$OUT/server.log" &
+ip netns exec $P-b "$B" server --rails 198.18.0.2 --idle 30 2>>"$OUT/server.log" &
+sleep 0.5
+{
+  client --rails 198.18.0.2 --test bw --sizes 64K,1M --baseline
+  client --backend ofi:tcp --port 7570 --rails 198.18.0.2 --test bw --sizes 64K,1M
+  client --rails 198.18.0.2 --test lat --sizes 8,4K --baseline
+  client --backend ofi:tcp --port 7570 --rails 198.18.0.2 --test lat --sizes 8,4K
+} | tee "$OUT/ofi.jsonl"
 
 echo "== two unshaped rails (CPU-bound)"
 scripts/lab.sh pair $P none,none

@@ -46,12 +46,22 @@ for s in sizes:
           f"{ratio(e['inline'].get('mbps'), o)} | {ratio(e['pinned'].get('mbps'), o)} | "
           f"{ratio(e['pinned'].get('mbps'), e['inline'].get('mbps'))} | {ratio(e['inline'].get('mbps'), raw2)} |")
 
+print("\n### Policies, two equal rails, pinned engine: RDMA write bandwidth (Mbit/s, median)\n")
+pols = ["single", "round-robin", "even", "weighted:1,1", "adaptive"]
+print("| size | " + " | ".join(pols) + " |")
+print("|---|" + "---|" * len(pols))
+for s in sorted({r["size"] for r in eq if r["test"] == "bw" and r.get("policy") == "round-robin"}):
+    row = [(find(eq, test="bw", rails=2, engine="pinned", policy=p, size=s) or {}).get("mbps") for p in pols]
+    print(f"| {h(s)} | " + " | ".join(f(x) for x in row) + " |")
+
 print("\n### Bi-directional (Mbit/s, both directions together)\n")
-print("| size | 1 rail | 2 rails pinned |")
-print("|---|---|---|")
+print("| size | 1 rail | 2 rails inline | 2 rails fork-join | 2 rails pinned | pinned / 1 rail |")
+print("|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in eq if r["test"] == "bibw"}):
-    a, b = find(eq, test="bibw", rails=1, size=s) or {}, find(eq, test="bibw", rails=2, size=s) or {}
-    print(f"| {h(s)} | {f(a.get('mbps'))} | {f(b.get('mbps'))} |")
+    a = find(eq, test="bibw", rails=1, size=s) or {}
+    e = {x: (find(eq, test="bibw", rails=2, engine=x, size=s) or {}).get("mbps") for x in ("inline", "fork-join", "pinned")}
+    r = f(e["pinned"] / a["mbps"], 2) if e["pinned"] and a.get("mbps") else "-"
+    print(f"| {h(s)} | {f(a.get('mbps'))} | {f(e['inline'])} | {f(e['fork-join'])} | {f(e['pinned'])} | {r} |")
 
 print("\n### Write + notify half round trip (us, median)\n")
 print("| size | raw TCP ping-pong | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail |")
@@ -94,3 +104,17 @@ for s in sorted({r["size"] for r in ue}):
     pol = {p: (find(ue, rails=2, policy=p, size=s) or {}).get("mbps") for p in ("even", "adaptive", "weighted:4,1")}
     print(f"| {h(s)} | {f(raw[0] if raw else None)} | {f(raw[1] if len(raw) > 1 else None)} | {f(tot)} | {f(pol['even'])} | {f(pol['adaptive'])} | {f(pol['weighted:4,1'])} | "
           f"{f(pol['adaptive'] / tot, 2) if pol['adaptive'] and tot else '-'} | {f(pol['even'] / (2 * slow), 2) if pol['even'] and slow else '-'} |")
+
+of = load("ofi")
+if of:
+    print("\n### One 1 Gbit/s rail: tcp backend vs libfabric (ofi:tcp)\n")
+    print("| test | size | raw TCP | tcp backend | ofi:tcp | ofi / tcp |")
+    print("|---|---|---|---|---|---|")
+    for t, k in (("bw", "mbps"), ("lat", "lat_us")):
+        for s in sorted({r["size"] for r in of if r["test"] == t}):
+            a = find(of, test=t, backend="tcp", size=s) or {}
+            b = find(of, test=t, backend="ofi:tcp", size=s) or {}
+            raw = a.get("raw_mbps") if t == "bw" else a.get("raw_lat_us")
+            r = f(b[k] / a[k], 2) if b.get(k) and a.get(k) else "-"
+            p = 0 if t == "bw" else 1
+            print(f"| {t} | {h(s)} | {f(raw, p)} | {f(a.get(k), p)} | {f(b.get(k), p)} | {r} |")

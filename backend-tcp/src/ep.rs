@@ -297,7 +297,7 @@ impl EpShared {
     fn distinct_evds(&self) -> impl Iterator<Item = &SoftEvd> {
         let e = &self.evds;
         let all = [&e.request, &e.recv, &e.conn];
-        let mut out: Vec<&SoftEvd> = Vec::with_capacity(3);
+        let mut out: smallvec::SmallVec<[&SoftEvd; 3]> = smallvec::SmallVec::new();
         for x in all {
             if let Some(s) = x.as_any().downcast_ref::<SoftEvd>() {
                 if !out.iter().any(|o| std::ptr::eq(*o, s)) {

@@ -966,7 +966,7 @@ impl MrEp {
                 evd,
                 pending: Default::default(),
                 tx: Mutex::new(None),
-                cpu: Mutex::new("unbound".into()),
+                cpu: Mutex::new("not started".into()),
             });
         }
         let cfg = ia.cfg.clone();

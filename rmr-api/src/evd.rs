@@ -115,7 +115,7 @@ pub struct SoftEvd {
     spin: Duration,
     pokes: AtomicU64,
     has_observers: AtomicBool,
-    observers: Mutex<Vec<Weak<SoftEvd>>>,
+    observers: RwLock<Vec<Weak<SoftEvd>>>,
     /// Drivers of endpoints that report here, and EVDs whose drivers are driven too.
     drivers: RwLock<Vec<Weak<dyn Driver>>>,
     through: RwLock<Vec<Weak<dyn Evd>>>,
@@ -168,7 +168,7 @@ impl SoftEvd {
             spin,
             pokes: AtomicU64::new(0),
             has_observers: AtomicBool::new(false),
-            observers: Mutex::new(Vec::new()),
+            observers: RwLock::new(Vec::new()),
             drivers: RwLock::new(Vec::new()),
             through: RwLock::new(Vec::new()),
             has_drivers: AtomicBool::new(false),
@@ -274,11 +274,8 @@ impl SoftEvd {
         // Waiters of EVDs that drive through this one (see `drive_through`,
         // paired with `observe`) poll these drivers too.
         if self.has_observers.load(Ordering::Acquire) {
-            let o: SmallVec<[Arc<SoftEvd>; 4]> = {
-                let o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
-                o.iter().filter_map(Weak::upgrade).collect()
-            };
-            for e in o {
+            let o = self.observers.read().unwrap_or_else(|p| p.into_inner());
+            for e in o.iter().filter_map(Weak::upgrade) {
                 e.wake_pollers();
             }
         }
@@ -288,7 +285,7 @@ impl SoftEvd {
     /// is pushed here. A layer that owns several EVDs (multirail) lets one
     /// waiter sleep on its own EVD yet wake the moment any of them fills.
     pub fn observe(&self, by: &Arc<SoftEvd>) {
-        let mut o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut o = self.observers.write().unwrap_or_else(|p| p.into_inner());
         o.retain(|w| w.strong_count() > 0);
         if !o.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(by))) {
             o.push(Arc::downgrade(by));
@@ -602,11 +599,8 @@ impl SoftEvd {
         if !self.has_observers.load(Ordering::Acquire) {
             return;
         }
-        let o: SmallVec<[Arc<SoftEvd>; 4]> = {
-            let o = self.observers.lock().unwrap_or_else(|p| p.into_inner());
-            o.iter().filter_map(Weak::upgrade).collect()
-        };
-        for e in o {
+        let o = self.observers.read().unwrap_or_else(|p| p.into_inner());
+        for e in o.iter().filter_map(Weak::upgrade) {
             e.poke();
         }
     }
