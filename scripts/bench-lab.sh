@@ -26,6 +26,11 @@ server 198.18.0.2,198.18.1.2
   for e in inline fork-join pinned; do
     client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES" --baseline
   done
+  # Where striping starts to pay: always stripe vs never stripe (whole DTOs
+  # spread over the rails by least outstanding bytes), small sizes.
+  for th in 1K 1G; do
+    client --rails 198.18.0.2,198.18.1.2 --engine pinned --threshold $th --test bw --sizes 2K,4K,8K,16K,32K
+  done
   for pol in single round-robin weighted:1,1 adaptive; do
     client --rails 198.18.0.2,198.18.1.2 --engine pinned --policy $pol --test bw --sizes 64K,1M
   done

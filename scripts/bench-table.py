@@ -46,6 +46,17 @@ for s in sizes:
           f"{ratio(e['inline'].get('mbps'), o)} | {ratio(e['pinned'].get('mbps'), o)} | "
           f"{ratio(e['pinned'].get('mbps'), e['inline'].get('mbps'))} | {ratio(e['inline'].get('mbps'), raw2)} |")
 
+th = [r for r in eq if r["test"] == "bw" and r.get("threshold") in (1024, 1 << 30)]
+if th:
+    print("\n### Stripe threshold: two equal rails, pinned, even (Mbit/s, median)\n")
+    print("| size | always stripe (threshold 1K) | never stripe (whole DTOs, least-loaded rail) | default (8K) |")
+    print("|---|---|---|---|")
+    for s in sorted({r["size"] for r in th}):
+        a = (find(th, size=s, threshold=1024) or {}).get("mbps")
+        b = (find(th, size=s, threshold=1 << 30) or {}).get("mbps")
+        d = (find(eq, test="bw", rails=2, engine="pinned", policy="even", size=s, threshold=8192) or {}).get("mbps")
+        print(f"| {h(s)} | {f(a)} | {f(b)} | {f(d)} |")
+
 print("\n### Policies, two equal rails, pinned engine: RDMA write bandwidth (Mbit/s, median)\n")
 pols = ["single", "round-robin", "even", "weighted:1,1", "adaptive"]
 print("| size | " + " | ".join(pols) + " |")

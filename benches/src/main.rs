@@ -301,6 +301,7 @@ pub(crate) fn run_client(a: &ClientArgs, progress: Option<&indicatif::ProgressBa
             rails: n,
             engine: engine.clone(),
             policy: policy.clone(),
+            threshold: (n > 1).then(|| parse_size(&c.threshold).unwrap_or(0)),
             size,
             iters,
             ..Row::default()

@@ -15,6 +15,8 @@ pub(crate) struct Row {
     pub(crate) engine: String,
     /// Policy (multirail) or `-`.
     pub(crate) policy: String,
+    /// Stripe threshold in bytes (multirail).
+    pub(crate) threshold: Option<u64>,
     /// Message size in bytes.
     pub(crate) size: u64,
     /// Measured samples.
@@ -48,6 +50,9 @@ impl Row {
         m.insert("rails".into(), json!(self.rails));
         m.insert("engine".into(), json!(self.engine));
         m.insert("policy".into(), json!(self.policy));
+        if let Some(t) = self.threshold {
+            m.insert("threshold".into(), json!(t));
+        }
         m.insert("size".into(), json!(self.size));
         m.insert("iters".into(), json!(self.iters));
         let mut opt = |k: &str, v: Option<f64>| {
