@@ -8,8 +8,9 @@
 //! holds by that rail's own order. Rule 2 holds because such an operation
 //! is deferred until every stripe posted before it on the other rails has
 //! completed (stripes on the control rail are ahead of it on the same
-//! stream). Small writes go whole to the least-loaded rail, preferring the
-//! control rail on a tie, so a write+notify ping-pong never waits.
+//! stream). Small writes go whole to the control rail while it carries less
+//! than a threshold in flight (else to the least-loaded rail), so a
+//! write+notify ping-pong never waits for another rail.
 
 use crate::evd::MrEvd;
 use crate::objects::{MrIa, MrLmr, MrLmrInner, MrPz};

@@ -220,6 +220,19 @@ impl Planner {
         (0..self.alive.len()).filter(|&r| self.alive[r]).min_by_key(|&r| (self.outstanding[r], r))
     }
 
+    /// Where a whole (unstriped) DTO goes: the control rail while it has
+    /// less than a threshold's worth of bytes in flight — so a lone small
+    /// DTO and the ordered send that follows it share a rail and never wait
+    /// for each other's acknowledgements — else the least-loaded live rail,
+    /// so a stream of small DTOs still keeps every rail busy.
+    fn whole_rail(&self) -> Option<usize> {
+        let c = self.control_rail()?;
+        if self.outstanding[c] < self.threshold.max(1) {
+            return Some(c);
+        }
+        self.least_loaded()
+    }
+
     /// The rails and weights one striped DTO uses under the policy.
     fn batch(&self) -> SmallVec<[(usize, f64); 8]> {
         let live = (0..self.alive.len()).filter(|&r| self.alive[r]);
@@ -268,7 +281,7 @@ impl Planner {
         }
         let batch = self.batch();
         if len < self.threshold || batch.len() <= 1 || len < 2 * self.align {
-            if let Some(r) = self.least_loaded() {
+            if let Some(r) = self.whole_rail() {
                 out.push(whole(r));
             }
             return out;
@@ -402,13 +415,19 @@ mod tests {
     }
 
     #[test]
-    fn small_dtos_go_whole_to_least_loaded() {
+    fn small_dtos_stay_on_the_control_rail_until_it_is_loaded() {
         let mut p = Planner::new(3, Policy::Even, 16 << 10, 4096);
         assert_eq!(p.plan(100).as_slice(), &[Stripe { rail: 0, offset: 0, len: 100 }]);
+        // A ping-pong's few bytes in flight keep small DTOs on the control rail.
         p.posted(0, 100);
+        assert_eq!(p.plan(100)[0].rail, 0);
+        // A stream fills it: small DTOs spread by least outstanding bytes.
+        p.posted(0, 16 << 10);
         assert_eq!(p.plan(100)[0].rail, 1);
         p.posted(1, 50);
         assert_eq!(p.plan(100)[0].rail, 2);
+        p.completed(0, (16 << 10) + 100);
+        assert_eq!(p.plan(100)[0].rail, 0);
         assert_eq!(p.plan(64 << 10).len(), 3);
     }
 
