@@ -132,7 +132,7 @@ pub(crate) fn run(d: &DemoArgs) {
         for &size in &bw_sizes {
             let a =
                 client(r, d.port, if *e == "-" { "pinned" } else { e }, "bw", &[size], it(size));
-            rows.extend(run_client(&a, pb.as_ref()));
+            rows.extend(run_client(&a, pb.as_ref(), true));
         }
     }
     for (r, e) in [(vec![rails[0]], "pinned"), (rails.to_vec(), "pinned")] {
@@ -140,7 +140,7 @@ pub(crate) fn run(d: &DemoArgs) {
             pb.set_message(format!("rmr latency, {} rail(s)", r.len()));
         }
         let a = client(&r, d.port, e, "lat", &lat_sizes, Some(lat_iters));
-        rows.extend(run_client(&a, pb.as_ref()));
+        rows.extend(run_client(&a, pb.as_ref(), true));
     }
     for &size in &lat_sizes {
         let s =

@@ -12,6 +12,7 @@ use multirail::{Engine, MrConfig, MrIa, Policy, parse_size};
 use rmr_api::{Event, Ia};
 use row::Row;
 use session::Conn;
+use std::io::IsTerminal;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -270,7 +271,13 @@ pub(crate) fn client_ia(a: &ClientArgs) -> (Arc<dyn Ia>, String, u16) {
 }
 
 /// Runs the client's sweep, returning rows (and printing them as it goes).
-pub(crate) fn run_client(a: &ClientArgs, progress: Option<&indicatif::ProgressBar>) -> Vec<Row> {
+/// Runs the client's sweep. With `progress`, advances it per point; rows
+/// are printed as they come unless `quiet` (the demo prints its own table).
+pub(crate) fn run_client(
+    a: &ClientArgs,
+    progress: Option<&indicatif::ProgressBar>,
+    quiet: bool,
+) -> Vec<Row> {
     register();
     let c = &a.common;
     let sz = sizes(&a.sizes);
@@ -342,10 +349,15 @@ pub(crate) fn run_client(a: &ClientArgs, progress: Option<&indicatif::ProgressBa
             }
             t => die(format!("unknown test `{t}` (bw, bibw, lat, breakdown)")),
         }
-        match progress {
-            Some(pb) => pb.inc(1),
-            None if a.json => println!("{}", row.json()),
-            None => println!("{}", row.line()),
+        if !quiet {
+            let line = if a.json { row.json().to_string() } else { row.line() };
+            match progress {
+                Some(pb) => pb.suspend(|| println!("{line}")),
+                None => println!("{line}"),
+            }
+        }
+        if let Some(pb) = progress {
+            pb.inc(1);
         }
         rows.push(row);
     }
@@ -361,7 +373,23 @@ fn main() {
             if !a.json {
                 println!("{}", Row::header());
             }
-            run_client(&a, None);
+            // A progress bar on stderr for a person watching; none for --json
+            // or when stderr is not a terminal (scripts, CI).
+            let pb = (!a.json && std::io::stderr().is_terminal()).then(|| {
+                let pb = indicatif::ProgressBar::new(sizes(&a.sizes).len() as u64);
+                pb.set_style(
+                    indicatif::ProgressStyle::with_template(
+                        "{spinner} {pos}/{len} sizes {elapsed}",
+                    )
+                    .expect("template"),
+                );
+                pb.enable_steady_tick(Duration::from_millis(200));
+                pb
+            });
+            run_client(&a, pb.as_ref(), false);
+            if let Some(pb) = pb {
+                pb.finish_and_clear();
+            }
         }
         Cmd::Demo(d) => demo::run(&d),
         Cmd::RawTcp { cmd } => match cmd {
