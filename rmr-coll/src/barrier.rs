@@ -52,11 +52,17 @@ pub struct BarrierConfig {
     pub shm: bool,
     /// Limit of any one wait (a dead peer is an error after this long).
     pub timeout: Duration,
+    /// How long a wait on a TCP-backend EVD spins before it blocks in
+    /// `poll(2)`. `None` (the default): the EVD's own spin
+    /// (`RMR_EVD_SPIN_US`, 50 µs) when the node has a core per local
+    /// process, none when it is oversubscribed (a spinning waiter takes
+    /// the core its partner needs to answer).
+    pub spin: Option<Duration>,
 }
 
 impl Default for BarrierConfig {
     fn default() -> Self {
-        BarrierConfig { algo: Algo::Rdma, shm: true, timeout: Duration::from_secs(60) }
+        BarrierConfig { algo: Algo::Rdma, shm: true, timeout: Duration::from_secs(60), spin: None }
     }
 }
 
@@ -140,7 +146,9 @@ impl Barrier {
             )?;
             if let Some(links) = links {
                 let me = links.me;
-                let waiter = Waiter::new(evd.clone(), cfg.timeout);
+                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+                let spin = cfg.spin.or((lsize > cores).then_some(Duration::ZERO));
+                let waiter = Waiter::new(evd.clone(), cfg.timeout, spin);
                 let sig: Box<dyn Signals> = match slots {
                     Some(slots) => Box::new(RdmaSignals::new(links, waiter, &pz, slots)?),
                     None => Box::new(MsgSignals::new(links, waiter, &pz)?),

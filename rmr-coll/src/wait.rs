@@ -43,11 +43,14 @@ impl Backoff {
 pub(crate) struct Waiter {
     evd: Arc<dyn Evd>,
     pub(crate) timeout: Duration,
+    /// How long a TCP-backend wait spins before blocking in `poll(2)`
+    /// (`None`: the EVD's own setting).
+    spin: Option<Duration>,
 }
 
 impl Waiter {
-    pub(crate) fn new(evd: Arc<dyn Evd>, timeout: Duration) -> Waiter {
-        Waiter { evd, timeout }
+    pub(crate) fn new(evd: Arc<dyn Evd>, timeout: Duration, spin: Option<Duration>) -> Waiter {
+        Waiter { evd, timeout, spin }
     }
 
     fn soft(&self) -> Option<&SoftEvd> {
@@ -77,7 +80,12 @@ impl Waiter {
             }
             if let Some(s) = self.soft() {
                 let left = deadline.saturating_duration_since(Instant::now());
-                if !s.drive_until(Some(left), &|| done() || !s.is_empty()) {
+                let ready = || done() || !s.is_empty();
+                let ok = match self.spin {
+                    Some(spin) => s.drive_until_spin(Some(left), spin, &ready),
+                    None => s.drive_until(Some(left), &ready),
+                };
+                if !ok {
                     return Ok(done());
                 }
             } else {
@@ -98,8 +106,21 @@ impl Waiter {
 
     /// The next event (for the send/recv barrier), or `None` on timeout.
     pub(crate) fn next_event(&self) -> Option<Event> {
-        if self.soft().is_some() {
-            return self.evd.wait(Some(self.timeout), 1).ok();
+        if let Some(s) = self.soft() {
+            let Some(spin) = self.spin else {
+                return self.evd.wait(Some(self.timeout), 1).ok();
+            };
+            // As `Evd::wait`, with this barrier's spin.
+            let deadline = Instant::now() + self.timeout;
+            loop {
+                if let Some(e) = self.evd.dequeue() {
+                    return Some(e);
+                }
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !s.drive_until_spin(Some(left), spin, &|| !s.is_empty()) {
+                    return self.evd.dequeue();
+                }
+            }
         }
         let deadline = Instant::now() + self.timeout;
         let mut b = Backoff::default();
