@@ -89,7 +89,16 @@ fn post_retrying(
     }
 }
 
-/// The slots a peer writes into: one per member, one cache line each.
+/// The word of a slot that barrier `seq` writes: one per parity, so that
+/// two writes in flight to one slot (consecutive barriers) never target the
+/// same word, even on a transport that lets them overtake each other; a
+/// word is written again two barriers later, after its reader saw it.
+fn slot_word(seq: u64) -> u64 {
+    (seq & 1) * 8
+}
+
+/// The slots peers write into: one per member, one cache line each, two
+/// words each (see [`slot_word`]).
 pub(crate) struct Slots {
     pub(crate) region: Arc<MemRegion>,
     _lmr: Arc<dyn Lmr>,
@@ -139,7 +148,7 @@ impl Signals for RdmaSignals {
     fn signal(&mut self, to: usize, seq: u64) -> Result<()> {
         let ep = self.links.ep(to)?;
         let ctx = self.peers[to].as_ref().expect("partner context");
-        let off = self.links.me as u64 * STRIDE;
+        let off = self.links.me as u64 * STRIDE + slot_word(seq);
         let sge = [self.src.sge(seq)];
         let mut stash = Vec::new();
         post_retrying(&self.waiter, &self.links, to, &mut stash, || {
@@ -152,7 +161,11 @@ impl Signals for RdmaSignals {
     }
 
     fn wait(&mut self, from: usize, seq: u64) -> Result<()> {
-        let slot = self.slots.region.atomic_u64(from as u64 * STRIDE).map_err(Error::Api)?;
+        let slot = self
+            .slots
+            .region
+            .atomic_u64(from as u64 * STRIDE + slot_word(seq))
+            .map_err(Error::Api)?;
         let arrived = || u64::from_le(slot.load(std::sync::atomic::Ordering::Acquire)) >= seq;
         let links = &self.links;
         if self.waiter.until(&arrived, &mut |e| stray(e, &|ep| links.rank_of(ep)))? {

@@ -23,6 +23,8 @@ pub(crate) struct Backoff {
 }
 
 const SPINS: u32 = 64;
+/// Longest single block in `poll(2)` of a flag wait.
+const SLICE: Duration = Duration::from_millis(5);
 const YIELDS: u32 = 64;
 
 impl Backoff {
@@ -79,15 +81,18 @@ impl Waiter {
                 continue;
             }
             if let Some(s) = self.soft() {
-                let left = deadline.saturating_duration_since(Instant::now());
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(done());
+                }
+                // In slices: a write that lands without waking this waiter
+                // (placed by another thread, raising no event) costs at most one.
+                let left = deadline.saturating_duration_since(now).min(SLICE);
                 let ready = || done() || !s.is_empty();
-                let ok = match self.spin {
+                let _ = match self.spin {
                     Some(spin) => s.drive_until_spin(Some(left), spin, &ready),
                     None => s.drive_until(Some(left), &ready),
                 };
-                if !ok {
-                    return Ok(done());
-                }
             } else {
                 if Instant::now() >= deadline {
                     return Ok(done());

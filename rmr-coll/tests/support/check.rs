@@ -71,7 +71,15 @@ pub(crate) fn run_rank(cfg: &CheckConfig) -> Result<String, String> {
     let mut violations = 0u64;
     let mut first = None;
     let t1 = Instant::now();
+    // RMR_CHECK_DIE_AT=r:k: rank r dies before barrier k (a failure test).
+    let die_at = std::env::var("RMR_CHECK_DIE_AT").ok().and_then(|v| {
+        let (r, k) = v.split_once(':')?;
+        (r.parse::<usize>().ok()? == rank).then_some(k.parse::<u64>().ok()?)
+    });
     for k in 1..=cfg.iters {
+        if die_at == Some(k) {
+            std::process::exit(3);
+        }
         // Dawdle before entering: one rank in 37 barriers, a different one each time.
         if k % 37 == 0 && (k / 37) as usize % size == rank {
             std::thread::sleep(Duration::from_micros(500));
