@@ -49,7 +49,9 @@ fn die(msg: impl std::fmt::Display) -> ! {
 fn algos(a: &str) -> Vec<Algo> {
     match a {
         "both" => vec![Algo::Rdma, Algo::SendRecv],
-        a => vec![Algo::parse(a).unwrap_or_else(|| die(format!("--algo {a}: rdma, sendrecv, both")))],
+        a => {
+            vec![Algo::parse(a).unwrap_or_else(|| die(format!("--algo {a}: rdma, sendrecv, both")))]
+        }
     }
 }
 
@@ -167,7 +169,10 @@ fn rank(a: &BarrierArgs) {
             a.backend,
             per * rounds
         );
-        println!("{:<9} {:<9} {:>5} {:>5} {:>5} {:>10} {:>8}", "test", "algo", "procs", "nodes", "shm", "lat_us", "ratio");
+        println!(
+            "{:<9} {:<9} {:>5} {:>5} {:>5} {:>10} {:>8}",
+            "test", "algo", "procs", "nodes", "shm", "lat_us", "ratio"
+        );
     }
     for (i, &(algo, ref b)) in bars.iter().enumerate() {
         let ratio = base.map(|s| lat[i] / s);

@@ -31,7 +31,7 @@ enum Imp {
     Single,
     Rendezvous(Rendezvous),
     #[cfg(feature = "pmix")]
-    Pmix(crate::pmix::Pmix),
+    Pmix(Box<crate::pmix::Pmix>),
 }
 
 /// A joined job: rank, size, node placement, and an out-of-band allgather.
@@ -166,7 +166,13 @@ impl Bootstrap {
                 });
             }
         };
-        Ok(RendezvousConfig { rank, size, root, timeout: timeout_from_env()?, node: node_name(hostname) })
+        Ok(RendezvousConfig {
+            rank,
+            size,
+            root,
+            timeout: timeout_from_env()?,
+            node: node_name(hostname),
+        })
     }
 
     /// A job of one process.
@@ -236,7 +242,7 @@ impl Bootstrap {
             nodes,
             why: format!("pmix (namespace {})", info.nspace),
             job: format!("pmix-{}", info.nspace),
-            imp: Imp::Pmix(p),
+            imp: Imp::Pmix(Box::new(p)),
         })
     }
 

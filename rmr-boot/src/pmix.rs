@@ -155,7 +155,8 @@ impl Pmix {
         let mut payload = Vec::with_capacity(data.len() + 1);
         payload.push(1u8);
         payload.extend_from_slice(data);
-        let bo = sys::pmix_byte_object_t { bytes: payload.as_mut_ptr().cast(), size: payload.len() };
+        let bo =
+            sys::pmix_byte_object_t { bytes: payload.as_mut_ptr().cast(), size: payload.len() };
         let mut val = sys::pmix_value_t::default();
         // SAFETY: PMIx_Value_load copies the byte object into `val`; PMIx_Put copies
         // `val`; we destruct our copy afterwards.

@@ -131,7 +131,11 @@ impl Rendezvous {
             return Ok(Joined { rv, job: fresh_job_id(), nodes: vec![cfg.node.clone()] });
         }
         let addr = resolve(&cfg.root)?;
-        if cfg.rank == 0 { Self::root(cfg, addr, deadline) } else { Self::rank(cfg, addr, deadline) }
+        if cfg.rank == 0 {
+            Self::root(cfg, addr, deadline)
+        } else {
+            Self::rank(cfg, addr, deadline)
+        }
     }
 
     fn root(cfg: &RendezvousConfig, addr: SocketAddr, deadline: Instant) -> Result<Joined> {

@@ -28,7 +28,11 @@ fn pmix_job_of_three() {
         .output()
         .expect("run mpirun");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "mpirun failed:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "mpirun failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for r in 0..3 {
         assert!(text.contains(&format!("RANK {r}/3 OK")), "rank {r} did not report:\n{text}");
     }

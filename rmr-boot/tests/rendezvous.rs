@@ -39,7 +39,14 @@ fn ranks_join_and_allgather() {
                     outs.push(all);
                 }
                 b.barrier().unwrap();
-                (b.rank(), b.local_rank(), b.local_size(), b.nodes().masters(), b.job_id().to_string(), outs)
+                (
+                    b.rank(),
+                    b.local_rank(),
+                    b.local_size(),
+                    b.nodes().masters(),
+                    b.job_id().to_string(),
+                    outs,
+                )
             })
         })
         .collect();

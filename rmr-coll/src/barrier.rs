@@ -1,12 +1,12 @@
 //! [`Barrier`]: the node's shared-memory flat tree, then the schedule
 //! among the nodes' masters over rmr endpoints.
 
+use crate::Result;
 use crate::links::Links;
 use crate::schedule::{Step, partners, steps};
 use crate::shm::{NodeTree, ShmWords};
 use crate::signals::{MsgSignals, RdmaSignals, Signals, Slots, run};
 use crate::wait::Waiter;
-use crate::Result;
 use rmr_api::{Evd, Ia, Pz};
 use rmr_boot::Bootstrap;
 use std::path::PathBuf;
@@ -101,11 +101,8 @@ impl Barrier {
             let node = nodes.node_of(rank);
             let path = shm_dir().join(format!("rmr-coll-{}-node{node}", boot.job_id()));
             let words = lsize + 1;
-            let created = if lsize > 1 && lrank == 0 {
-                Some(ShmWords::create(&path, words)?)
-            } else {
-                None
-            };
+            let created =
+                if lsize > 1 && lrank == 0 { Some(ShmWords::create(&path, words)?) } else { None };
             boot.barrier()?;
             let shm = match created {
                 Some(s) => Some(s),

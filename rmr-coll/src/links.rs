@@ -8,7 +8,7 @@
 
 use crate::wait::Backoff;
 use crate::{Error, Result};
-use rmr_api::{Ep, EpEvds, EpId, EpState, Event, Evd, Ia, Psp, Pz};
+use rmr_api::{Ep, EpEvds, EpId, EpState, Evd, Event, Ia, Psp, Pz};
 use rmr_boot::Bootstrap;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -76,7 +76,10 @@ impl Links {
         let (Some(me), Some(psp)) = (me, psp) else { return Ok(None) };
         let mut addrs = Vec::with_capacity(members.len());
         for &r in members {
-            addrs.push(decode(r, all.get(r).ok_or_else(|| Error::Setup("short allgather".into()))?)?);
+            addrs.push(decode(
+                r,
+                all.get(r).ok_or_else(|| Error::Setup("short allgather".into()))?,
+            )?);
         }
         let mine = partners(me);
         let expect: Vec<usize> = mine.iter().copied().filter(|&p| p < me).collect();
@@ -137,9 +140,11 @@ impl Links {
         // Accepted endpoints may still be completing their handshake.
         let mut b = Backoff::default();
         while eps.iter().flatten().any(|e| e.state() != EpState::Connected) {
-            if let Some(e) = eps.iter().flatten().find(|e| {
-                matches!(e.state(), EpState::Broken | EpState::Disconnected)
-            }) {
+            if let Some(e) = eps
+                .iter()
+                .flatten()
+                .find(|e| matches!(e.state(), EpState::Broken | EpState::Disconnected))
+            {
                 return Err(Error::Link { rank: usize::MAX, why: format!("{:?}", e.state()) });
             }
             if Instant::now() >= deadline {

@@ -107,6 +107,7 @@ mod tests {
         let r = rounds(n);
         let mut know: Vec<u64> = (0..n).map(|p| 1u64 << p).collect();
         let mut used = std::collections::HashSet::new();
+        #[allow(clippy::needless_range_loop)] // rounds index every participant's plan
         for round in 0..r {
             let sent: Vec<Option<(usize, u64)>> =
                 (0..n).map(|p| all[p][round].signal.map(|q| (q, know[p]))).collect();
@@ -274,9 +275,8 @@ mod tests {
 
     #[test]
     fn the_model_sees_the_hazards_the_implementation_avoids() {
-        let fails = |m: Model| {
-            (0..2000u64).any(|seed| (2..6).any(|n| simulate(n, 30, seed, m).is_err()))
-        };
+        let fails =
+            |m: Model| (0..2000u64).any(|seed| (2..6).any(|n| simulate(n, 30, seed, m).is_err()));
         // One source word: a late write carries the next barrier's number.
         assert!(fails(Model { double_src: false, parity_slots: false, fifo: true }));
         // One slot word and writes that overtake each other (multirail): a

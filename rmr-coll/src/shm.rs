@@ -52,7 +52,8 @@ impl ShmWords {
     /// [`Error::Shm`] when it is missing, shorter, or cannot be mapped.
     pub fn open(path: impl AsRef<Path>, words: usize) -> Result<ShmWords> {
         let path = path.as_ref();
-        let f = OpenOptions::new().read(true).write(true).open(path).map_err(|e| shm_err(path, e))?;
+        let f =
+            OpenOptions::new().read(true).write(true).open(path).map_err(|e| shm_err(path, e))?;
         let len = f.metadata().map_err(|e| shm_err(path, e))?.len();
         if len < (words * WORD_STRIDE) as u64 {
             return Err(shm_err(
@@ -118,7 +119,12 @@ pub(crate) struct NodeTree {
 }
 
 impl NodeTree {
-    pub(crate) fn new(shm: ShmWords, local_rank: usize, local_size: usize, timeout: Duration) -> Self {
+    pub(crate) fn new(
+        shm: ShmWords,
+        local_rank: usize,
+        local_size: usize,
+        timeout: Duration,
+    ) -> Self {
         NodeTree { shm, local_rank, local_size, timeout }
     }
 
@@ -182,7 +188,8 @@ mod tests {
         let n = 4;
         let trees: Vec<NodeTree> = (0..n)
             .map(|l| {
-                let s = if l == 0 { ShmWords::create(&p, n + 1) } else { ShmWords::open(&p, n + 1) };
+                let s =
+                    if l == 0 { ShmWords::create(&p, n + 1) } else { ShmWords::open(&p, n + 1) };
                 NodeTree::new(s.unwrap(), l, n, Duration::from_secs(10))
             })
             .collect();

@@ -127,7 +127,12 @@ pub(crate) struct RdmaSignals {
 }
 
 impl RdmaSignals {
-    pub(crate) fn new(links: Links, waiter: Waiter, pz: &Arc<dyn Pz>, slots: Slots) -> Result<Self> {
+    pub(crate) fn new(
+        links: Links,
+        waiter: Waiter,
+        pz: &Arc<dyn Pz>,
+        slots: Slots,
+    ) -> Result<Self> {
         let mut peers = vec![None; links.ranks.len()];
         for (p, ep) in links.eps.iter().enumerate() {
             if ep.is_some() {
@@ -193,7 +198,8 @@ impl MsgSignals {
         let n = links.ranks.len();
         let bufs = MemRegion::new(n * (RECVS * STRIDE) as usize);
         let bufs_lmr = pz.register_all(&bufs, Access::LOCAL_WRITE)?;
-        let s = MsgSignals { src: Source::new(pz)?, links, waiter, bufs, bufs_lmr, got: vec![0; n] };
+        let s =
+            MsgSignals { src: Source::new(pz)?, links, waiter, bufs, bufs_lmr, got: vec![0; n] };
         for (p, ep) in s.links.eps.iter().enumerate() {
             if ep.is_some() {
                 for k in 0..RECVS {

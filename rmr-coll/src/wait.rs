@@ -12,7 +12,7 @@
 //! [`rmr_api::Evd::dequeue`], which the backoff loop calls.
 
 use crate::{Error, Result};
-use rmr_api::{Event, Evd, SoftEvd};
+use rmr_api::{Evd, Event, SoftEvd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -113,7 +113,9 @@ fn spawn_rendezvous(job: &Job, skip: &[usize]) -> Vec<Child> {
         .map(|r| {
             let mut c = rank_cmd();
             job.env(&mut c);
-            c.env("RMR_RANK", r.to_string()).env("RMR_SIZE", job.n.to_string()).env("RMR_ROOT", &root);
+            c.env("RMR_RANK", r.to_string())
+                .env("RMR_SIZE", job.n.to_string())
+                .env("RMR_ROOT", &root);
             if let Some(k) = job.nodes {
                 c.env("RMR_NODE", format!("node{}", r % k));
             }
@@ -225,12 +227,16 @@ fn a_rank_that_never_comes_is_a_typed_error() {
     let (ok0, out0, err0) = &res[0];
     assert!(!ok0);
     assert!(
-        out0.contains("ranks [2] of 3 never showed up") || err0.contains("ranks [2] of 3 never showed up"),
+        out0.contains("ranks [2] of 3 never showed up")
+            || err0.contains("ranks [2] of 3 never showed up"),
         "root:\n{out0}\n{err0}"
     );
     let (ok1, out1, err1) = &res[1];
     assert!(!ok1);
-    assert!(out1.contains("aborted by the root") || err1.contains("aborted by the root"), "{out1}\n{err1}");
+    assert!(
+        out1.contains("aborted by the root") || err1.contains("aborted by the root"),
+        "{out1}\n{err1}"
+    );
 }
 
 #[test]
@@ -293,7 +299,12 @@ fn barrier_under_mpirun_with_pmix() {
         c.args(["barrier_rank", "--exact", "--ignored", "--nocapture", "--test-threads", "1"]);
         let out = c.output().expect("mpirun");
         let text = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{}:\n{text}\n{}", job.name(), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}:\n{text}\n{}",
+            job.name(),
+            String::from_utf8_lossy(&out.stderr)
+        );
         for r in 0..job.n {
             assert!(text.contains(&format!("RANK {r}/{} OK", job.n)), "rank {r}:\n{text}");
         }

@@ -51,9 +51,15 @@ pub(crate) fn run_rank(cfg: &CheckConfig) -> Result<String, String> {
     let boot = rmr_boot::Bootstrap::from_env().map_err(|e| format!("bootstrap: {e}"))?;
     let (rank, size) = (boot.rank(), boot.size());
     let ia = rmr_api::open(&cfg.spec).map_err(|e| format!("open {}: {e}", cfg.spec))?;
-    let bc = BarrierConfig { algo: cfg.algo, shm: cfg.shm, timeout: Duration::from_secs(30), spin: None };
+    let bc = BarrierConfig {
+        algo: cfg.algo,
+        shm: cfg.shm,
+        timeout: Duration::from_secs(30),
+        spin: None,
+    };
     let t0 = Instant::now();
-    let mut barrier = Barrier::new(&boot, &ia, &bc).map_err(|e| format!("rank {rank}: set-up: {e}"))?;
+    let mut barrier =
+        Barrier::new(&boot, &ia, &bc).map_err(|e| format!("rank {rank}: set-up: {e}"))?;
     let setup = t0.elapsed();
     // The entry counters: one word per rank in a file every rank maps.
     let path = format!("/dev/shm/rmr-check-{}", boot.job_id());
