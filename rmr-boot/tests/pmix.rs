@@ -4,6 +4,7 @@
 
 use std::process::Command;
 
+#[cfg_attr(not(feature = "pmix"), allow(dead_code))]
 /// What `mpirun` needs here: root in a container needs
 /// `--allow-run-as-root`; more ranks than cores need `--oversubscribe`.
 fn mpirun() -> Option<Command> {
