@@ -69,6 +69,9 @@ mod pmix_sys;
 mod rendezvous;
 mod wire;
 
+/// True when this build has the `pmix` feature (so [`Bootstrap::pmix`] can work).
+pub const PMIX_BUILT: bool = cfg!(feature = "pmix");
+
 pub use bootstrap::{Bootstrap, DEFAULT_TIMEOUT, Kind, hostname};
 pub use error::{Error, Result};
 pub use nodes::NodeMap;

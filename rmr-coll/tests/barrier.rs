@@ -277,7 +277,7 @@ fn mpirun() -> Option<Command> {
 
 #[test]
 fn barrier_under_mpirun_with_pmix() {
-    if !cfg!(feature = "pmix") {
+    if !rmr_boot::PMIX_BUILT {
         println!("SKIPPED: built without the `pmix` feature (scripts/test.sh enables it)");
         return;
     }
