@@ -4,5 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
-cargo clippy --workspace --all-targets -q -- -D warnings
-cargo test --workspace --release 2>&1
+# `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
+cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings
+cargo test --workspace --release --features rmr-coll/pmix 2>&1

@@ -511,8 +511,18 @@ impl EpShared {
             }
             self.bg_polling.store(false, Ordering::SeqCst);
             drain();
-            if self.active.load(Ordering::SeqCst) == 0 {
-                self.drive();
+            if self.active.load(Ordering::SeqCst) == 0
+                && self.drive()
+                && self.active.load(Ordering::SeqCst) > 0
+            {
+                // A waiter came in while this thread drove, found the receive
+                // side busy and went to poll the socket that this thread had
+                // just emptied. What landed may raise no event (an RDMA write
+                // into memory the waiter polls, see SoftEvd::drive_until):
+                // wake it to look again.
+                for evd in self.distinct_evds() {
+                    evd.wake();
+                }
             }
         }
         self.detach();

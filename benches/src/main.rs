@@ -1,6 +1,7 @@
 //! `rmr-bench`: rmr's benchmark suite. See `rmr-bench --help`.
 #![deny(missing_docs)]
 
+mod barrier;
 mod demo;
 mod raw;
 mod row;
@@ -34,6 +35,8 @@ enum Cmd {
     Client(ClientArgs),
     /// Server and client in one process over loopback rails: tables, CSV and a chart.
     Demo(demo::DemoArgs),
+    /// The RDMA barrier vs the same schedule over send/recv, N local processes.
+    Barrier(barrier::BarrierArgs),
     /// Plain TCP streams on the same links: the baseline.
     RawTcp {
         #[command(subcommand)]
@@ -161,7 +164,7 @@ pub(crate) fn mr_config(c: &Common) -> MrConfig {
     }
 }
 
-fn register() {
+pub(crate) fn register() {
     backend_tcp::register();
     backend_ofi::register();
     multirail::register();
@@ -392,6 +395,7 @@ fn main() {
             }
         }
         Cmd::Demo(d) => demo::run(&d),
+        Cmd::Barrier(b) => barrier::run(&b),
         Cmd::RawTcp { cmd } => match cmd {
             RawCmd::Server { rails, port, idle } => {
                 let stop = Arc::new(AtomicBool::new(false));

@@ -648,6 +648,19 @@ impl SoftEvd {
         self.pop(1)
     }
 
+    /// [`SoftEvd::drive_until`] with a spin of the caller's choosing instead
+    /// of the EVD's (`RMR_EVD_SPIN_US`): a process on an oversubscribed node
+    /// should block at once rather than spin on a core its peers need.
+    pub fn drive_until_spin(
+        &self,
+        timeout: Option<Duration>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.block_until(deadline, spin, done)
+    }
+
     /// Drives every driver once, without blocking (what a dequeue on an
     /// empty queue does). Returns whether anything moved.
     pub fn drive_once(&self) -> bool {

@@ -1,0 +1,153 @@
+//! The demo computation: 2D Jacobi heat diffusion on a grid in shared
+//! memory. The top edge is held at 100 degrees, the other edges at 0; each
+//! iteration sets every inner point to the mean of its four neighbours.
+//!
+//! Rows are 500 doubles (4000 bytes), so rows straddle pages and pages at
+//! the edge of a process's block are written by two processes: their diffs
+//! merge at the page's home, which is what release consistency with twins
+//! is for. [`reference`] is the same computation in one process, for the
+//! bit-for-bit check.
+
+use super::{Dsm, Result};
+use std::time::{Duration, Instant};
+
+/// Doubles per row (4000 bytes: rows straddle pages on purpose).
+pub const COLS: usize = 500;
+
+/// The grid's shape.
+#[derive(Clone, Copy, Debug)]
+pub struct Grid {
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+}
+
+impl Grid {
+    /// Bytes of one grid.
+    pub fn bytes(&self) -> usize {
+        self.rows * self.cols * 8
+    }
+
+    /// Shared bytes the computation needs (two grids).
+    pub fn shared_bytes(&self) -> usize {
+        2 * self.bytes()
+    }
+
+    fn initial(&self, r: usize) -> Vec<f64> {
+        vec![if r == 0 { 100.0 } else { 0.0 }; self.cols]
+    }
+}
+
+/// One new row from three old ones (the single place the formula lives,
+/// so both versions compute bit-identical values).
+fn relax(up: &[f64], mid: &[f64], down: &[f64], out: &mut [f64]) {
+    let c = mid.len();
+    out[0] = mid[0];
+    out[c - 1] = mid[c - 1];
+    for j in 1..c - 1 {
+        out[j] = 0.25 * (up[j] + down[j] + mid[j - 1] + mid[j + 1]);
+    }
+}
+
+/// What a run produced.
+#[derive(Debug)]
+pub struct HeatRun {
+    /// Iterations done.
+    pub iters: usize,
+    /// The final grid (rank 0 only; empty elsewhere).
+    pub grid: Vec<f64>,
+    /// Wall time per iteration.
+    pub per_iter: Duration,
+}
+
+/// Runs `iters` Jacobi iterations in shared memory.
+///
+/// # Errors
+/// Runtime failures.
+pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
+    let grid_addr = |k: usize, r: usize| k * g.bytes() + r * g.cols * 8;
+    // Each process fills its block of rows of both grids.
+    for r in dsm.share(0..g.rows) {
+        let row = g.initial(r);
+        dsm.write_f64s(grid_addr(0, r), &row)?;
+        dsm.write_f64s(grid_addr(1, r), &row)?;
+    }
+    dsm.barrier()?;
+    let start = Instant::now();
+    let errors = std::sync::Mutex::new(None);
+    for it in 0..iters {
+        let (src, dst) = (it % 2, (it + 1) % 2);
+        dsm.parallel_for(1..g.rows - 1, |r| {
+            let step = || -> Result<()> {
+                let mut up = vec![0.0; g.cols];
+                let mut mid = vec![0.0; g.cols];
+                let mut down = vec![0.0; g.cols];
+                dsm.read_f64s(grid_addr(src, r - 1), &mut up)?;
+                dsm.read_f64s(grid_addr(src, r), &mut mid)?;
+                dsm.read_f64s(grid_addr(src, r + 1), &mut down)?;
+                let mut out = vec![0.0; g.cols];
+                relax(&up, &mid, &down, &mut out);
+                dsm.write_f64s(grid_addr(dst, r), &out)
+            };
+            if let Err(e) = step() {
+                errors.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            }
+        });
+        if let Some(e) = errors.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            return Err(e);
+        }
+        dsm.barrier()?;
+    }
+    let per_iter = start.elapsed() / iters.max(1) as u32;
+    let mut grid = Vec::new();
+    if dsm.rank() == 0 {
+        grid = vec![0.0; g.rows * g.cols];
+        dsm.read_f64s(grid_addr(iters % 2, 0), &mut grid)?;
+    }
+    dsm.barrier()?;
+    Ok(HeatRun { iters, grid, per_iter })
+}
+
+/// The same computation in one process, on a plain vector.
+pub fn reference(g: Grid, iters: usize) -> Vec<f64> {
+    let mut a: Vec<f64> = (0..g.rows).flat_map(|r| g.initial(r)).collect();
+    let mut b = a.clone();
+    for _ in 0..iters {
+        for r in 1..g.rows - 1 {
+            let (up, rest) = a[(r - 1) * g.cols..].split_at(g.cols);
+            let (mid, rest) = rest.split_at(g.cols);
+            let down = &rest[..g.cols];
+            relax(up, mid, down, &mut b[r * g.cols..(r + 1) * g.cols]);
+        }
+        std::mem::swap(&mut a, &mut b);
+    }
+    a
+}
+
+/// A checksum of a grid's exact bits (FNV-1a).
+pub fn checksum(grid: &[f64]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for v in grid {
+        for b in v.to_bits().to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reference_diffuses_heat_downwards() {
+        let g = Grid { rows: 16, cols: 8 };
+        let out = reference(g, 50);
+        // Held edges stay; inner points warm up, nearer the top more.
+        assert_eq!(out[3], 100.0);
+        assert_eq!(out[15 * 8 + 3], 0.0);
+        assert!(out[8 + 3] > out[2 * 8 + 3] && out[2 * 8 + 3] > 0.0);
+    }
+}

@@ -1,0 +1,2 @@
+/* The PMIx client API that rmr-boot binds (bindgen input). */
+#include <pmix.h>

@@ -1,0 +1,308 @@
+//! The launcher-less bootstrap: a TCP rendezvous at the root's address.
+//!
+//! Rank 0 listens at the root address; every other rank connects (retrying
+//! until the root is up), says who it is, and keeps the connection for the
+//! job's collectives, which the root gathers and fans out (a star: fine for
+//! the few exchanges of a start-up). A rank that never shows up, a second
+//! rank with the same number, or a rank that disagrees about the size make
+//! the root abort the job with a typed error at every rank.
+
+use crate::wire::{MAX_FRAME, Msg};
+use crate::{Error, Result};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Where and how to meet (what `RMR_RANK`, `RMR_SIZE`, `RMR_ROOT` and
+/// `RMR_BOOT_TIMEOUT_S` say).
+#[derive(Clone, Debug)]
+pub struct RendezvousConfig {
+    /// This process's rank, `0..size`; rank 0 is the root and listens.
+    pub rank: u32,
+    /// Number of processes.
+    pub size: u32,
+    /// The root's `host:port`.
+    pub root: String,
+    /// How long the root waits for every rank, and a rank for the root;
+    /// also the limit of each later collective.
+    pub timeout: Duration,
+    /// This process's node name (processes with the same name share memory).
+    pub node: String,
+}
+
+/// A joined rendezvous: the root holds one stream per rank, a rank one to the root.
+pub(crate) struct Rendezvous {
+    rank: u32,
+    timeout: Duration,
+    /// Root: index r-1 is rank r's stream. Rank: one stream to the root.
+    links: Mutex<Links>,
+}
+
+struct Links {
+    streams: Vec<TcpStream>,
+    seq: u64,
+}
+
+/// What joining learned.
+pub(crate) struct Joined {
+    pub(crate) rv: Rendezvous,
+    pub(crate) job: u64,
+    pub(crate) nodes: Vec<String>,
+}
+
+fn resolve(root: &str) -> Result<SocketAddr> {
+    let bad = |why: String| Error::BadEnv { var: "RMR_ROOT", value: root.into(), why };
+    root.to_socket_addrs()
+        .map_err(|e| bad(format!("not a host:port ({e})")))?
+        .next()
+        .ok_or_else(|| bad("resolves to no address".into()))
+}
+
+/// A job id unlikely to collide with another job's on the same machine.
+fn fresh_job_id() -> u64 {
+    let mut b = [0u8; 8];
+    if getrandom::fill(&mut b).is_ok() {
+        return u64::from_le_bytes(b);
+    }
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    (t.as_nanos() as u64) ^ (u64::from(std::process::id()) << 32)
+}
+
+fn left(deadline: Instant) -> Option<Duration> {
+    let l = deadline.saturating_duration_since(Instant::now());
+    (!l.is_zero()).then_some(l)
+}
+
+fn send(s: &mut TcpStream, m: &Msg) -> std::io::Result<()> {
+    s.write_all(&m.encode())
+}
+
+/// Reads one frame before `deadline`. `peer` names the other side in errors.
+fn recv(s: &mut TcpStream, deadline: Instant, peer: u32, what: &'static str) -> Result<Msg> {
+    let start = Instant::now();
+    let mut read = |buf: &mut [u8]| -> Result<()> {
+        let mut got = 0;
+        while got < buf.len() {
+            let Some(l) = left(deadline) else {
+                return Err(Error::Timeout { what, after: start.elapsed() });
+            };
+            s.set_read_timeout(Some(l)).map_err(|e| Error::io("set_read_timeout", e))?;
+            match s.read(&mut buf[got..]) {
+                Ok(0) => {
+                    return Err(Error::PeerLost { rank: peer, why: "connection closed".into() });
+                }
+                Ok(n) => got += n,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::PeerLost { rank: peer, why: e.to_string() }),
+            }
+        }
+        Ok(())
+    };
+    let mut len = [0u8; 4];
+    read(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(Error::Protocol(format!("frame of {len} bytes")));
+    }
+    let mut body = vec![0u8; len];
+    read(&mut body)?;
+    Msg::decode(&body)
+}
+
+impl Rendezvous {
+    /// Joins: the root gathers every rank, the others connect to it.
+    pub(crate) fn join(cfg: &RendezvousConfig) -> Result<Joined> {
+        if cfg.size == 0 || cfg.rank >= cfg.size {
+            return Err(Error::BadEnv {
+                var: "RMR_RANK",
+                value: cfg.rank.to_string(),
+                why: format!("must be below RMR_SIZE={}", cfg.size),
+            });
+        }
+        let deadline = Instant::now() + cfg.timeout;
+        if cfg.size == 1 {
+            let rv = Rendezvous {
+                rank: 0,
+                timeout: cfg.timeout,
+                links: Mutex::new(Links { streams: Vec::new(), seq: 0 }),
+            };
+            return Ok(Joined { rv, job: fresh_job_id(), nodes: vec![cfg.node.clone()] });
+        }
+        let addr = resolve(&cfg.root)?;
+        if cfg.rank == 0 {
+            Self::root(cfg, addr, deadline)
+        } else {
+            Self::rank(cfg, addr, deadline)
+        }
+    }
+
+    fn root(cfg: &RendezvousConfig, addr: SocketAddr, deadline: Instant) -> Result<Joined> {
+        let l = TcpListener::bind(addr).map_err(|e| Error::io(format!("listen at {addr}"), e))?;
+        l.set_nonblocking(true).map_err(|e| Error::io("set_nonblocking", e))?;
+        let n = cfg.size as usize;
+        let mut streams: Vec<Option<TcpStream>> = (1..n).map(|_| None).collect();
+        let mut nodes = vec![String::new(); n];
+        nodes[0] = cfg.node.clone();
+        let mut have = 1;
+        let abort = |streams: &mut Vec<Option<TcpStream>>, why: &str| {
+            for s in streams.iter_mut().flatten() {
+                let _ = send(s, &Msg::Abort(why.into()));
+            }
+        };
+        while have < n {
+            let mut s = match l.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        let missing: Vec<u32> = streams
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, s)| s.is_none())
+                            .map(|(i, _)| i as u32 + 1)
+                            .collect();
+                        let err =
+                            Error::RanksMissing { missing, size: cfg.size, waited: cfg.timeout };
+                        abort(&mut streams, &err.to_string());
+                        return Err(err);
+                    }
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io("accept", e)),
+            };
+            s.set_nonblocking(false).map_err(|e| Error::io("set_nonblocking", e))?;
+            let _ = s.set_nodelay(true);
+            // A hello must come quickly; a stranger (or a slow half-open
+            // connection) is dropped without disturbing the others.
+            let hello_by = deadline.min(Instant::now() + Duration::from_secs(5));
+            let (rank, size, node) = match recv(&mut s, hello_by, u32::MAX, "hello") {
+                Ok(Msg::Hello { rank, size, node }) => (rank, size, node),
+                _ => continue,
+            };
+            let why = if size != cfg.size {
+                Some(format!("rank {rank} says the job has {size} ranks, the root {}", cfg.size))
+            } else if rank == 0 || rank >= cfg.size {
+                Some(format!("a process claims rank {rank} of {}", cfg.size))
+            } else if streams[rank as usize - 1].is_some() {
+                Some(format!("two processes claim rank {rank}"))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                let _ = send(&mut s, &Msg::Abort(why.clone()));
+                abort(&mut streams, &why);
+                return Err(Error::Aborted(why));
+            }
+            nodes[rank as usize] = node;
+            streams[rank as usize - 1] = Some(s);
+            have += 1;
+        }
+        let mut streams: Vec<TcpStream> = streams.into_iter().map(|s| s.expect("all")).collect();
+        let job = fresh_job_id();
+        let welcome = Msg::Welcome { job, nodes: nodes.clone() };
+        for (i, s) in streams.iter_mut().enumerate() {
+            send(s, &welcome)
+                .map_err(|e| Error::PeerLost { rank: i as u32 + 1, why: e.to_string() })?;
+        }
+        let rv = Rendezvous {
+            rank: 0,
+            timeout: cfg.timeout,
+            links: Mutex::new(Links { streams, seq: 0 }),
+        };
+        Ok(Joined { rv, job, nodes })
+    }
+
+    fn rank(cfg: &RendezvousConfig, addr: SocketAddr, deadline: Instant) -> Result<Joined> {
+        let start = Instant::now();
+        let mut s = loop {
+            let step = left(deadline).unwrap_or(Duration::ZERO).min(Duration::from_secs(1));
+            let r = if step.is_zero() {
+                Err(std::io::Error::from(ErrorKind::TimedOut))
+            } else {
+                TcpStream::connect_timeout(&addr, step)
+            };
+            match r {
+                Ok(s) => break s,
+                Err(e) => {
+                    if Instant::now() >= deadline {
+                        return Err(Error::RootUnreachable {
+                            root: cfg.root.clone(),
+                            waited: start.elapsed(),
+                            source: e,
+                        });
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+        };
+        let _ = s.set_nodelay(true);
+        send(&mut s, &Msg::Hello { rank: cfg.rank, size: cfg.size, node: cfg.node.clone() })
+            .map_err(|e| Error::PeerLost { rank: 0, why: e.to_string() })?;
+        // The root may wait up to its own timeout for the last rank: give it a little more.
+        let by = deadline + Duration::from_secs(2);
+        let (job, nodes) = match recv(&mut s, by, 0, "rendezvous welcome")? {
+            Msg::Welcome { job, nodes } if nodes.len() == cfg.size as usize => (job, nodes),
+            Msg::Abort(why) => return Err(Error::Aborted(why)),
+            m => return Err(Error::Protocol(format!("expected a welcome, got {m:?}"))),
+        };
+        let rv = Rendezvous {
+            rank: cfg.rank,
+            timeout: cfg.timeout,
+            links: Mutex::new(Links { streams: vec![s], seq: 0 }),
+        };
+        Ok(Joined { rv, job, nodes })
+    }
+
+    /// Every rank's `data`, by rank.
+    pub(crate) fn allgather(&self, data: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let mut g = self.links.lock().unwrap_or_else(|p| p.into_inner());
+        g.seq += 1;
+        let seq = g.seq;
+        let deadline = Instant::now() + self.timeout;
+        if g.streams.is_empty() {
+            return Ok(vec![data.to_vec()]);
+        }
+        if self.rank != 0 {
+            let s = &mut g.streams[0];
+            send(s, &Msg::Gather { seq, data: data.to_vec() })
+                .map_err(|e| Error::PeerLost { rank: 0, why: e.to_string() })?;
+            return match recv(s, deadline, 0, "allgather")? {
+                Msg::Gathered { seq: got, all } if got == seq => Ok(all),
+                Msg::Abort(why) => Err(Error::Aborted(why)),
+                m => Err(Error::Protocol(format!("expected gathered #{seq}, got {m:?}"))),
+            };
+        }
+        let mut all = vec![data.to_vec()];
+        let mut failure = None;
+        for (i, s) in g.streams.iter_mut().enumerate() {
+            let rank = i as u32 + 1;
+            match recv(s, deadline, rank, "allgather") {
+                Ok(Msg::Gather { seq: got, data }) if got == seq => all.push(data),
+                Ok(m) => {
+                    failure =
+                        Some(Error::Protocol(format!("rank {rank} sent {m:?} in allgather #{seq}")))
+                }
+                Err(e) => failure = Some(e),
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        if let Some(e) = failure {
+            let why = e.to_string();
+            for s in g.streams.iter_mut() {
+                let _ = send(s, &Msg::Abort(why.clone()));
+            }
+            return Err(e);
+        }
+        let out = Msg::Gathered { seq, all: all.clone() }.encode();
+        for (i, s) in g.streams.iter_mut().enumerate() {
+            s.write_all(&out)
+                .map_err(|e| Error::PeerLost { rank: i as u32 + 1, why: e.to_string() })?;
+        }
+        Ok(all)
+    }
+}
