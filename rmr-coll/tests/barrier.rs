@@ -259,7 +259,12 @@ fn a_rank_that_dies_mid_job_fails_the_others_quickly() {
     let res = collect(cs, Duration::from_secs(60));
     assert!(res.iter().all(|(ok, _, _)| !ok), "every rank must fail");
     let all: String = res.iter().map(|(_, o, e)| format!("{o}{e}")).collect();
-    assert!(all.contains("barrier 100") && all.contains("link to rank"), "{all}");
+    // Rank 2 dies entering barrier 100; a partner may still be finishing
+    // barrier 99's last write to it, so the error surfaces in 99 or 100.
+    assert!(
+        (all.contains("barrier 100") || all.contains("barrier 99")) && all.contains("link to rank"),
+        "{all}"
+    );
     assert!(t.elapsed() < Duration::from_secs(20), "took {:?}", t.elapsed());
 }
 
