@@ -17,7 +17,6 @@
 use rmr_examples::dsm::heat::{self, Grid};
 use rmr_examples::dsm::{Dsm, DsmConfig};
 use std::process::{Command, Stdio};
-use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 struct Args {
@@ -114,7 +113,11 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     backend_tcp::register();
     multirail::register();
     let g = Grid { rows: a.rows, cols: heat::COLS };
-    let cfg = DsmConfig { spec: a.spec.clone(), bytes: g.shared_bytes() + 4096, barrier: Default::default() };
+    let cfg = DsmConfig {
+        spec: a.spec.clone(),
+        bytes: g.shared_bytes() + 4096,
+        barrier: Default::default(),
+    };
     let t0 = Instant::now();
     let dsm = Dsm::join(&cfg)?;
     let joined = t0.elapsed();
@@ -139,12 +142,12 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let locked = u64::from_le_bytes(b);
     let counted = dsm.counter()?;
     dsm.barrier()?;
+    let [fetched, diff_bytes, diff_runs, whole, _barriers, _locks, retries] = dsm.job_stats()?;
 
     if dsm.rank() == 0 {
         let want = heat::reference(g, a.iters);
         let same = run.grid.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
         let expect = (a.locks * dsm.procs()) as u64;
-        let s = dsm.stats();
         println!(
             "procs={} spec={} launcher=\"{}\" rows={} cols={} iters={} us_per_iter={:.1} join_ms={} \
              checksum={:016x} reference={:016x} bit_identical={} pages_fetched={} diff_bytes={} \
@@ -160,14 +163,14 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             heat::checksum(&run.grid),
             heat::checksum(&want),
             same,
-            s.pages_fetched.load(Ordering::Relaxed),
-            s.diff_bytes.load(Ordering::Relaxed),
-            s.diff_runs.load(Ordering::Relaxed),
-            s.whole_page_bytes.load(Ordering::Relaxed),
+            fetched,
+            diff_bytes,
+            diff_runs,
+            whole,
             locked,
             expect,
             counted,
-            s.lock_retries.load(Ordering::Relaxed),
+            retries,
         );
         if !same || locked != expect || counted != expect {
             return Err("result check failed".into());
@@ -201,7 +204,14 @@ fn main() {
     );
     println!(
         "{:>5} {:>12} {:>14} {:>10} {:>12} {:>14} {:>10} {:>8}",
-        "procs", "us/iter", "bit-identical", "fetched", "diff bytes", "whole pages", "lock ok", "counter"
+        "procs",
+        "us/iter",
+        "bit-identical",
+        "fetched",
+        "diff bytes",
+        "whole pages",
+        "lock ok",
+        "counter"
     );
     for n in sweep {
         let out = launch(n);
@@ -218,5 +228,7 @@ fn main() {
             field(l, "counter_total"),
         );
     }
-    println!("(diff bytes: what release consistency sent home; whole pages: what sending every dirty page would have cost)");
+    println!(
+        "(diff bytes: what release consistency sent home; whole pages: what sending every dirty page would have cost)"
+    );
 }

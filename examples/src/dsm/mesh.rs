@@ -4,7 +4,7 @@
 //! own completion, keeping others' completions for their waiters.
 
 use super::{DsmError, Result};
-use rmr_api::{DtoCompletion, Ep, EpEvds, Event, Evd, Ia, Psp, Pz, RmrContext};
+use rmr_api::{DtoCompletion, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext};
 use rmr_boot::Bootstrap;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -51,9 +51,10 @@ impl Mesh {
                     match psp_evd.wait(Some(OP_TIMEOUT), 1)? {
                         Event::ConnectionRequest(cr) => {
                             let pd = cr.private_data();
-                            let Some(from) = pd.get(..8).map(|b| {
-                                u64::from_le_bytes(b.try_into().expect("8")) as usize
-                            }) else {
+                            let Some(from) = pd
+                                .get(..8)
+                                .map(|b| u64::from_le_bytes(b.try_into().expect("8")) as usize)
+                            else {
                                 let _ = cr.reject(b"not a dsm peer");
                                 continue;
                             };

@@ -32,7 +32,7 @@ enum Page {
     Dirty(Box<[u8]>),
 }
 
-/// Counters of what the runtime moved.
+/// Counters of what the runtime moved (in [`Dsm::job_stats`] order).
 #[derive(Debug, Default)]
 pub struct Stats {
     /// Pages fetched from their homes with RDMA reads.
@@ -146,6 +146,33 @@ impl Dsm {
         &self.stats
     }
 
+    /// The job's totals: every process's [`Stats`] summed (a collective:
+    /// every process calls it).
+    ///
+    /// # Errors
+    /// A failed exchange.
+    pub fn job_stats(&self) -> Result<[u64; 7]> {
+        let s = &self.stats;
+        let mine = [
+            &s.pages_fetched,
+            &s.diff_bytes,
+            &s.diff_runs,
+            &s.whole_page_bytes,
+            &s.barriers,
+            &s.lock_acquired,
+            &s.lock_retries,
+        ]
+        .map(|a| a.load(Ordering::Relaxed));
+        let b: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut sum = [0u64; 7];
+        for theirs in self.boot.allgather(&b)? {
+            for (i, c) in theirs.chunks_exact(8).take(7).enumerate() {
+                sum[i] += u64::from_le_bytes(c.try_into().expect("8"));
+            }
+        }
+        Ok(sum)
+    }
+
     /// The home process of region page `p` (page 0 is the sync page).
     fn home_of(&self, p: usize) -> usize {
         if p == 0 { 0 } else { (p - 1) * self.n / self.upages }
@@ -190,9 +217,8 @@ impl Dsm {
             let ep = self.mesh.ep(home)?;
             let off = (p * PAGE) as u64;
             let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
-            self.mesh.run(|c| {
-                ep.post_rdma_read(&sge, &self.ctxs[home], off, c, DtoFlags::empty())
-            })?;
+            self.mesh
+                .run(|c| ep.post_rdma_read(&sge, &self.ctxs[home], off, c, DtoFlags::empty()))?;
             self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
             *st = Page::Clean;
         }
@@ -353,14 +379,21 @@ impl Dsm {
         if self.me == 0 {
             let w = self.home.atomic_u64(off)?;
             return Ok(u64::from_le(
-                match w.compare_exchange(cmp.to_le(), swap.to_le(), Ordering::AcqRel, Ordering::Acquire) {
+                match w.compare_exchange(
+                    cmp.to_le(),
+                    swap.to_le(),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
                     Ok(v) | Err(v) => v,
                 },
             ));
         }
         let ep = self.mesh.ep(0)?;
         let sge = Sge::new(&*self.cache_lmr, off, 8);
-        let c = self.mesh.run(|c| ep.post_cmp_swap(sge, &self.ctxs[0], off, cmp, swap, c, DtoFlags::empty()))?;
+        let c = self
+            .mesh
+            .run(|c| ep.post_cmp_swap(sge, &self.ctxs[0], off, cmp, swap, c, DtoFlags::empty()))?;
         c.imm.ok_or_else(|| DsmError::Protocol("compare-and-swap without a result".into()))
     }
 
@@ -391,7 +424,9 @@ impl Dsm {
         let me = self.me as u64 + 1;
         match self.cas(LOCK_OFF, me, 0)? {
             v if v == me => Ok(()),
-            v => Err(DsmError::Protocol(format!("unlock by rank {} of a lock held by {v}", self.me))),
+            v => {
+                Err(DsmError::Protocol(format!("unlock by rank {} of a lock held by {v}", self.me)))
+            }
         }
     }
 
@@ -429,7 +464,8 @@ impl Dsm {
         }
         let ep = self.mesh.ep(0)?;
         let sge = [Sge::new(&*self.cache_lmr, COUNTER_OFF, 8)];
-        self.mesh.run(|c| ep.post_rdma_read(&sge, &self.ctxs[0], COUNTER_OFF, c, DtoFlags::empty()))?;
+        self.mesh
+            .run(|c| ep.post_rdma_read(&sge, &self.ctxs[0], COUNTER_OFF, c, DtoFlags::empty()))?;
         Ok(self.cache.load_u64(COUNTER_OFF)?)
     }
 

@@ -1,0 +1,131 @@
+//! The shared-memory runtime end to end: real processes (this test binary
+//! started again as job members over the TCP rendezvous), real TCP
+//! endpoints. 1, 2 and 4 processes compute the same Jacobi grid bit for bit
+//! as one process does; N processes incrementing a shared word under the
+//! lock lose no update; fetch-and-add counts every add.
+
+use rmr_examples::dsm::heat::{self, Grid};
+use rmr_examples::dsm::{Dsm, DsmConfig};
+use std::process::Command;
+use std::sync::Mutex;
+
+const ROLE: &str = "RMR_DSM_TEST_MEMBER";
+static SERIAL: Mutex<()> = Mutex::new(());
+const ROWS: usize = 96;
+const ITERS: usize = 12;
+const LOCKS: usize = 40;
+
+/// What a member does (only when started as one; a plain run passes).
+#[test]
+fn member() {
+    if std::env::var_os(ROLE).is_none() {
+        return;
+    }
+    backend_tcp::register();
+    let g = Grid { rows: ROWS, cols: heat::COLS };
+    let cfg = DsmConfig {
+        spec: "tcp:127.0.0.1".into(),
+        bytes: g.shared_bytes() + 4096,
+        barrier: Default::default(),
+    };
+    let dsm = Dsm::join(&cfg).expect("join");
+    let run = heat::run(&dsm, g, ITERS).expect("heat");
+    let word = g.shared_bytes();
+    for _ in 0..LOCKS {
+        dsm.lock().expect("lock");
+        let mut b = [0u8; 8];
+        dsm.read(word, &mut b).expect("read");
+        dsm.write(word, &(u64::from_le_bytes(b) + 1).to_le_bytes()).expect("write");
+        dsm.unlock().expect("unlock");
+        dsm.fetch_add(1).expect("fetch_add");
+    }
+    dsm.barrier().expect("barrier");
+    let mut b = [0u8; 8];
+    dsm.read(word, &mut b).expect("read");
+    let counted = dsm.counter().expect("counter");
+    let stats = dsm.job_stats().expect("stats");
+    if dsm.rank() == 0 {
+        println!(
+            "RESULT checksum={:016x} locked={} counted={} diff_bytes={} whole={}",
+            heat::checksum(&run.grid),
+            u64::from_le_bytes(b),
+            counted,
+            stats[1],
+            stats[3]
+        );
+    }
+    dsm.barrier().expect("barrier");
+}
+
+fn job(n: usize) -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let exe = std::env::current_exe().unwrap();
+    let kids: Vec<_> = (0..n)
+        .map(|r| {
+            Command::new(&exe)
+                .args(["--exact", "member", "--nocapture", "--test-threads", "1"])
+                .env(ROLE, "1")
+                .env("RMR_RANK", r.to_string())
+                .env("RMR_SIZE", n.to_string())
+                .env("RMR_ROOT", format!("127.0.0.1:{port}"))
+                .env("RMR_BOOT_TIMEOUT_S", "30")
+                .output_async()
+        })
+        .collect();
+    let mut rank0 = String::new();
+    for (r, k) in kids.into_iter().enumerate() {
+        let o = k.wait_with_output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(
+            o.status.success(),
+            "rank {r} of {n} failed:\n{out}\n{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        if r == 0 {
+            rank0 = out;
+        }
+    }
+    rank0
+        .lines()
+        .find_map(|l| l.find("RESULT").map(|i| l[i..].to_string()))
+        .expect("rank 0 reports")
+}
+
+trait Spawn {
+    fn output_async(&mut self) -> std::process::Child;
+}
+
+impl Spawn for Command {
+    fn output_async(&mut self) -> std::process::Child {
+        self.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start a member")
+    }
+}
+
+fn field(l: &str, k: &str) -> String {
+    l.split_whitespace().find_map(|kv| kv.strip_prefix(&format!("{k}="))).unwrap_or("").to_string()
+}
+
+#[test]
+fn one_two_and_four_processes_compute_the_same_grid_and_lose_no_update() {
+    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let want = format!(
+        "{:016x}",
+        heat::checksum(&heat::reference(Grid { rows: ROWS, cols: heat::COLS }, ITERS))
+    );
+    for n in [1, 2, 4] {
+        let r = job(n);
+        assert_eq!(field(&r, "checksum"), want, "{n} processes: grid differs from one process's");
+        let total = (n * LOCKS).to_string();
+        assert_eq!(field(&r, "locked"), total, "{n} processes: an update under the lock was lost");
+        assert_eq!(field(&r, "counted"), total, "{n} processes: a fetch-and-add was lost");
+        if n > 1 {
+            // Diffs, not whole pages, went home.
+            let (d, w): (u64, u64) =
+                (field(&r, "diff_bytes").parse().unwrap(), field(&r, "whole").parse().unwrap());
+            assert!(d > 0 && d < w, "{n} processes: diff bytes {d}, whole pages {w}");
+        }
+    }
+}
