@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 /// waits this long before it takes over (a waiter that comes straight back,
 /// as in a ping-pong, never hands the socket to another thread).
 const LINGER: Duration = Duration::from_micros(200);
+/// Longest stand-back nap of the progress thread while waiters keep coming.
+const MAX_NAP: Duration = Duration::from_millis(2);
 /// A waiter that stays this many lingers in one wait lets the progress
 /// thread sleep until that waiter leaves (idle EPs cost nothing).
 const DEEP_AFTER: u32 = 16;
@@ -443,6 +445,10 @@ impl EpShared {
     fn progress_thread(self: Arc<Self>) {
         let Some(kick) = self.kick_fd.get() else { return };
         let (mut seen, mut same) = (u64::MAX, 0u32);
+        // While application threads keep driving, look less and less often
+        // (an oversubscribed node must not pay thousands of wake-ups a second
+        // per endpoint); at most MAX_NAP passes before the thread takes over.
+        let mut nap = LINGER;
         let drain = || {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(kick, &mut b);
@@ -468,7 +474,9 @@ impl EpShared {
                         }
                         None
                     } else {
-                        Some(LINGER)
+                        let t = nap;
+                        nap = (nap * 2).min(MAX_NAP);
+                        Some(t)
                     }
                 } else {
                     Some(LINGER - since)
@@ -482,6 +490,7 @@ impl EpShared {
                 continue;
             }
             same = 0;
+            nap = LINGER;
             // Announce the poll below, so that a waiter arriving meanwhile moves us
             // out of it (its timers would not be in our deadline).
             self.bg_polling.store(true, Ordering::SeqCst);
