@@ -16,23 +16,21 @@ pub(crate) fn bind_side_thread(side: usize, enabled: bool) -> String {
     let Some(mut topo) = Topology::new() else {
         return "unbound (hwloc could not load the topology)".into();
     };
-    let (idx, set, numa) = {
+    let (idx, set) = {
         let cores = match topo.objects_with_type(&ObjectType::Core) {
             Ok(c) if !c.is_empty() => c,
             _ => return "unbound (hwloc found no cores)".into(),
         };
         let idx = side % cores.len();
-        let numa = topo.objects_with_type(&ObjectType::NUMANode).map(|n| n.len()).unwrap_or(1);
         match cores[idx].cpuset() {
             Some(mut s) => {
                 s.singlify();
-                (idx, s, numa)
+                (idx, s)
             }
             None => return "unbound (core has no cpuset)".into(),
         }
     };
-    let label =
-        format!("core {idx} (pu {}; {numa} NUMA node(s), no NIC locality known)", set.first());
+    let label = format!("core {idx} (pu {}; no NIC locality known)", set.first());
     match topo.set_cpubind(set, CpuBindFlags::CPUBIND_THREAD) {
         Ok(()) => label,
         Err(e) => format!("unbound (hwloc bind failed: {e:?})"),

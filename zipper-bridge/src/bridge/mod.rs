@@ -373,6 +373,34 @@ impl Bridge {
         )
     }
 
+    /// Per-connection flow-control state, one line each (diagnostics).
+    pub fn details(&self) -> Vec<String> {
+        let splices: Vec<Arc<Splice>> =
+            self.sh.splices.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        splices
+            .iter()
+            .map(|sp| {
+                let st = sp.lock();
+                let l = |x: usize| {
+                    let k = &st.link[x];
+                    format!(
+                        "data={} ctl={} owed={:?} ops={} fwd={} outq={} out={} ended={} sf={:?}",
+                        k.credits.data(),
+                        k.credits.ctl(),
+                        k.credits.owed(),
+                        k.tracker.in_flight(),
+                        k.fwd.len(),
+                        k.outq.len(),
+                        k.out,
+                        k.ended,
+                        k.sf
+                    )
+                };
+                format!("splice {}: A[{}] B[{}]", sp.id, l(0), l(1))
+            })
+            .collect()
+    }
+
     /// Number of live bridged connections.
     pub fn connections(&self) -> usize {
         self.sh.splices.read().unwrap_or_else(|e| e.into_inner()).len()

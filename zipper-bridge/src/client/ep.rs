@@ -20,13 +20,14 @@ use crate::ring::Ring;
 use crate::wire::{HDR, Header, Kind, flags};
 use rmr_api::{
     Access, ConnRequest, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
-    Evd, Event, Lmr, MemRegion, Result, RmrContext, Sge, Status, check_local_sges,
+    Evd, Event, Lmr, MemRegion, Result, RmrContext, Sge, SoftEvd, Status, check_local_sges,
 };
 use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
 
 const RING_BIT: u64 = 1 << 62;
 const HDR_BIT: u64 = 1 << 61;
@@ -102,6 +103,19 @@ pub(crate) struct Core {
     bridge: Option<(String, u16)>,
     st: Mutex<St>,
     harvest: Mutex<()>,
+    /// Application threads waiting on this EP's EVDs now, and when the last left.
+    waiters: AtomicUsize,
+    left_at: AtomicU64,
+}
+
+/// After the last application waiter left, the progress thread waits this
+/// long before it takes over (a waiter that comes straight back, as in a
+/// ping-pong, never hands the endpoint to another thread).
+const LINGER: Duration = Duration::from_micros(300);
+
+fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 fn segs_of(local: &[Sge<'_>]) -> Result<Segs> {
@@ -149,6 +163,56 @@ fn scatter(segs: &Segs, off: u64, src: &MemRegion, src_off: u64, len: u64) {
 impl Core {
     fn lock(&self) -> MutexGuard<'_, St> {
         self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An application thread starts waiting on one of this EP's EVDs.
+    pub(crate) fn enter(&self) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// That thread stops waiting.
+    pub(crate) fn leave(&self) {
+        self.left_at.store(now_ns(), Ordering::Release);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn waited(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+            || now_ns().saturating_sub(self.left_at.load(Ordering::Acquire))
+                < LINGER.as_nanos() as u64
+    }
+
+    /// The endpoint's progress thread: harvests the real endpoint while no
+    /// application thread waits (so credits return, queued chunks go out and
+    /// deliveries land even when the application is busy elsewhere), and
+    /// stands back while one does (it harvests in its own context).
+    fn progress_thread(weak: Weak<Core>) {
+        loop {
+            let Some(c) = weak.upgrade() else { return };
+            if c.lock().ended && c.inner_evd.is_empty() {
+                return;
+            }
+            if c.waited() {
+                drop(c);
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            match c.inner_evd.as_any().downcast_ref::<SoftEvd>() {
+                Some(s) => {
+                    let seen = s.poke_gen();
+                    if s.wait_ready(seen, Duration::ZERO, Duration::from_millis(10)) && !c.waited()
+                    {
+                        c.poll();
+                    }
+                }
+                None => {
+                    if !c.poll() {
+                        drop(c);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
+        }
     }
 
     pub(crate) fn inner_evd(&self) -> &Arc<dyn Evd> {
@@ -498,8 +562,15 @@ impl BridgedEp {
                 rcvd: 0,
             }),
             harvest: Mutex::new(()),
+            waiters: AtomicUsize::new(0),
+            left_at: AtomicU64::new(0),
             cfg,
         });
+        let weak = Arc::downgrade(&core);
+        std::thread::Builder::new()
+            .name("rmr-zip-ep".into())
+            .spawn(move || Core::progress_thread(weak))
+            .map_err(|e| Error::io("spawn bridged EP progress thread", e))?;
         for e in [&evds.request, &evds.recv, &evds.conn] {
             if let Some(b) = e.as_any().downcast_ref::<BridgeEvd>() {
                 b.attach(&core);

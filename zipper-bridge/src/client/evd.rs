@@ -65,6 +65,42 @@ impl Evd for BridgeEvd {
         if !self.has_cores.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
+        let cores: SmallVec<[Arc<Core>; 4]> = {
+            let c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+            c.iter().filter_map(Weak::upgrade).collect()
+        };
+        for c in &cores {
+            c.enter();
+        }
+        let r = self.wait_driving(timeout, threshold);
+        for c in &cores {
+            c.leave();
+        }
+        r
+    }
+
+    fn dequeue(&self) -> Option<Event> {
+        if self.q.is_empty() {
+            self.progress();
+        }
+        self.q.dequeue()
+    }
+
+    fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    fn post_software(&self, value: u64) -> Result<()> {
+        self.q.post_software(value)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl BridgeEvd {
+    fn wait_driving(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let deadline = timeout.map(|t| Instant::now() + t);
         loop {
             if self.q.len() >= threshold {
@@ -91,24 +127,5 @@ impl Evd for BridgeEvd {
                 Err(e) => return Err(e),
             }
         }
-    }
-
-    fn dequeue(&self) -> Option<Event> {
-        if self.q.is_empty() {
-            self.progress();
-        }
-        self.q.dequeue()
-    }
-
-    fn len(&self) -> usize {
-        self.q.len()
-    }
-
-    fn post_software(&self, value: u64) -> Result<()> {
-        self.q.post_software(value)
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
