@@ -38,24 +38,35 @@ type Dbg = Box<dyn Fn() -> String + Send>;
 static DEBUG: std::sync::Mutex<Vec<Dbg>> = std::sync::Mutex::new(Vec::new());
 
 #[test]
-fn every_operation_through_a_bridge_on_loopback() {
+fn every_operation_through_a_cut_through_bridge() {
+    every_operation(false, 11);
+}
+
+#[test]
+fn every_operation_through_a_store_and_forward_bridge() {
+    every_operation(true, 21);
+}
+
+fn every_operation(sf: bool, net: u8) {
     zipper_bridge::register();
+    let ip = |h: u8| format!("127.0.{net}.{h}");
     let port = 7710;
     let bridge = Bridge::start(BridgeConfig {
-        a: "tcp:127.0.0.11".into(),
-        b: "tcp:127.0.0.12".into(),
+        a: format!("tcp:{}", ip(1)),
+        b: format!("tcp:{}", ip(2)),
         port,
         chunk: 16 << 10,
+        store_and_forward: sf,
         ..BridgeConfig::default()
     })
     .expect("bridge");
     assert!(bridge.status().contains("a->b thread: core"), "{}", bridge.status());
     let cfg = ClientConfig::default();
     let ia_b: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open("tcp:127.0.0.13").unwrap(), None, cfg.clone());
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
     let ia_a: Arc<dyn Ia> = BridgeIa::new(
-        rmr_api::open("tcp:127.0.0.14").unwrap(),
-        Some(("127.0.0.11".into(), port)),
+        rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(),
+        Some((ip(1), port)),
         cfg,
     );
     const N: usize = 1 << 20;
@@ -82,7 +93,7 @@ fn every_operation_through_a_bridge_on_loopback() {
     });
     let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
     let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
-    let reply = ep_a.connect("127.0.0.13", 7720, b"hello B", Duration::from_secs(20)).unwrap();
+    let reply = ep_a.connect(&ip(3), 7720, b"hello B", Duration::from_secs(20)).unwrap();
     server.join().unwrap();
     let ctx = RmrContext::from_bytes(&reply).unwrap();
     let (da, db) = (ep_a.clone(), ep_b.clone());
@@ -150,4 +161,68 @@ fn every_operation_through_a_bridge_on_loopback() {
     println!("{}", bridge.status());
     ep_a.disconnect().unwrap();
     assert_eq!(bridge.stop(), 0);
+}
+
+/// A bridge told to stop while writes are in flight: every write the
+/// initiator posted ends with an event — completed, or failed — none is
+/// silently dropped.
+#[test]
+fn stop_mid_transfer_leaves_nothing_unreported() {
+    zipper_bridge::register();
+    let ip = |h: u8| format!("127.0.31.{h}");
+    let bridge = Bridge::start(BridgeConfig {
+        a: format!("tcp:{}", ip(1)),
+        b: format!("tcp:{}", ip(2)),
+        port: 7711,
+        drain: Duration::from_millis(30),
+        ..BridgeConfig::default()
+    })
+    .expect("bridge");
+    let cfg = ClientConfig::default();
+    let ia_b: Arc<dyn Ia> = BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
+    let ia_a: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), 7711)), cfg);
+    let (pz_b, evd_b, psp_evd) =
+        (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let _psp = ia_b.create_psp(7721, &psp_evd).unwrap();
+    let target = MemRegion::new(1 << 20);
+    let tl = pz_b.register_all(&target, Access::ALL).unwrap();
+    let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
+    let (ep_b2, tctx) = (ep_b.clone(), tl.rmr_context());
+    let server = std::thread::spawn(move || match psp_evd.wait(Some(Duration::from_secs(20)), 1) {
+        Ok(Event::ConnectionRequest(cr)) => cr.accept(&ep_b2, &tctx.to_bytes()).unwrap(),
+        e => panic!("{e:?}"),
+    });
+    let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
+    let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
+    let ctx =
+        RmrContext::from_bytes(&ep_a.connect(&ip(3), 7721, b"", Duration::from_secs(20)).unwrap())
+            .unwrap();
+    server.join().unwrap();
+    let src = MemRegion::from_bytes(&pattern(3, 1 << 20));
+    let sl = pz_a.register_all(&src, Access::empty()).unwrap();
+    const N: u64 = 300;
+    for i in 0..N {
+        ep_a.post_rdma_write(&[Sge::whole(&*sl)], &ctx, 0, i, DtoFlags::empty()).unwrap();
+    }
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        bridge.stop()
+    });
+    let (mut ok, mut failed) = (0u64, 0u64);
+    let mut seen = std::collections::BTreeSet::new();
+    while ok + failed < N {
+        match evd_a.wait(Some(Duration::from_secs(30)), 1).expect("every write reports") {
+            Event::Dto(c) => {
+                assert!(seen.insert(c.cookie), "cookie {} twice", c.cookie);
+                if c.status.is_ok() { ok += 1 } else { failed += 1 }
+            }
+            Event::Disconnected { .. } | Event::Broken { .. } => {}
+            e => println!("{e:?}"),
+        }
+    }
+    stopper.join().unwrap();
+    println!("stop mid-transfer: {ok} completed, {failed} failed with an error event");
+    assert_eq!(ok + failed, N);
+    assert!(failed > 0, "the bridge stopped before everything went through");
 }

@@ -272,15 +272,15 @@ impl Splice {
         }
     }
 
-    /// True when the operation at the front of side `s`'s queue has fully arrived.
-    fn front_op_complete(st: &SpliceSt, s: usize) -> Option<u64> {
+    /// The operation at the front of side `s`'s queue when it has fully
+    /// arrived — or fills every data buffer of the ring (a message larger
+    /// than the ring is forwarded in ring-sized pieces rather than never).
+    fn front_op_stored(&self, st: &SpliceSt, s: usize) -> Option<u64> {
         let l = &st.link[s];
         let id = l.meta[*l.fwd.front()?]?.id;
-        l.fwd
-            .iter()
-            .filter_map(|&i| l.meta[i])
-            .any(|h| h.id == id && h.has(flags::LAST))
-            .then_some(id)
+        let whole = l.fwd.iter().filter_map(|&i| l.meta[i]).any(|h| h.id == id && h.has(flags::LAST));
+        let full = l.fwd.len() + l.credits.owed().0 as usize + 4 >= self.rings[s].n;
+        (whole || full).then_some(id)
     }
 
     fn send_ctl(&self, st: &mut SpliceSt, s: usize, extra: u8) -> bool {
@@ -312,7 +312,13 @@ impl Splice {
                 loop {
                     match st.link[s].sf {
                         Sf::Idle => {
-                            let Some(id) = Self::front_op_complete(st, s) else { break };
+                            let Some(id) = self.front_op_stored(st, s) else {
+                                // Storing: the rest of the message needs its buffers back.
+                                if st.link[s].credits.owed().0 > 0 {
+                                    st.link[s].credits.set_urgent();
+                                }
+                                break;
+                            };
                             if st.link[s].out > 0 || st.link[o].credits.ctl() < 2 {
                                 break;
                             }
