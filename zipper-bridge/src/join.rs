@@ -287,3 +287,33 @@ impl Drop for World {
         }
     }
 }
+
+/// One bridged rail per bridge (the first `nbridges`) for rank `rank`: a
+/// [`BridgeIa`] over the rank's address nearest that bridge, and — when
+/// `peer` is given — the peer's address on the bridge's far side. For
+/// programs that manage their own endpoints (rmr-bench): join the rails
+/// with `MrIa::new` to stripe over several bridges.
+///
+/// # Errors
+/// An unknown rank, or a rail that cannot be opened.
+pub fn bridge_rails(
+    desc: &WorldDesc,
+    rank: u32,
+    peer: Option<u32>,
+    nbridges: usize,
+    cfg: &ClientConfig,
+) -> Result<Vec<(Arc<dyn Ia>, Option<String>)>> {
+    crate::register();
+    let me = desc.process(rank)?;
+    let p = peer.map(|p| desc.process(p)).transpose()?;
+    let mut out = Vec::new();
+    for b in desc.bridges.iter().take(nbridges) {
+        let near = b.addr(me.cluster);
+        let inner = rmr_api::open(&format!("{}:{}", me.backend, nearest(&me.addrs, near)))?;
+        let connect = peer.map(|_| (near.to_string(), b.port));
+        let ia: Arc<dyn Ia> = BridgeIa::new(inner, connect, cfg.clone());
+        let remote = p.map(|p| nearest(&p.addrs, b.addr(p.cluster)).to_string());
+        out.push((ia, remote));
+    }
+    Ok(out)
+}
