@@ -63,32 +63,35 @@ for l in sys.stdin:
     l=l.strip()
     if l.startswith("{"):
         r=json.loads(l); r["case"]=sys.argv[1]; print(json.dumps(r))' "$1" | tee -a "$OUT"; }
-start_bg() { "$@" & PIDS+=($!); }
+# Background processes are `ip netns exec` itself (it execs the program, so
+# the PID is the program's): they can be stopped by PID.
+start_bg() { ip netns exec "$P-$1" "${@:2}" & PIDS+=($!); }
 stop_bg() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
 
 # Link A and link B alone: plain rmr over TCP (and raw TCP) on the same links.
-start_bg ns z0 "$BENCH" server --rails 198.18.10.2 --port 7480 --idle 600; SA=$!
-start_bg ns cb "$BENCH" server --rails 198.18.20.2 --port 7480 --idle 600; SB=$!
+start_bg z0 "$BENCH" server --rails 198.18.10.2 --port 7480 --idle 600; SA=$!
+start_bg cb "$BENCH" server --rails 198.18.20.2 --port 7480 --idle 600; SB=$!
 sleep 0.5
-ns ca "$BENCH" client --rails 198.18.10.2 --port 7480 --test lat --sizes 8 --json --baseline | tag linkA
+ns ca "$BENCH" client --rails 198.18.10.2 --port 7480 --test lat --sizes 8 --json --warmup 500 --baseline | tag linkA
 ns ca "$BENCH" client --rails 198.18.10.2 --port 7480 --test bw --sizes 1M --json --baseline | tag linkA
-ns z0 "$BENCH" client --rails 198.18.20.2 --port 7480 --test lat --sizes 8 --json --baseline | tag linkB
+ns z0 "$BENCH" client --rails 198.18.20.2 --port 7480 --test lat --sizes 8 --json --warmup 500 --baseline | tag linkB
 ns z0 "$BENCH" client --rails 198.18.20.2 --port 7480 --test bw --sizes 1M --json --baseline | tag linkB
-stop_bg "$SA"; stop_bg "$SB"
+stop_bg "$SA"; stop_bg "$SB"; sleep 0.3
 
 for mode in cut-through store-and-forward; do
   extra=(); [ "$mode" = store-and-forward ] && extra=(--store-and-forward --ring 64)
-  start_bg ns z0 "$BRIDGE" --world "$WORLD" --bridge 0 "${extra[@]}"; B0=$!
-  start_bg ns z1 "$BRIDGE" --world "$WORLD" --bridge 1 "${extra[@]}"; B1=$!
-  start_bg ns cb "$BENCH" server --world "$WORLD" --rank 1 --idle 600; S=$!
+  start_bg z0 "$BRIDGE" --world "$WORLD" --bridge 0 "${extra[@]}"; B0=$!
+  start_bg z1 "$BRIDGE" --world "$WORLD" --bridge 1 "${extra[@]}"; B1=$!
+  start_bg cb "$BENCH" server --world "$WORLD" --rank 1 --idle 600; S=$!
   sleep 0.7
   C=(ns ca "$BENCH" client --world "$WORLD" --rank 0 --peer 1 --json --threshold 64K)
-  "${C[@]}" --bridges 1 --test lat --sizes 8 | tag "$mode/1"
+  "${C[@]}" --bridges 1 --test lat --sizes 8 --warmup 500 | tag "$mode/1"
   "${C[@]}" --bridges 1 --test bw --sizes 64K,1M,4M | tag "$mode/1"
   "${C[@]}" --bridges 1 --test bibw --sizes 64K,1M,4M | tag "$mode/1"
   "${C[@]}" --bridges 2 --test bw --sizes 1M,4M | tag "$mode/2"
   stop_bg "$S"
   kill -TERM "$B0" "$B1" 2>/dev/null || true; wait "$B0" "$B1" 2>/dev/null || true
+  sleep 0.3
 done
 
 python3 - "$OUT" "$RATE_A" "$RATE_B" <<'PY'

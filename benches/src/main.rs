@@ -283,7 +283,8 @@ pub(crate) fn run_server(c: &Common, idle: u64, once: bool, stop: Arc<AtomicBool
 /// Returns the IA, the remote address string and the port.
 pub(crate) fn client_ia(a: &ClientArgs) -> (Arc<dyn Ia>, String, u16) {
     let c = &a.common;
-    let (rails, remote) = match world_rails(c, Some(a.peer.unwrap_or_else(|| die("--world needs --peer")))) {
+    let peer = c.world.as_ref().map(|_| a.peer.unwrap_or_else(|| die("--world needs --peer")));
+    let (rails, remote) = match world_rails(c, peer) {
         Some(r) => {
             let remote: Vec<String> = r.iter().map(|(_, p)| p.clone().unwrap_or_default()).collect();
             (r.into_iter().map(|(ia, _)| ia).collect::<Vec<_>>(), remote.join(","))
