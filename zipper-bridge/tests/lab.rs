@@ -85,6 +85,8 @@ fn spawn_role(ns: &str, name: &str, env: &[(&str, String)]) -> Child {
         .args([name, "--exact", "--nocapture", "--test-threads", "1"])
         .env(ROLE, "1")
         .env("RMR_TCP_USER_TIMEOUT_MS", "1500")
+        // Direct (TCP) sends wait this long for a receive: processes start unevenly.
+        .env("RMR_TCP_RNR_TIMEOUT_MS", "60000")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     for (k, v) in env {
@@ -122,7 +124,9 @@ fn env(k: &str) -> String {
 
 fn next_dto(p: &Peer) -> rmr_api::DtoCompletion {
     loop {
-        match p.evd.wait(Some(Duration::from_secs(60)), 1).expect("event") {
+        let ev = p.evd.wait(Some(Duration::from_secs(20)), 1);
+        let ev = ev.unwrap_or_else(|e| panic!("{e}: rank {} notes {:?}", p.rank, p.ep.attr().notes));
+        match ev {
             Event::Dto(c) => return c,
             Event::AsyncError { what, .. } => println!("RESULT async={what}"),
             e => println!("event {e:?}"),
@@ -269,9 +273,15 @@ fn zipper_lab_transfers_ordering_and_barrier() {
             ])
         })
         .collect();
-    for (r, k) in kids.into_iter().enumerate() {
-        let out = finish(k, &format!("rank {r}"));
-        assert!(out.contains("RESULT ok"), "rank {r}:\n{out}");
+    let outs: Vec<Output> = kids.into_iter().map(|k| k.wait_with_output().expect("wait")).collect();
+    for (r, o) in outs.iter().enumerate() {
+        let s = String::from_utf8_lossy(&o.stdout);
+        assert!(
+            o.status.success() && s.contains("RESULT ok"),
+            "rank {r} failed:\n{s}\n{}\nall: {:?}",
+            String::from_utf8_lossy(&o.stderr),
+            outs.iter().map(|o| String::from_utf8_lossy(&o.stderr).lines().filter(|l| l.contains("panicked") || l.contains("notes")).map(String::from).collect::<Vec<_>>()).collect::<Vec<_>>()
+        );
     }
     println!("4 processes done in {:?}", t0.elapsed());
     // The bridge stops cleanly on SIGTERM and says so.
@@ -305,17 +315,29 @@ fn worker_transfers() {
     let target = MemRegion::new(1 << 20);
     let tl = n.pz.register_all(&target, Access::ALL).unwrap();
     let theirs = swap_ctx(&n, tl.rmr_context());
+    // Receive the peer's note first: a TCP stream holds what follows a send until its receive exists.
+    let nb = MemRegion::new(8);
+    let nbl = n.pz.register_all(&nb, Access::LOCAL_WRITE).unwrap();
+    n.ep.post_recv(&[Sge::whole(&*nbl)], 9100, DtoFlags::empty()).unwrap();
     let data = pattern(u64::from(rank) + 5, 1 << 20);
     let src = MemRegion::from_bytes(&data);
     let sl = n.pz.register_all(&src, Access::empty()).unwrap();
     n.ep.post_rdma_write(&[Sge::whole(&*sl)], &theirs, 0, 1, DtoFlags::empty()).unwrap();
-    next_dto(&n).result().unwrap();
-    swap_ctx(&n, tl.rmr_context());
+    n.ep.post_send(&[Sge::new(&*sl, 0, 8)], 9101, DtoFlags::SUPPRESS).unwrap();
+    let (mut wrote, mut noted) = (false, false);
+    while !(wrote && noted) {
+        let c = next_dto(&n);
+        c.result().unwrap();
+        wrote |= c.cookie == 1;
+        noted |= c.cookie == 9100;
+    }
     assert_eq!(checksum(&target.to_vec(0, 1 << 20).unwrap()), checksum(&pattern(u64::from(neighbour) + 5, 1 << 20)));
     // A tight barrier: nobody leaves round i before everybody entered it.
     let size = world.size() as u32;
     for i in 1..=25u64 {
-        std::fs::write(format!("{dir}/entered.{rank}"), i.to_string()).unwrap();
+        // Written whole (rename), so a reader never sees a half-written count.
+        std::fs::write(format!("{dir}/tmp.{rank}"), i.to_string()).unwrap();
+        std::fs::rename(format!("{dir}/tmp.{rank}"), format!("{dir}/entered.{rank}")).unwrap();
         std::thread::sleep(Duration::from_micros(((u64::from(rank) * 7 + i * 13) % 5) * 700));
         world.barrier().expect("barrier");
         for r in 0..size {
