@@ -7,7 +7,7 @@
 
 use crate::error::Result;
 use crate::join::{Peer, World};
-use rmr_api::{Access, DtoFlags, Error, Event, Lmr, MemRegion, Sge};
+use rmr_api::{Access, DtoFlags, Error, Event, Lmr, MemRegion, Sge, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,9 @@ impl Barrier {
                             DtoFlags::empty(),
                         )?;
                     }
+                    // A send whose peer already left completes flushed: it was delivered
+                    // (the peer could not leave without it); a broken link fails the receives.
+                    Event::Dto(c) if c.status == Status::Flushed => {}
                     Event::Dto(c) => c.result()?,
                     Event::Broken { reason, .. } => return Err(Error::Broken(reason).into()),
                     Event::Disconnected { .. } => return Err(Error::NotConnected.into()),

@@ -103,6 +103,7 @@ impl Shared {
                     let mut st = sp.lock();
                     sp.on_completion(&mut st, side, kind, slot, c.status);
                     sp.pump(&mut st);
+                    sp.pass_on_close(&mut st);
                 }
             }
             Event::Disconnected { ep } | Event::Broken { ep, .. } => {
@@ -121,9 +122,18 @@ impl Shared {
         let both = {
             let mut st = sp.lock();
             st.link[s].ended = true;
-            st.link[1 - s].ended
+            // What the other side sent toward this one can no longer land.
+            let o = 1 - s;
+            let fwd: Vec<usize> = st.link[o].fwd.drain(..).collect();
+            for i in fwd {
+                if let Some(h) = st.link[o].meta[i] {
+                    st.link[o].tracker.chunk_done(h.id, rmr_api::Status::Broken);
+                }
+            }
+            sp.pump(&mut st);
+            sp.pass_on_close(&mut st);
+            st.link[o].ended
         };
-        let _ = sp.eps[1 - s].disconnect();
         if both {
             self.forget(&sp);
         }

@@ -51,6 +51,8 @@ pub(crate) struct Link {
     /// Chunks from this side posted on the other side and not yet completed.
     pub(crate) out: usize,
     pub(crate) sf: Sf,
+    /// This side ended and the other side was closed after its last message.
+    pub(crate) passed_on: bool,
     pub(crate) msgs: u64,
     pub(crate) bytes: u64,
 }
@@ -93,6 +95,7 @@ impl Link {
             ended: false,
             out: 0,
             sf: Sf::Idle,
+            passed_on: false,
             msgs: 0,
             bytes: 0,
         }
@@ -304,7 +307,7 @@ impl Splice {
     pub(crate) fn pump(&self, st: &mut SpliceSt) {
         for s in 0..2 {
             let o = 1 - s;
-            if st.link[s].ended || st.link[o].ended {
+            if st.link[o].ended {
                 continue;
             }
             if self.sf {
@@ -345,7 +348,7 @@ impl Splice {
                 while self.forward_one(st, s) {}
             }
             // Read data back to side s.
-            while let Some(&i) = st.link[s].outq.front() {
+            while let Some(&i) = st.link[s].outq.front().filter(|_| !st.link[s].ended) {
                 if !st.link[s].credits.can_send_data() {
                     break;
                 }
@@ -382,6 +385,27 @@ impl Splice {
                 if !self.send_ctl(st, s, 0) {
                     break;
                 }
+            }
+        }
+    }
+
+    /// When side `s` has ended (orderly or not), closes the other side once
+    /// every message that arrived from `s` has landed there: nothing that
+    /// made it into the bridge is dropped by a close.
+    pub(crate) fn pass_on_close(&self, st: &mut SpliceSt) {
+        for s in 0..2 {
+            let l = &st.link[s];
+            if l.ended && !l.passed_on && l.fwd.is_empty() && l.tracker.idle() {
+                st.link[s].passed_on = true;
+                // The last acknowledgements go out ahead of the close.
+                let o = 1 - s;
+                if !st.link[o].ended && st.link[o].credits.ctl() >= 1 {
+                    st.link[o].credits.set_urgent();
+                    if st.link[o].credits.want_ctl() {
+                        self.send_ctl(st, o, 0);
+                    }
+                }
+                let _ = self.eps[1 - s].disconnect();
             }
         }
     }

@@ -623,7 +623,9 @@ impl BridgedEp {
 
 impl Drop for BridgedEp {
     fn drop(&mut self) {
-        let _ = self.core.inner.disconnect();
+        if self.disconnect().is_err() {
+            let _ = self.core.inner.disconnect();
+        }
     }
 }
 
@@ -728,10 +730,24 @@ impl Ep for BridgedEp {
         Ok(user)
     }
 
+    /// Closes gracefully: what was posted gets up to five seconds to reach
+    /// the far side (and be acknowledged) first.
     fn disconnect(&self) -> Result<()> {
         let c = &self.core;
         if c.lock().conn != EpState::Connected {
             return Err(Error::NotConnected);
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            {
+                let st = c.lock();
+                if st.conn != EpState::Connected || (st.txq.is_empty() && st.ops.is_empty()) {
+                    break;
+                }
+            }
+            if !c.poll() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
         }
         c.inner.disconnect()
     }
