@@ -196,7 +196,7 @@ fn open_rails(backend: &str, addrs: &[String]) -> Vec<Arc<dyn Ia>> {
 
 /// Bridged rails from `--world` (one per bridge), with the peer's address
 /// behind each when `peer` is given.
-fn world_rails(c: &Common, peer: Option<u32>) -> Option<Vec<(Arc<dyn Ia>, Option<String>)>> {
+fn world_rails(c: &Common, peer: Option<u32>) -> Option<Vec<zipper_bridge::BridgeRail>> {
     let w = c.world.as_ref()?;
     let desc = zipper_bridge::WorldDesc::load(w).unwrap_or_else(|e| die(e));
     let rank = c.rank.unwrap_or_else(|| die("--world needs --rank"));
@@ -286,7 +286,8 @@ pub(crate) fn client_ia(a: &ClientArgs) -> (Arc<dyn Ia>, String, u16) {
     let peer = c.world.as_ref().map(|_| a.peer.unwrap_or_else(|| die("--world needs --peer")));
     let (rails, remote) = match world_rails(c, peer) {
         Some(r) => {
-            let remote: Vec<String> = r.iter().map(|(_, p)| p.clone().unwrap_or_default()).collect();
+            let remote: Vec<String> =
+                r.iter().map(|(_, p)| p.clone().unwrap_or_default()).collect();
             (r.into_iter().map(|(ia, _)| ia).collect::<Vec<_>>(), remote.join(","))
         }
         None => {

@@ -77,7 +77,9 @@ impl Barrier {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match r.from.evd.wait(Some(left), 1)? {
                     Event::Dto(c) if c.cookie < SLOTS => {
-                        c.result()?;
+                        c.result().map_err(|e| {
+                            Error::Broken(format!("barrier round from rank {}: {e}", r.from.rank))
+                        })?;
                         r.got += 1;
                         r.from.ep.post_recv(
                             &[Sge::new(&*r.rlmr, 8 * c.cookie, 8)],

@@ -189,7 +189,14 @@ impl<K: Copy> ClientOps<K> {
     pub fn push(&mut self, cookie: u64, kind: K, signalled: bool, bytes: u64) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
-        self.ops.push_back(ClientOp { id, cookie, kind, signalled, bytes, status: Status::Success });
+        self.ops.push_back(ClientOp {
+            id,
+            cookie,
+            kind,
+            signalled,
+            bytes,
+            status: Status::Success,
+        });
         id
     }
 

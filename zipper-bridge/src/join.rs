@@ -78,7 +78,13 @@ pub struct World {
     stop: Arc<AtomicBool>,
 }
 
-fn listen(net: &Net, port: u16, inbox: &Arc<Inbox>, stop: &Arc<AtomicBool>, bridged: bool) -> Result<Arc<dyn Psp>> {
+fn listen(
+    net: &Net,
+    port: u16,
+    inbox: &Arc<Inbox>,
+    stop: &Arc<AtomicBool>,
+    bridged: bool,
+) -> Result<Arc<dyn Psp>> {
     let evd = net.ia.create_evd()?;
     let psp = net.ia.create_psp(port, &evd)?;
     let (ia, pz, inbox, stop) = (net.ia.clone(), net.pz.clone(), inbox.clone(), stop.clone());
@@ -86,7 +92,8 @@ fn listen(net: &Net, port: u16, inbox: &Arc<Inbox>, stop: &Arc<AtomicBool>, brid
         .name("rmr-zip-world".into())
         .spawn(move || {
             while !stop.load(Ordering::Acquire) {
-                let Ok(Event::ConnectionRequest(cr)) = evd.wait(Some(Duration::from_millis(100)), 1)
+                let Ok(Event::ConnectionRequest(cr)) =
+                    evd.wait(Some(Duration::from_millis(100)), 1)
                 else {
                     continue;
                 };
@@ -132,7 +139,11 @@ impl World {
             for b in &desc.bridges[..nb] {
                 let near = b.addr(me.cluster);
                 let inner = open(nearest(&me.addrs, near))?;
-                rails.push(BridgeIa::new(inner, Some((near.to_string(), b.port)), cfg.client.clone()));
+                rails.push(BridgeIa::new(
+                    inner,
+                    Some((near.to_string(), b.port)),
+                    cfg.client.clone(),
+                ));
             }
             let ia: Arc<dyn Ia> = if rails.len() == 1 {
                 rails.pop().expect("one rail")
@@ -193,7 +204,8 @@ impl World {
     /// [`ZipperError::NoRank`]; `InvalidArgument` when the world has no bridge.
     pub fn bridged_route(&self, peer: u32) -> Result<(Arc<dyn Ia>, String, u16)> {
         let p = self.desc.process(peer)?;
-        let net = self.bridged.as_ref().ok_or_else(|| Error::invalid("this world has no bridge"))?;
+        let net =
+            self.bridged.as_ref().ok_or_else(|| Error::invalid("this world has no bridge"))?;
         let nb = self.cfg.bridges.unwrap_or(self.desc.bridges.len()).min(self.desc.bridges.len());
         let remote: Vec<String> = self.desc.bridges[..nb]
             .iter()
@@ -288,6 +300,9 @@ impl Drop for World {
     }
 }
 
+/// A bridged rail and the peer's address behind its bridge.
+pub type BridgeRail = (Arc<dyn Ia>, Option<String>);
+
 /// One bridged rail per bridge (the first `nbridges`) for rank `rank`: a
 /// [`BridgeIa`] over the rank's address nearest that bridge, and — when
 /// `peer` is given — the peer's address on the bridge's far side. For
@@ -302,7 +317,7 @@ pub fn bridge_rails(
     peer: Option<u32>,
     nbridges: usize,
     cfg: &ClientConfig,
-) -> Result<Vec<(Arc<dyn Ia>, Option<String>)>> {
+) -> Result<Vec<BridgeRail>> {
     crate::register();
     let me = desc.process(rank)?;
     let p = peer.map(|p| desc.process(p)).transpose()?;

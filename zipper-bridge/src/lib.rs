@@ -77,7 +77,7 @@ pub use client::evd::BridgeEvd;
 pub use client::ia::{BridgeIa, BridgeLmr, BridgePz, ClientConfig, ZipperProvider};
 pub use client::psp::BridgePsp;
 pub use error::{Result, ZipperError};
-pub use join::{JoinConfig, Peer, World, bridge_rails};
+pub use join::{BridgeRail, JoinConfig, Peer, World, bridge_rails};
 pub use world::{BridgeDesc, Cluster, ProcessDesc, WorldDesc};
 
 /// Registers the `zipper` provider (and the `tcp` and `multirail` ones it builds on).

@@ -35,11 +35,7 @@ impl Ring {
 
     /// Posts slot `i` as a receive on `ep` (registration `pz`) with `cookie`.
     pub(crate) fn post(&self, ep: &dyn Ep, pz: usize, i: usize, cookie: u64) -> Result<()> {
-        ep.post_recv(
-            &[Sge::new(&*self.lmrs[pz], self.at(i), self.slot)],
-            cookie,
-            DtoFlags::empty(),
-        )
+        ep.post_recv(&[Sge::new(&*self.lmrs[pz], self.at(i), self.slot)], cookie, DtoFlags::empty())
     }
 
     /// Reads slot `i`'s header bytes.

@@ -193,14 +193,22 @@ impl WorldDesc {
         processes.sort_by_key(|(_, p)| p.rank);
         for (i, (at, p)) in processes.iter().enumerate() {
             if p.rank as usize != i {
-                return Err(bad(*at, format!("ranks must be 0..{} without gaps; rank {i} is missing", processes.len())));
+                return Err(bad(
+                    *at,
+                    format!(
+                        "ranks must be 0..{} without gaps; rank {i} is missing",
+                        processes.len()
+                    ),
+                ));
             }
             if i > 0 && p.cluster < processes[i - 1].1.cluster {
                 return Err(bad(
                     *at,
                     format!(
                         "rank {} of cluster `{}` after a rank of cluster `{}`: the first cluster's ranks come first",
-                        p.rank, clusters[p.cluster].name, clusters[processes[i - 1].1.cluster].name
+                        p.rank,
+                        clusters[p.cluster].name,
+                        clusters[processes[i - 1].1.cluster].name
                     ),
                 ));
             }
@@ -220,7 +228,11 @@ impl WorldDesc {
                 backend: r.backend.clone().unwrap_or_else(|| "tcp".into()),
             });
         }
-        Ok(WorldDesc { clusters, processes: processes.into_iter().map(|(_, p)| p).collect(), bridges })
+        Ok(WorldDesc {
+            clusters,
+            processes: processes.into_iter().map(|(_, p)| p).collect(),
+            bridges,
+        })
     }
 
     /// The process of global rank `rank`.
@@ -291,7 +303,9 @@ port = 7800
 
     fn err_line(text: &str) -> (usize, String) {
         match WorldDesc::parse(text, "w") {
-            Err(ZipperError::Inconsistent { line, msg, .. } | ZipperError::Syntax { line, msg, .. }) => (line, msg),
+            Err(
+                ZipperError::Inconsistent { line, msg, .. } | ZipperError::Syntax { line, msg, .. },
+            ) => (line, msg),
             other => panic!("expected an error, got {other:?}"),
         }
     }
@@ -312,8 +326,12 @@ port = 7800
         assert_eq!(line, 7);
         let (line, msg) = err_line(&GOOD.replace("port = 7700", "port = \"x\""));
         assert_eq!(line, 10, "{msg}");
-        let order = GOOD.replace("cluster = \"A\"", "cluster = \"X\"").replace("name = \"A\"", "name = \"X\"")
-            .replace("rank = 0", "rank = 9").replace("rank = 1", "rank = 0").replace("rank = 9", "rank = 1");
+        let order = GOOD
+            .replace("cluster = \"A\"", "cluster = \"X\"")
+            .replace("name = \"A\"", "name = \"X\"")
+            .replace("rank = 0", "rank = 9")
+            .replace("rank = 1", "rank = 0")
+            .replace("rank = 9", "rank = 1");
         let (_, msg) = err_line(&order);
         assert!(msg.contains("first cluster's ranks come first"), "{msg}");
     }

@@ -103,7 +103,8 @@ fn finish(child: Child, what: &str) -> String {
 }
 
 fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -125,7 +126,8 @@ fn env(k: &str) -> String {
 fn next_dto(p: &Peer) -> rmr_api::DtoCompletion {
     loop {
         let ev = p.evd.wait(Some(Duration::from_secs(20)), 1);
-        let ev = ev.unwrap_or_else(|e| panic!("{e}: rank {} notes {:?}", p.rank, p.ep.attr().notes));
+        let ev =
+            ev.unwrap_or_else(|e| panic!("{e}: rank {} notes {:?}", p.rank, p.ep.attr().notes));
         match ev {
             Event::Dto(c) => return c,
             Event::AsyncError { what, .. } => println!("RESULT async={what}"),
@@ -184,8 +186,14 @@ fn exchange(p: &Peer, me: u32) {
         n[16..24].copy_from_slice(&checksum(&data).to_le_bytes());
         note.write(k * 64, &n).unwrap();
         sent.push(data);
-        p.ep.post_rdma_write(&[Sge::new(&*sl, k * SLOT, len)], &theirs, k * SLOT, 1000 + k, DtoFlags::SUPPRESS)
-            .unwrap();
+        p.ep.post_rdma_write(
+            &[Sge::new(&*sl, k * SLOT, len)],
+            &theirs,
+            k * SLOT,
+            1000 + k,
+            DtoFlags::SUPPRESS,
+        )
+        .unwrap();
         p.ep.post_send(&[Sge::new(&*notel, k * 64, 24)], 2000 + k, DtoFlags::SUPPRESS).unwrap();
     }
     let big = pattern(u64::from(me) + 77, BIG);
@@ -209,7 +217,10 @@ fn exchange(p: &Peer, me: u32) {
             }
             500 => {
                 assert_eq!(c.bytes, BIG as u64);
-                assert_eq!(checksum(&big_in.to_vec(0, BIG).unwrap()), checksum(&pattern(u64::from(p.rank) + 77, BIG)));
+                assert_eq!(
+                    checksum(&big_in.to_vec(0, BIG).unwrap()),
+                    checksum(&pattern(u64::from(p.rank) + 77, BIG))
+                );
                 big_ok = true;
             }
             3000 => sent_ok = true,
@@ -234,11 +245,18 @@ fn exchange(p: &Peer, me: u32) {
 fn world_text(bridges: usize, procs: &[(&str, &[&str], u16)]) -> String {
     let mut s = String::from("[[cluster]]\nname = \"A\"\n[[cluster]]\nname = \"B\"\n");
     for k in 0..bridges {
-        s += &format!("[[bridge]]\na = \"198.18.{}.2\"\nb = \"198.18.{}.1\"\nport = 7700\n", 10 + k, 20 + k);
+        s += &format!(
+            "[[bridge]]\na = \"198.18.{}.2\"\nb = \"198.18.{}.1\"\nport = 7700\n",
+            10 + k,
+            20 + k
+        );
     }
     for (r, (c, addrs, port)) in procs.iter().enumerate() {
         let a: Vec<String> = addrs.iter().map(|a| format!("\"{a}\"")).collect();
-        s += &format!("[[process]]\nrank = {r}\ncluster = \"{c}\"\naddrs = [{}]\nport = {port}\n", a.join(", "));
+        s += &format!(
+            "[[process]]\nrank = {r}\ncluster = \"{c}\"\naddrs = [{}]\nport = {port}\n",
+            a.join(", ")
+        );
     }
     s
 }
@@ -258,19 +276,26 @@ fn zipper_lab_transfers_ordering_and_barrier() {
     let a = ["198.18.10.1"];
     let b = ["198.18.20.2"];
     let world = format!("{}/world.toml", lab.dir);
-    std::fs::write(&world, world_text(1, &[("A", &a, 7800), ("A", &a, 7810), ("B", &b, 7800), ("B", &b, 7810)]))
-        .unwrap();
+    std::fs::write(
+        &world,
+        world_text(1, &[("A", &a, 7800), ("A", &a, 7810), ("B", &b, 7800), ("B", &b, 7810)]),
+    )
+    .unwrap();
     WorldDesc::load(&world).expect("valid world");
     let bi = lab.bridge(&world, 0, &[]);
     let t0 = Instant::now();
     let kids: Vec<Child> = (0..4)
         .map(|r| {
             let ns = lab.ns(if r < 2 { "ca" } else { "cb" });
-            spawn_role(&ns, "zipper_lab_transfers_ordering_and_barrier", &[
-                ("ZIP_RANK", r.to_string()),
-                ("ZIP_WORLD", world.clone()),
-                ("ZIP_DIR", lab.dir.clone()),
-            ])
+            spawn_role(
+                &ns,
+                "zipper_lab_transfers_ordering_and_barrier",
+                &[
+                    ("ZIP_RANK", r.to_string()),
+                    ("ZIP_WORLD", world.clone()),
+                    ("ZIP_DIR", lab.dir.clone()),
+                ],
+            )
         })
         .collect();
     let outs: Vec<Output> = kids.into_iter().map(|k| k.wait_with_output().expect("wait")).collect();
@@ -280,7 +305,13 @@ fn zipper_lab_transfers_ordering_and_barrier() {
             o.status.success() && s.contains("RESULT ok"),
             "rank {r} failed:\n{s}\n{}\nall: {:?}",
             String::from_utf8_lossy(&o.stderr),
-            outs.iter().map(|o| String::from_utf8_lossy(&o.stderr).lines().filter(|l| l.contains("panicked") || l.contains("notes")).map(String::from).collect::<Vec<_>>()).collect::<Vec<_>>()
+            outs.iter()
+                .map(|o| String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .filter(|l| l.contains("panicked") || l.contains("notes"))
+                    .map(String::from)
+                    .collect::<Vec<_>>())
+                .collect::<Vec<_>>()
         );
     }
     println!("4 processes done in {:?}", t0.elapsed());
@@ -331,7 +362,10 @@ fn worker_transfers() {
         wrote |= c.cookie == 1;
         noted |= c.cookie == 9100;
     }
-    assert_eq!(checksum(&target.to_vec(0, 1 << 20).unwrap()), checksum(&pattern(u64::from(neighbour) + 5, 1 << 20)));
+    assert_eq!(
+        checksum(&target.to_vec(0, 1 << 20).unwrap()),
+        checksum(&pattern(u64::from(neighbour) + 5, 1 << 20))
+    );
     // A tight barrier: nobody leaves round i before everybody entered it.
     let size = world.size() as u32;
     for i in 1..=25u64 {
@@ -341,7 +375,11 @@ fn worker_transfers() {
         std::thread::sleep(Duration::from_micros(((u64::from(rank) * 7 + i * 13) % 5) * 700));
         world.barrier().expect("barrier");
         for r in 0..size {
-            let e: u64 = std::fs::read_to_string(format!("{dir}/entered.{r}")).unwrap().trim().parse().unwrap();
+            let e: u64 = std::fs::read_to_string(format!("{dir}/entered.{r}"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
             assert!(e >= i, "rank {rank} left barrier {i} before rank {r} entered it (at {e})");
         }
     }
@@ -366,22 +404,28 @@ fn zipper_lab_two_bridges_one_killed_mid_transfer() {
     let world = format!("{}/world.toml", lab.dir);
     std::fs::write(
         &world,
-        world_text(2, &[("A", &["198.18.10.1", "198.18.11.1"], 7800), ("B", &["198.18.20.2", "198.18.21.2"], 7800)]),
+        world_text(
+            2,
+            &[
+                ("A", &["198.18.10.1", "198.18.11.1"], 7800),
+                ("B", &["198.18.20.2", "198.18.21.2"], 7800),
+            ],
+        ),
     )
     .unwrap();
     lab.bridge(&world, 0, &[]);
     let b1 = lab.bridge(&world, 1, &[]);
     let env = [("ZIP_WORLD", world.clone()), ("ZIP_DIR", lab.dir.clone())];
-    let server = spawn_role(&lab.ns("cb"), "zipper_lab_two_bridges_one_killed_mid_transfer", &[
-        ("ZIP_RANK", "1".into()),
-        env[0].clone(),
-        env[1].clone(),
-    ]);
-    let client = spawn_role(&lab.ns("ca"), "zipper_lab_two_bridges_one_killed_mid_transfer", &[
-        ("ZIP_RANK", "0".into()),
-        env[0].clone(),
-        env[1].clone(),
-    ]);
+    let server = spawn_role(
+        &lab.ns("cb"),
+        "zipper_lab_two_bridges_one_killed_mid_transfer",
+        &[("ZIP_RANK", "1".into()), env[0].clone(), env[1].clone()],
+    );
+    let client = spawn_role(
+        &lab.ns("ca"),
+        "zipper_lab_two_bridges_one_killed_mid_transfer",
+        &[("ZIP_RANK", "0".into()), env[0].clone(), env[1].clone()],
+    );
     // Kill bridge 1 once a quarter of the transfer has crossed its A link.
     let started = format!("{}/started", lab.dir);
     let t = Instant::now();

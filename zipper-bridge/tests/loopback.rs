@@ -8,7 +8,8 @@ use std::time::Duration;
 use zipper_bridge::{Bridge, BridgeConfig, BridgeIa, ClientConfig};
 
 fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
 }
 
 fn pattern(seed: u64, len: usize) -> Vec<u8> {
@@ -64,11 +65,8 @@ fn every_operation(sf: bool, net: u8) {
     let cfg = ClientConfig::default();
     let ia_b: Arc<dyn Ia> =
         BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
-    let ia_a: Arc<dyn Ia> = BridgeIa::new(
-        rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(),
-        Some((ip(1), port)),
-        cfg,
-    );
+    let ia_a: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), port)), cfg);
     const N: usize = 1 << 20;
     // Side B: listen, accept, expose a region.
     let (pz_b, evd_b) = (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap());
@@ -97,7 +95,10 @@ fn every_operation(sf: bool, net: u8) {
     server.join().unwrap();
     let ctx = RmrContext::from_bytes(&reply).unwrap();
     let (da, db) = (ep_a.clone(), ep_b.clone());
-    DEBUG.lock().unwrap().push(Box::new(move || format!("A {:?} B {:?}", da.attr().notes, db.attr().notes)));
+    DEBUG
+        .lock()
+        .unwrap()
+        .push(Box::new(move || format!("A {:?} B {:?}", da.attr().notes, db.attr().notes)));
     let bridge = Arc::new(bridge);
     let b2 = bridge.clone();
     DEBUG.lock().unwrap().push(Box::new(move || format!("{:?}", b2.details())));
@@ -179,7 +180,8 @@ fn stop_mid_transfer_leaves_nothing_unreported() {
     })
     .expect("bridge");
     let cfg = ClientConfig::default();
-    let ia_b: Arc<dyn Ia> = BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
+    let ia_b: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
     let ia_a: Arc<dyn Ia> =
         BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), 7711)), cfg);
     let (pz_b, evd_b, psp_evd) =

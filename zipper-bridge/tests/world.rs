@@ -20,11 +20,7 @@ fn run(name: &str, text: &str) -> (i32, String) {
 fn bad_world_files_are_refused_naming_the_line() {
     let proc0 = "[[process]]\nrank = 0\ncluster = \"A\"\naddrs = [\"198.18.10.1\"]\nport = 7800\n";
     let cases = [
-        (
-            "dup",
-            format!("{HEAD}{proc0}{proc0}"),
-            ":10: duplicate rank 0 (first at line 5)",
-        ),
+        ("dup", format!("{HEAD}{proc0}{proc0}"), ":10: duplicate rank 0 (first at line 5)"),
         (
             "half",
             format!("{HEAD}[[bridge]]\na = \"198.18.10.2\"\nport = 7700\n"),
@@ -36,7 +32,11 @@ fn bad_world_files_are_refused_naming_the_line() {
             ":5: rank 0 names unknown cluster `Q`",
         ),
         ("syntax", format!("{HEAD}[[bridge]\n"), ":5:"),
-        ("three", format!("{HEAD}[[cluster]]\nname = \"C\"\n"), ":5: a world has exactly two clusters"),
+        (
+            "three",
+            format!("{HEAD}[[cluster]]\nname = \"C\"\n"),
+            ":5: a world has exactly two clusters",
+        ),
     ];
     for (name, text, want) in cases {
         let (code, err) = run(name, &text);

@@ -99,5 +99,7 @@ fn main() {
     eprintln!("rmr-bridge: stopping ({} connection(s))", bridge.connections());
     let busy = bridge.stop();
     eprintln!("{}", bridge.status());
-    eprintln!("rmr-bridge: stopped; {busy} connection(s) still busy at the deadline (their initiators see errors)");
+    eprintln!(
+        "rmr-bridge: stopped; {busy} connection(s) still busy at the deadline (their initiators see errors)"
+    );
 }

@@ -239,21 +239,24 @@ impl Shared {
             e
         };
         sp.post_ring(o).map_err(fail)?;
-        let bh = BridgeHello { ring: mine, chunk: chunk as u32, from: &cr.peer(), user: hello.user }
-            .encode();
-        let reply = match sp.eps[o].connect(hello.target, hello.service, &bh, Duration::from_secs(10))
-        {
-            Ok(r) => r,
-            Err(e) => {
-                let why = match &e {
-                    Error::Rejected { private_data } => private_data.clone(),
-                    e => format!("zipper: cannot reach {}:{}: {e}", hello.target, hello.service)
-                        .into_bytes(),
-                };
-                let _ = cr.reject(&why);
-                return Err(fail(e));
-            }
-        };
+        let bh =
+            BridgeHello { ring: mine, chunk: chunk as u32, from: &cr.peer(), user: hello.user }
+                .encode();
+        let reply =
+            match sp.eps[o].connect(hello.target, hello.service, &bh, Duration::from_secs(10)) {
+                Ok(r) => r,
+                Err(e) => {
+                    let why = match &e {
+                        Error::Rejected { private_data } => private_data.clone(),
+                        e => {
+                            format!("zipper: cannot reach {}:{}: {e}", hello.target, hello.service)
+                                .into_bytes()
+                        }
+                    };
+                    let _ = cr.reject(&why);
+                    return Err(fail(e));
+                }
+            };
         let Some(r) = Reply::decode(&reply) else {
             let _ = sp.eps[o].disconnect();
             let _ = cr.reject(b"zipper: the target is not a zipper endpoint");
@@ -329,13 +332,13 @@ impl Bridge {
                         {
                             let s = s.clone();
                             // Connecting to the target may take a while: not on this thread.
-                            let _ = std::thread::Builder::new().name("rmr-bridge-setup".into()).spawn(
-                                move || {
+                            let _ = std::thread::Builder::new()
+                                .name("rmr-bridge-setup".into())
+                                .spawn(move || {
                                     if let Err(e) = s.setup(x, &cr) {
                                         eprintln!("rmr-bridge: connection refused: {e}");
                                     }
-                                },
-                            );
+                                });
                         }
                     }
                 }),

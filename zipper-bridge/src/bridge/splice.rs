@@ -230,7 +230,8 @@ impl Splice {
                 Self::stamp(st, o, &mut d, true);
                 ring.set_header(i, &d);
                 let sge = [Sge::new(&*ring.lmrs[1], ring.at(i), HDR as u64 + u64::from(h.len))];
-                let r = self.eps[o].post_send(&sge, cookie(self.id, K_DELIVER, i), DtoFlags::empty());
+                let r =
+                    self.eps[o].post_send(&sge, cookie(self.id, K_DELIVER, i), DtoFlags::empty());
                 if r.is_err() {
                     // Put the credit back: the message did not go.
                     st.link[o].credits.undo(true, (d.ret_data, d.ret_ctl));
@@ -281,7 +282,8 @@ impl Splice {
     fn front_op_stored(&self, st: &SpliceSt, s: usize) -> Option<u64> {
         let l = &st.link[s];
         let id = l.meta[*l.fwd.front()?]?.id;
-        let whole = l.fwd.iter().filter_map(|&i| l.meta[i]).any(|h| h.id == id && h.has(flags::LAST));
+        let whole =
+            l.fwd.iter().filter_map(|&i| l.meta[i]).any(|h| h.id == id && h.has(flags::LAST));
         let full = l.fwd.len() + l.credits.owed().0 as usize + 4 >= self.rings[s].n;
         (whole || full).then_some(id)
     }

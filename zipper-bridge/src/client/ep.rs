@@ -121,9 +121,10 @@ fn now_ns() -> u64 {
 fn segs_of(local: &[Sge<'_>]) -> Result<Segs> {
     let mut out = Segs::new();
     for s in local {
-        let l = s.lmr.as_any().downcast_ref::<BridgeLmr>().ok_or_else(|| {
-            Error::Protection("a bridged EP needs LMRs of its zipper PZ".into())
-        })?;
+        let l =
+            s.lmr.as_any().downcast_ref::<BridgeLmr>().ok_or_else(|| {
+                Error::Protection("a bridged EP needs LMRs of its zipper PZ".into())
+            })?;
         if s.len > 0 {
             out.push((l.inner.clone(), s.offset, s.len));
         }
@@ -409,10 +410,8 @@ impl Core {
             Event::Dto(c) if c.cookie & HDR_BIT != 0 => {
                 st.free_hdr.push((c.cookie & 0xffff_ffff) as u32);
             }
-            Event::Dto(c) if c.cookie & RING_BIT != 0 => {
-                if c.status.is_ok() {
-                    self.on_message(st, (c.cookie & 0xffff_ffff) as usize, out);
-                }
+            Event::Dto(c) if c.cookie & RING_BIT != 0 && c.status.is_ok() => {
+                self.on_message(st, (c.cookie & 0xffff_ffff) as usize, out);
             }
             Event::Disconnected { .. } => self.end(st, true, String::new(), out),
             Event::Broken { reason, .. } => {
@@ -644,11 +643,7 @@ impl Ep for BridgedEp {
             ("peer".to_string(), st.peer.clone()),
             (
                 "credits".to_string(),
-                format!(
-                    "data={} ctl={} owed={od}/{oc}",
-                    st.credits.data(),
-                    st.credits.ctl()
-                ),
+                format!("data={} ctl={} owed={od}/{oc}", st.credits.data(), st.credits.ctl()),
             ),
             (
                 "state".to_string(),
@@ -730,8 +725,9 @@ impl Ep for BridgedEp {
         Ok(user)
     }
 
-    /// Closes gracefully: what was posted gets up to five seconds to reach
-    /// the far side (and be acknowledged) first.
+    /// Closes gracefully: messages still queued for credits get up to five
+    /// seconds to be handed to the connection first (the bridge forwards
+    /// everything that reached it before it passes the close on).
     fn disconnect(&self) -> Result<()> {
         let c = &self.core;
         if c.lock().conn != EpState::Connected {
@@ -741,7 +737,7 @@ impl Ep for BridgedEp {
         while t0.elapsed() < Duration::from_secs(5) {
             {
                 let st = c.lock();
-                if st.conn != EpState::Connected || (st.txq.is_empty() && st.ops.is_empty()) {
+                if st.conn != EpState::Connected || st.txq.is_empty() {
                     break;
                 }
             }

@@ -119,7 +119,7 @@ impl Ia for BridgeIa {
                 return Err(Error::invalid("bridged EPs need EVDs created by a zipper IA"));
             }
         }
-        Ok(BridgedEp::create(self, pz, evds)?)
+        BridgedEp::create(self, pz, evds)
     }
 
     fn create_psp(&self, service: u16, evd: &Arc<dyn Evd>) -> Result<Arc<dyn Psp>> {
