@@ -477,12 +477,11 @@ fn worker_failover() {
         // Drain the rail-loss report if it came after the completion.
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(5) {
-            match p.evd.wait(Some(Duration::from_millis(200)), 1) {
-                Ok(Event::AsyncError { what, .. }) => {
-                    println!("RESULT async={what}");
-                    break;
-                }
-                _ => {}
+            if let Ok(Event::AsyncError { what, .. }) =
+                p.evd.wait(Some(Duration::from_millis(200)), 1)
+            {
+                println!("RESULT async={what}");
+                break;
             }
         }
         swap_ctx(&p, RmrContext::new(0, 0, 0));
