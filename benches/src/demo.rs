@@ -38,6 +38,9 @@ fn common(rails: &[&str], port: u16, engine: &str) -> Common {
         engine: engine.into(),
         policy: "even".into(),
         threshold: "8K".into(),
+        world: None,
+        rank: None,
+        bridges: None,
     }
 }
 
@@ -51,6 +54,7 @@ fn client(
 ) -> ClientArgs {
     ClientArgs {
         common: common(rails, port, engine),
+        peer: None,
         local: rails.iter().map(|s| s.to_string()).collect(),
         test: test.into(),
         sizes: sizes.iter().map(|s| s.to_string()).collect(),

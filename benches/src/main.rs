@@ -89,8 +89,18 @@ pub(crate) struct Common {
     #[arg(long, default_value = "tcp")]
     backend: String,
     /// Rail addresses, comma separated (server: local; client: the server's).
-    #[arg(long, value_delimiter = ',', required = true)]
+    #[arg(long, value_delimiter = ',', required_unless_present = "world")]
     rails: Vec<String>,
+    /// Through zipper bridges: a world file (zipper-bridge); the rails are
+    /// then one per bridge, from this rank's addresses.
+    #[arg(long)]
+    world: Option<String>,
+    /// This process's rank in --world.
+    #[arg(long, requires = "world")]
+    rank: Option<u32>,
+    /// Use the first N bridges of --world (default: all).
+    #[arg(long, requires = "world")]
+    bridges: Option<usize>,
     /// Base port: single-rail sessions use PORT, k-rail multirail sessions
     /// PORT+k-1, raw TCP PORT+20.
     #[arg(long, default_value_t = 7470)]
@@ -123,6 +133,9 @@ struct ServerArgs {
 pub(crate) struct ClientArgs {
     #[command(flatten)]
     common: Common,
+    /// The peer's rank in --world (the server's).
+    #[arg(long, requires = "world")]
+    peer: Option<u32>,
     /// Local addresses to bind each rail to (default 0.0.0.0: routed by destination).
     #[arg(long, value_delimiter = ',')]
     local: Vec<String>,
@@ -185,10 +198,24 @@ fn open_rails(backend: &str, addrs: &[String]) -> Vec<Arc<dyn Ia>> {
         .collect()
 }
 
+/// Bridged rails from `--world` (one per bridge), with the peer's address
+/// behind each when `peer` is given.
+fn world_rails(c: &Common, peer: Option<u32>) -> Option<Vec<zipper_bridge::BridgeRail>> {
+    let w = c.world.as_ref()?;
+    let desc = zipper_bridge::WorldDesc::load(w).unwrap_or_else(|e| die(e));
+    let rank = c.rank.unwrap_or_else(|| die("--world needs --rank"));
+    let nb = c.bridges.unwrap_or(desc.bridges.len());
+    let cfg = zipper_bridge::ClientConfig::default();
+    Some(zipper_bridge::bridge_rails(&desc, rank, peer, nb, &cfg).unwrap_or_else(|e| die(e)))
+}
+
 /// Runs the server until idle (or after one session with `once`).
 pub(crate) fn run_server(c: &Common, idle: u64, once: bool, stop: Arc<AtomicBool>) {
     register();
-    let rails = open_rails(&c.backend, &c.rails);
+    let rails = match world_rails(c, None) {
+        Some(r) => r.into_iter().map(|(ia, _)| ia).collect(),
+        None => open_rails(&c.backend, &c.rails),
+    };
     let cfg = mr_config(c);
     let start = Instant::now();
     let last = Arc::new(AtomicU64::new(0));
@@ -260,11 +287,21 @@ pub(crate) fn run_server(c: &Common, idle: u64, once: bool, stop: Arc<AtomicBool
 /// Returns the IA, the remote address string and the port.
 pub(crate) fn client_ia(a: &ClientArgs) -> (Arc<dyn Ia>, String, u16) {
     let c = &a.common;
-    let n = c.rails.len();
-    let local: Vec<String> =
-        (0..n).map(|i| a.local.get(i).cloned().unwrap_or_else(|| "0.0.0.0".into())).collect();
-    let rails = open_rails(&c.backend, &local);
-    let remote = c.rails.join(",");
+    let peer = c.world.as_ref().map(|_| a.peer.unwrap_or_else(|| die("--world needs --peer")));
+    let (rails, remote) = match world_rails(c, peer) {
+        Some(r) => {
+            let remote: Vec<String> =
+                r.iter().map(|(_, p)| p.clone().unwrap_or_default()).collect();
+            (r.into_iter().map(|(ia, _)| ia).collect::<Vec<_>>(), remote.join(","))
+        }
+        None => {
+            let local: Vec<String> = (0..c.rails.len())
+                .map(|i| a.local.get(i).cloned().unwrap_or_else(|| "0.0.0.0".into()))
+                .collect();
+            (open_rails(&c.backend, &local), c.rails.join(","))
+        }
+    };
+    let n = rails.len();
     if n == 1 {
         (rails[0].clone(), remote, c.port)
     } else {
@@ -288,7 +325,7 @@ pub(crate) fn run_client(
     let (ia, remote, port) = client_ia(a);
     let mut conn = Conn::connect(&ia, &remote, port, max)
         .unwrap_or_else(|e| die(format!("connect {remote}:{port}: {e}")));
-    let n = c.rails.len();
+    let n = remote.split(',').count();
     if !a.json && progress.is_none() {
         for (k, v) in conn.ep_notes() {
             eprintln!("# {k} = {v}");
@@ -307,7 +344,7 @@ pub(crate) fn run_client(
         let warmup = a.warmup.unwrap_or((iters / 10).max(1));
         let mut row = Row {
             test: a.test.clone(),
-            backend: c.backend.clone(),
+            backend: if c.world.is_some() { "zipper".into() } else { c.backend.clone() },
             rails: n,
             engine: engine.clone(),
             policy: policy.clone(),

@@ -1,0 +1,802 @@
+//! The bridged endpoint: one real connection to a bridge, spliced there to
+//! the peer's. Every operation is cut into chunks that travel as messages
+//! into the bridge's pre-registered ring under credit-based flow control;
+//! the bridge forwards each chunk as it arrives (an RDMA write straight
+//! into the peer's memory, a send into the peer's ring, an RDMA read whose
+//! data comes back as messages) and acknowledges an operation only once
+//! it has landed on the far side.
+//!
+//! Completions are released in posting order; a delivered send is copied
+//! from this end's ring into the receive the user posted (sends that
+//! arrive before a receive wait in the ring, holding data credits, so a
+//! sender is slowed rather than anything dropped).
+
+use super::evd::BridgeEvd;
+use super::ia::{BridgeIa, BridgeLmr, BridgePz, ClientConfig};
+use crate::chunk::{ClientOp, ClientOps, chunks};
+use crate::credit::Credits;
+use crate::handshake::{BridgeHello, ClientHello, Reply};
+use crate::ring::Ring;
+use crate::wire::{HDR, Header, Kind, flags};
+use rmr_api::{
+    Access, ConnRequest, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
+    Evd, Event, Lmr, MemRegion, Result, RmrContext, Sge, SoftEvd, Status, check_local_sges,
+};
+use smallvec::SmallVec;
+use std::any::Any;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+const RING_BIT: u64 = 1 << 62;
+const HDR_BIT: u64 = 1 << 61;
+
+/// Local segments: (real LMR, offset in it, length).
+type Segs = SmallVec<[(Arc<dyn Lmr>, u64, u64); 2]>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OpKind {
+    Send,
+    Write,
+    Read,
+}
+
+impl OpKind {
+    fn op(self) -> DtoOp {
+        match self {
+            OpKind::Send => DtoOp::Send,
+            OpKind::Write => DtoOp::RdmaWrite,
+            OpKind::Read => DtoOp::RdmaRead,
+        }
+    }
+}
+
+struct Tx {
+    hdr: Header,
+    payload: Segs,
+}
+
+struct UserRecv {
+    cookie: u64,
+    segs: Segs,
+    total: u64,
+}
+
+struct St {
+    conn: EpState,
+    chunk: u64,
+    credits: Credits,
+    ops: ClientOps<OpKind>,
+    txq: VecDeque<Tx>,
+    free_hdr: Vec<u32>,
+    recvs: VecDeque<UserRecv>,
+    held: VecDeque<(usize, Header)>,
+    cur: Option<(UserRecv, Status)>,
+    reads: BTreeMap<u64, Segs>,
+    echo: bool,
+    ended: bool,
+    ring_posted: bool,
+    peer: String,
+    /// Messages sent / received (diagnostics).
+    sent: u64,
+    rcvd: u64,
+}
+
+const TO_REQ: u8 = 0;
+const TO_RECV: u8 = 1;
+const TO_CONN: u8 = 2;
+type Out = Vec<(u8, Event)>;
+
+/// State shared by the user's handle and the EVDs that harvest it.
+pub(crate) struct Core {
+    id: EpId,
+    cfg: ClientConfig,
+    pz_id: u64,
+    max_sges: usize,
+    inner: Arc<dyn Ep>,
+    inner_evd: Arc<dyn Evd>,
+    user: EpEvds,
+    ring: Ring,
+    hdrs: Arc<MemRegion>,
+    hdr_lmr: Arc<dyn Lmr>,
+    bridge: Option<(String, u16)>,
+    st: Mutex<St>,
+    harvest: Mutex<()>,
+    /// Application threads waiting on this EP's EVDs now, and when the last left.
+    waiters: AtomicUsize,
+    left_at: AtomicU64,
+}
+
+/// After the last application waiter left, the progress thread waits this
+/// long before it takes over (a waiter that comes straight back, as in a
+/// ping-pong, never hands the endpoint to another thread).
+const LINGER: Duration = Duration::from_micros(300);
+
+fn now_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+fn segs_of(local: &[Sge<'_>]) -> Result<Segs> {
+    let mut out = Segs::new();
+    for s in local {
+        let l =
+            s.lmr.as_any().downcast_ref::<BridgeLmr>().ok_or_else(|| {
+                Error::Protection("a bridged EP needs LMRs of its zipper PZ".into())
+            })?;
+        if s.len > 0 {
+            out.push((l.inner.clone(), s.offset, s.len));
+        }
+    }
+    Ok(out)
+}
+
+fn slice(local: &Segs, mut off: u64, mut len: u64) -> Segs {
+    let mut out = Segs::new();
+    for (l, o, n) in local {
+        if len == 0 {
+            break;
+        }
+        if off >= *n {
+            off -= n;
+            continue;
+        }
+        let take = (*n - off).min(len);
+        out.push((l.clone(), o + off, take));
+        len -= take;
+        off = 0;
+    }
+    out
+}
+
+/// Copies `len` bytes of `src` at `src_off` into `segs` starting at byte `off`.
+fn scatter(segs: &Segs, off: u64, src: &MemRegion, src_off: u64, len: u64) {
+    let mut src_off = src_off;
+    for (l, o, n) in slice(segs, off, len) {
+        let dst = l.region().clone();
+        let at = l.offset() + o;
+        let _ = src.with_slice(src_off, n, |s| dst.write(at, s));
+        src_off += n;
+    }
+}
+
+impl Core {
+    fn lock(&self) -> MutexGuard<'_, St> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// An application thread starts waiting on one of this EP's EVDs.
+    pub(crate) fn enter(&self) {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// That thread stops waiting.
+    pub(crate) fn leave(&self) {
+        self.left_at.store(now_ns(), Ordering::Release);
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn waited(&self) -> bool {
+        self.waiters.load(Ordering::SeqCst) > 0
+            || now_ns().saturating_sub(self.left_at.load(Ordering::Acquire))
+                < LINGER.as_nanos() as u64
+    }
+
+    /// The endpoint's progress thread: harvests the real endpoint while no
+    /// application thread waits (so credits return, queued chunks go out and
+    /// deliveries land even when the application is busy elsewhere), and
+    /// stands back while one does (it harvests in its own context).
+    fn progress_thread(weak: Weak<Core>) {
+        loop {
+            let Some(c) = weak.upgrade() else { return };
+            if c.lock().ended && c.inner_evd.is_empty() {
+                return;
+            }
+            if c.waited() {
+                drop(c);
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            match c.inner_evd.as_any().downcast_ref::<SoftEvd>() {
+                Some(s) => {
+                    let seen = s.poke_gen();
+                    if s.wait_ready(seen, Duration::ZERO, Duration::from_millis(10)) && !c.waited()
+                    {
+                        c.poll();
+                    }
+                }
+                None => {
+                    if !c.poll() {
+                        drop(c);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn inner_evd(&self) -> &Arc<dyn Evd> {
+        &self.inner_evd
+    }
+
+    fn deliver(&self, out: Out) {
+        for (to, ev) in out {
+            let evd = match to {
+                TO_REQ => &self.user.request,
+                TO_RECV => &self.user.recv,
+                _ => &self.user.conn,
+            };
+            if let Some(b) = evd.as_any().downcast_ref::<BridgeEvd>() {
+                b.push(ev);
+            }
+        }
+    }
+
+    fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
+        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+    }
+
+    fn post_ring(&self, st: &mut St) -> Result<()> {
+        if !st.ring_posted {
+            for i in 0..self.ring.n {
+                self.ring.post(&*self.inner, 0, i, RING_BIT | i as u64)?;
+            }
+            st.ring_posted = true;
+        }
+        Ok(())
+    }
+
+    fn repost(&self, st: &mut St, i: usize, data: bool) {
+        if self.ring.post(&*self.inner, 0, i, RING_BIT | i as u64).is_ok() {
+            st.credits.reposted(data);
+        }
+    }
+
+    /// Sends what the credits allow: queued chunks, then a control message if one is due.
+    fn pump(&self, st: &mut St) {
+        if st.conn != EpState::Connected {
+            return;
+        }
+        while !st.txq.is_empty() {
+            if !st.credits.can_send_data() {
+                break;
+            }
+            let Some(slot) = st.free_hdr.pop() else { break };
+            let front = st.txq.pop_front().expect("nonempty");
+            let mut h = front.hdr;
+            let ret = st.credits.send_data();
+            (h.ret_data, h.ret_ctl) = ret;
+            let echo = std::mem::take(&mut st.echo);
+            if echo {
+                h.flags |= flags::ECHO_REPLY;
+            }
+            let off = u64::from(slot) * HDR as u64;
+            let _ = self.hdrs.write(off, &h.encode());
+            let mut sges: SmallVec<[Sge<'_>; 4]> = SmallVec::new();
+            sges.push(Sge::new(&*self.hdr_lmr, off, HDR as u64));
+            for (l, o, n) in &front.payload {
+                sges.push(Sge::new(&**l, *o, *n));
+            }
+            match self.inner.post_send(&sges, HDR_BIT | u64::from(slot), DtoFlags::empty()) {
+                Ok(()) => st.sent += 1,
+                Err(_) => {
+                    drop(sges);
+                    st.credits.undo(true, ret);
+                    st.echo |= echo;
+                    st.free_hdr.push(slot);
+                    st.txq.push_front(front);
+                    return;
+                }
+            }
+        }
+        while st.credits.want_ctl() {
+            let Some(slot) = st.free_hdr.pop() else { break };
+            let mut h = Header::new(Kind::Ctl);
+            let ret = st.credits.send_ctl();
+            (h.ret_data, h.ret_ctl) = ret;
+            let echo = std::mem::take(&mut st.echo);
+            if echo {
+                h.flags |= flags::ECHO_REPLY;
+            }
+            let off = u64::from(slot) * HDR as u64;
+            let _ = self.hdrs.write(off, &h.encode());
+            let sge = [Sge::new(&*self.hdr_lmr, off, HDR as u64)];
+            if self.inner.post_send(&sge, HDR_BIT | u64::from(slot), DtoFlags::empty()).is_err() {
+                st.credits.undo(false, ret);
+                st.echo |= echo;
+                st.free_hdr.push(slot);
+                return;
+            }
+            st.sent += 1;
+        }
+    }
+
+    fn match_delivers(&self, st: &mut St, out: &mut Out) {
+        while let Some(&(i, h)) = st.held.front() {
+            if st.cur.is_none() {
+                let Some(r) = st.recvs.pop_front() else { break };
+                let status = if h.total > r.total { Status::RecvTooSmall } else { Status::Success };
+                st.cur = Some((r, status));
+            }
+            if let Some((r, Status::Success)) = &st.cur {
+                if h.len > 0 {
+                    let at = self.ring.at(i) + HDR as u64;
+                    scatter(&r.segs, h.offset, &self.ring.region, at, u64::from(h.len));
+                }
+            }
+            st.held.pop_front();
+            self.repost(st, i, true);
+            if h.has(flags::LAST) {
+                let (r, status) = st.cur.take().expect("current receive");
+                let mut c = self.dto(r.cookie, DtoOp::Recv, status, h.total);
+                c.solicited = h.has(flags::SOLICITED);
+                out.push((TO_RECV, Event::Dto(c)));
+            }
+        }
+    }
+
+    fn on_message(&self, st: &mut St, i: usize, out: &mut Out) {
+        st.rcvd += 1;
+        let Some(h) = self.ring.header(i) else {
+            self.repost(st, i, false);
+            return;
+        };
+        st.credits.on_returns((h.ret_data, h.ret_ctl));
+        if h.has(flags::ERR) {
+            st.ops.fail(h.err_id, Status::from_code(h.status).unwrap_or(Status::RemoteAccess));
+        }
+        match h.kind {
+            Kind::Deliver => {
+                st.held.push_back((i, h));
+                self.match_delivers(st, out);
+            }
+            Kind::ReadData => {
+                if let Some(d) = st.reads.get(&h.id) {
+                    let at = self.ring.at(i) + HDR as u64;
+                    scatter(d, h.total, &self.ring.region, at, u64::from(h.len));
+                }
+                self.repost(st, i, true);
+            }
+            k => {
+                if h.has(flags::ECHO) {
+                    st.echo = true;
+                    st.credits.set_urgent();
+                }
+                self.repost(st, i, k.is_data());
+            }
+        }
+        let mut done: Vec<ClientOp<OpKind>> = Vec::new();
+        st.ops.ack(h.ack, &mut done);
+        for o in done {
+            st.reads.remove(&o.id);
+            if o.signalled || !o.status.is_ok() {
+                out.push((TO_REQ, Event::Dto(self.dto(o.cookie, o.kind.op(), o.status, o.bytes))));
+            }
+        }
+    }
+
+    fn end(&self, st: &mut St, disconnected: bool, reason: String, out: &mut Out) {
+        if st.ended {
+            return;
+        }
+        st.ended = true;
+        st.conn = if disconnected { EpState::Disconnected } else { EpState::Broken };
+        let status = if disconnected { Status::Flushed } else { Status::Broken };
+        let mut done = Vec::new();
+        st.ops.fail_all(status, &mut done);
+        for o in done {
+            out.push((TO_REQ, Event::Dto(self.dto(o.cookie, o.kind.op(), o.status, o.bytes))));
+        }
+        st.txq.clear();
+        st.reads.clear();
+        st.held.clear();
+        let cur = st.cur.take().map(|(r, _)| r);
+        for r in cur.into_iter().chain(st.recvs.drain(..)) {
+            out.push((TO_RECV, Event::Dto(self.dto(r.cookie, DtoOp::Recv, Status::Flushed, 0))));
+        }
+        out.push((
+            TO_CONN,
+            if disconnected {
+                Event::Disconnected { ep: self.id }
+            } else {
+                Event::Broken { ep: self.id, reason }
+            },
+        ));
+    }
+
+    fn handle(&self, st: &mut St, ev: Event, out: &mut Out) {
+        match ev {
+            Event::Dto(c) if c.cookie & HDR_BIT != 0 => {
+                st.free_hdr.push((c.cookie & 0xffff_ffff) as u32);
+            }
+            Event::Dto(c) if c.cookie & RING_BIT != 0 && c.status.is_ok() => {
+                self.on_message(st, (c.cookie & 0xffff_ffff) as usize, out);
+            }
+            Event::Disconnected { .. } => self.end(st, true, String::new(), out),
+            Event::Broken { reason, .. } => {
+                self.end(st, false, format!("connection to the bridge broke: {reason}"), out);
+            }
+            _ => {}
+        }
+    }
+
+    /// Harvests the real endpoint's events once; true when anything happened.
+    pub(crate) fn poll(&self) -> bool {
+        let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+        let mut batch: SmallVec<[Event; 16]> = SmallVec::new();
+        while batch.len() < 64 {
+            match self.inner_evd.dequeue() {
+                Some(ev) => batch.push(ev),
+                None => break,
+            }
+        }
+        if batch.is_empty() {
+            return false;
+        }
+        let mut out = Out::new();
+        let mut st = self.lock();
+        for ev in batch {
+            self.handle(&mut st, ev, &mut out);
+        }
+        self.pump(&mut st);
+        drop(st);
+        self.deliver(out);
+        true
+    }
+
+    fn check_up(st: &St) -> Result<()> {
+        match st.conn {
+            EpState::Connected => Ok(()),
+            EpState::Broken => Err(Error::Broken("bridged connection lost".into())),
+            _ => Err(Error::NotConnected),
+        }
+    }
+
+    fn post(
+        &self,
+        kind: OpKind,
+        local: &[Sge<'_>],
+        remote: Option<(&RmrContext, u64)>,
+        cookie: u64,
+        fl: DtoFlags,
+    ) -> Result<()> {
+        let need = if kind == OpKind::Read { Access::LOCAL_WRITE } else { Access::empty() };
+        let total = check_local_sges(local, self.pz_id, need, self.max_sges)?;
+        let segs = segs_of(local)?;
+        if let Some((ctx, off)) = remote {
+            if off.checked_add(total).is_none_or(|e| e > ctx.len) {
+                return Err(Error::OutOfBounds { offset: off, len: total, limit: ctx.len });
+            }
+        }
+        let mut st = self.lock();
+        Self::check_up(&st)?;
+        if !st.ops.has_room() {
+            return Err(Error::QueueFull);
+        }
+        let signalled = !fl.contains(DtoFlags::SUPPRESS);
+        let id = st.ops.push(cookie, kind, signalled, total);
+        let mut base = 0;
+        if signalled {
+            base |= flags::SIGNALLED;
+        }
+        if fl.contains(DtoFlags::SOLICITED) {
+            base |= flags::SOLICITED;
+        }
+        let pieces: SmallVec<[(u64, u64); 16]> = chunks(total, st.chunk).collect();
+        let n = pieces.len();
+        for (k, (off, len)) in pieces.into_iter().enumerate() {
+            let mut h = Header::new(match kind {
+                OpKind::Send => Kind::Send,
+                OpKind::Write => Kind::Write,
+                OpKind::Read => Kind::ReadReq,
+            });
+            h.id = id;
+            h.len = len as u32;
+            h.flags = base | if k + 1 == n { flags::LAST } else { 0 };
+            match remote {
+                Some((ctx, roff)) => {
+                    h.ctx = Some(*ctx);
+                    h.offset = roff + off;
+                    h.total = if kind == OpKind::Read { off } else { total };
+                }
+                None => {
+                    h.offset = off;
+                    h.total = total;
+                }
+            }
+            let payload = if kind == OpKind::Read { Segs::new() } else { slice(&segs, off, len) };
+            st.txq.push_back(Tx { hdr: h, payload });
+        }
+        if kind == OpKind::Read {
+            st.reads.insert(id, segs);
+        }
+        self.pump(&mut st);
+        Ok(())
+    }
+}
+
+/// An endpoint to a peer on the other side of a bridge.
+pub struct BridgedEp {
+    core: Arc<Core>,
+}
+
+impl BridgedEp {
+    pub(crate) fn create(ia: &BridgeIa, pz: &BridgePz, evds: &EpEvds) -> Result<Arc<dyn Ep>> {
+        let inner_evd = ia.inner.create_evd()?;
+        let inner = ia.inner.create_ep(&pz.inner, &EpEvds::single(&inner_evd))?;
+        let cfg = ia.cfg.clone();
+        let ring = Ring::new(&[&pz.inner], cfg.credit().total(), cfg.chunk)?;
+        let nslots = 2 * cfg.credit().total() + 8;
+        let hdrs = MemRegion::new(nslots * HDR);
+        let hdr_lmr = pz.inner.register_all(&hdrs, Access::empty())?;
+        let mine = cfg.credit();
+        let core = Arc::new(Core {
+            id: EpId::fresh(),
+            pz_id: pz.id,
+            max_sges: ia.inner.attr().max_sges.saturating_sub(1).max(1),
+            inner,
+            inner_evd,
+            user: evds.clone(),
+            ring,
+            hdrs,
+            hdr_lmr,
+            bridge: ia.bridge.clone(),
+            st: Mutex::new(St {
+                conn: EpState::Unconnected,
+                chunk: cfg.chunk,
+                credits: Credits::new(mine, mine),
+                ops: ClientOps::new(cfg.max_dtos),
+                txq: VecDeque::new(),
+                free_hdr: (0..nslots as u32).rev().collect(),
+                recvs: VecDeque::new(),
+                held: VecDeque::new(),
+                cur: None,
+                reads: BTreeMap::new(),
+                echo: false,
+                ended: false,
+                ring_posted: false,
+                peer: String::new(),
+                sent: 0,
+                rcvd: 0,
+            }),
+            harvest: Mutex::new(()),
+            waiters: AtomicUsize::new(0),
+            left_at: AtomicU64::new(0),
+            cfg,
+        });
+        let weak = Arc::downgrade(&core);
+        std::thread::Builder::new()
+            .name("rmr-zip-ep".into())
+            .spawn(move || Core::progress_thread(weak))
+            .map_err(|e| Error::io("spawn bridged EP progress thread", e))?;
+        for e in [&evds.request, &evds.recv, &evds.conn] {
+            if let Some(b) = e.as_any().downcast_ref::<BridgeEvd>() {
+                b.attach(&core);
+            }
+        }
+        {
+            let mut st = core.lock();
+            // Backends that take receives before the connection exists get them now.
+            let _ = core.post_ring(&mut st);
+        }
+        Ok(Arc::new(BridgedEp { core }))
+    }
+
+    /// Accepts a bridge's connection request onto this endpoint.
+    pub(crate) fn accept_from(
+        &self,
+        cr: &ConnRequest,
+        hello: &BridgeHello<'_>,
+        user_pd: &[u8],
+    ) -> Result<()> {
+        let c = &self.core;
+        let chunk = u64::from(hello.chunk).min(c.cfg.chunk);
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Unconnected {
+                return Err(Error::invalid("EP is not unconnected"));
+            }
+            st.conn = EpState::Pending;
+        }
+        let reply = Reply { ring: c.cfg.credit(), chunk: chunk as u32, user: user_pd }.encode();
+        if let Err(e) = cr.accept(&c.inner, &reply) {
+            c.lock().conn = EpState::Unconnected;
+            return Err(e);
+        }
+        let mut st = c.lock();
+        st.chunk = chunk;
+        st.credits = Credits::new(hello.ring, c.cfg.credit());
+        st.peer = format!("{} via bridge {}", hello.from, cr.peer());
+        let posted = c.post_ring(&mut st);
+        st.conn = EpState::Connected;
+        drop(st);
+        posted?;
+        c.deliver(vec![(
+            TO_CONN,
+            Event::Established { ep: c.id, private_data: hello.user.to_vec() },
+        )]);
+        Ok(())
+    }
+}
+
+impl Drop for BridgedEp {
+    fn drop(&mut self) {
+        if self.disconnect().is_err() {
+            let _ = self.core.inner.disconnect();
+        }
+    }
+}
+
+impl Ep for BridgedEp {
+    fn id(&self) -> EpId {
+        self.core.id
+    }
+
+    fn attr(&self) -> EpAttr {
+        let c = &self.core;
+        let st = c.lock();
+        let a = c.inner.attr();
+        let (od, oc) = st.credits.owed();
+        let notes = vec![
+            ("chunk".to_string(), st.chunk.to_string()),
+            ("peer".to_string(), st.peer.clone()),
+            (
+                "credits".to_string(),
+                format!("data={} ctl={} owed={od}/{oc}", st.credits.data(), st.credits.ctl()),
+            ),
+            (
+                "state".to_string(),
+                format!(
+                    "ops={} txq={} held={} recvs={} sent={} rcvd={}",
+                    st.ops.len(),
+                    st.txq.len(),
+                    st.held.len(),
+                    st.recvs.len(),
+                    st.sent,
+                    st.rcvd
+                ),
+            ),
+        ];
+        EpAttr {
+            max_msg_size: a.max_msg_size,
+            max_dtos: c.cfg.max_dtos,
+            max_recvs: a.max_recvs,
+            max_sges: c.max_sges,
+            notes,
+        }
+    }
+
+    fn state(&self) -> EpState {
+        self.core.lock().conn
+    }
+
+    fn connect(&self, remote: &str, service: u16, pd: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+        let c = &self.core;
+        let (baddr, bport) = c.bridge.clone().ok_or_else(|| {
+            Error::invalid("this zipper IA has no bridge to connect through (listen only)")
+        })?;
+        if remote.len() > 255 {
+            return Err(Error::BadSpec { spec: remote.into(), why: "address too long".into() });
+        }
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Unconnected {
+                return Err(Error::invalid("EP is not unconnected"));
+            }
+            st.conn = EpState::Pending;
+        }
+        let hello = ClientHello {
+            ring: c.cfg.credit(),
+            chunk: c.cfg.chunk as u32,
+            service,
+            target: remote,
+            user: pd,
+        }
+        .encode();
+        let reply = match c.inner.connect(&baddr, bport, &hello, timeout) {
+            Ok(r) => r,
+            Err(e) => {
+                c.lock().conn = EpState::Unconnected;
+                if let Error::Rejected { private_data } = &e {
+                    c.deliver(vec![(
+                        TO_CONN,
+                        Event::Rejected { ep: c.id, private_data: private_data.clone() },
+                    )]);
+                }
+                return Err(e);
+            }
+        };
+        let Some(r) = Reply::decode(&reply) else {
+            let _ = c.inner.disconnect();
+            c.lock().conn = EpState::Unconnected;
+            return Err(Error::Protocol("the bridge's reply is not a zipper reply".into()));
+        };
+        let user = r.user.to_vec();
+        let mut st = c.lock();
+        st.chunk = u64::from(r.chunk).min(c.cfg.chunk);
+        st.credits = Credits::new(r.ring, c.cfg.credit());
+        st.peer = format!("{remote}:{service} via bridge {baddr}:{bport}");
+        let posted = c.post_ring(&mut st);
+        st.conn = EpState::Connected;
+        drop(st);
+        posted?;
+        c.deliver(vec![(TO_CONN, Event::Established { ep: c.id, private_data: user.clone() })]);
+        Ok(user)
+    }
+
+    /// Closes gracefully: messages still queued for credits get up to five
+    /// seconds to be handed to the connection first (the bridge forwards
+    /// everything that reached it before it passes the close on).
+    fn disconnect(&self) -> Result<()> {
+        let c = &self.core;
+        if c.lock().conn != EpState::Connected {
+            return Err(Error::NotConnected);
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < Duration::from_secs(5) {
+            {
+                let st = c.lock();
+                if st.conn != EpState::Connected || st.txq.is_empty() {
+                    break;
+                }
+            }
+            if !c.poll() {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        c.inner.disconnect()
+    }
+
+    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+        self.core.post(OpKind::Send, local, None, cookie, flags)
+    }
+
+    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+        let c = &self.core;
+        let total = check_local_sges(local, c.pz_id, Access::LOCAL_WRITE, c.max_sges)?;
+        let segs = segs_of(local)?;
+        let mut st = c.lock();
+        if st.ended {
+            return Err(Error::NotConnected);
+        }
+        st.recvs.push_back(UserRecv { cookie, segs, total });
+        let mut out = Out::new();
+        c.match_delivers(&mut st, &mut out);
+        c.pump(&mut st);
+        drop(st);
+        c.deliver(out);
+        Ok(())
+    }
+
+    fn post_rdma_write(
+        &self,
+        local: &[Sge<'_>],
+        remote: &RmrContext,
+        remote_offset: u64,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(OpKind::Write, local, Some((remote, remote_offset)), cookie, flags)
+    }
+
+    fn post_rdma_read(
+        &self,
+        local: &[Sge<'_>],
+        remote: &RmrContext,
+        remote_offset: u64,
+        cookie: u64,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        self.core.post(OpKind::Read, local, Some((remote, remote_offset)), cookie, flags)
+    }
+
+    fn peer_address(&self) -> Option<String> {
+        let st = self.core.lock();
+        (!st.peer.is_empty()).then(|| st.peer.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,131 @@
+//! The client side's EVD. A waiter harvests the real endpoints' events of
+//! every bridged endpoint that reports here and turns them into user
+//! events itself; while it blocks, it drives the real endpoints' sockets
+//! (`drive_through`) and wakes the moment one of their EVDs fills
+//! (`observe`), so a completion reaches it with no hand-off between threads.
+
+use super::ep::Core;
+use rmr_api::{Error, Evd, Event, Result, SoftEvd};
+use smallvec::SmallVec;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+/// An EVD of the `zipper` provider.
+#[derive(Default)]
+pub struct BridgeEvd {
+    pub(crate) q: Arc<SoftEvd>,
+    cores: Mutex<Vec<Weak<Core>>>,
+    has_cores: AtomicBool,
+    /// Some real EVD underneath cannot wake us: waiters poll it.
+    blind: AtomicBool,
+}
+
+impl BridgeEvd {
+    pub(crate) fn attach(&self, core: &Arc<Core>) {
+        let mut c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+        c.retain(|w| w.strong_count() > 0);
+        if !c.iter().any(|w| w.as_ptr() == Arc::as_ptr(core)) {
+            c.push(Arc::downgrade(core));
+            let inner = core.inner_evd();
+            match inner.as_any().downcast_ref::<SoftEvd>() {
+                Some(s) => s.observe(&self.q),
+                None => self.blind.store(true, Ordering::Release),
+            }
+            self.q.drive_through(inner);
+        }
+        self.has_cores.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn push(&self, ev: Event) {
+        self.q.push(ev);
+    }
+
+    /// Harvests every attached endpoint once; true when anything happened.
+    fn progress(&self) -> bool {
+        if !self.has_cores.load(Ordering::Acquire) {
+            return false;
+        }
+        let cores: SmallVec<[Arc<Core>; 4]> = {
+            let c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+            c.iter().filter_map(Weak::upgrade).collect()
+        };
+        let mut moved = false;
+        for c in cores {
+            moved |= c.poll();
+        }
+        moved
+    }
+}
+
+impl Evd for BridgeEvd {
+    fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+        let threshold = threshold.max(1);
+        if !self.has_cores.load(Ordering::Acquire) {
+            return self.q.wait(timeout, threshold);
+        }
+        let cores: SmallVec<[Arc<Core>; 4]> = {
+            let c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+            c.iter().filter_map(Weak::upgrade).collect()
+        };
+        for c in &cores {
+            c.enter();
+        }
+        let r = self.wait_driving(timeout, threshold);
+        for c in &cores {
+            c.leave();
+        }
+        r
+    }
+
+    fn dequeue(&self) -> Option<Event> {
+        if self.q.is_empty() {
+            self.progress();
+        }
+        self.q.dequeue()
+    }
+
+    fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    fn post_software(&self, value: u64) -> Result<()> {
+        self.q.post_software(value)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl BridgeEvd {
+    fn wait_driving(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            if self.q.len() >= threshold {
+                if let Some(e) = self.q.dequeue() {
+                    return Ok(e);
+                }
+            }
+            let seen = self.q.poke_gen();
+            if self.progress() || self.q.len() >= threshold {
+                continue;
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left == Some(Duration::ZERO) {
+                return Err(Error::Timeout);
+            }
+            let nap = if self.blind.load(Ordering::Acquire) {
+                Some(left.unwrap_or(Duration::from_millis(1)).min(Duration::from_millis(1)))
+            } else {
+                left
+            };
+            match self.q.wait_or_poke(nap, threshold, seen) {
+                Ok(Some(e)) => return Ok(e),
+                Ok(None) | Err(Error::Timeout) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
