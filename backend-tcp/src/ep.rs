@@ -231,7 +231,13 @@ impl EpShared {
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
         self.frames[0].fetch_add(1, Ordering::Relaxed);
-        match tx.push(&mut st, &h, payload, false, self.ia.cfg.batch) {
+        // Hold a small frame for the next one only while a thread drives this
+        // EP (it is waiting, or waited a moment ago and will again, as in a
+        // post-post-wait loop): then the batch goes out with the next frame or
+        // drive. An EP nobody drives gets its frames written at once, so a
+        // post on one EP followed by a wait on another EVD is not delayed.
+        let hold = self.ia.cfg.batch && self.driven_recently();
+        match tx.push(&mut st, &h, payload, false, hold) {
             Ok(pushed) => {
                 drop(st);
                 self.pushed(pushed);
@@ -355,6 +361,13 @@ impl EpShared {
             self.deep.load(Ordering::SeqCst),
             self.bg_polling.load(Ordering::SeqCst),
         )
+    }
+
+    /// Whether an application thread drives this EP now or did within [`LINGER`].
+    fn driven_recently(&self) -> bool {
+        self.active.load(Ordering::SeqCst) > 0
+            || now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst))
+                < LINGER.as_nanos() as u64
     }
 
     /// Schedules an acknowledgement `delay` from now (unless one is due sooner).
