@@ -31,10 +31,10 @@ fn sockets() -> Target {
 }
 
 mod conformance {
-    mod tcp_provider {
+    mod tcp {
         rmr_api::conformance_suite!(super::super::tcp);
     }
-    mod sockets_provider {
+    mod sockets {
         rmr_api::conformance_suite!(super::super::sockets);
     }
 }
