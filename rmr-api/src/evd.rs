@@ -99,6 +99,35 @@ pub trait Driver: Send + Sync {
     fn leave(&self) {}
 }
 
+/// Whether a spinning waiter would not take a CPU someone else needs: the
+/// kernel's count of runnable threads (`/proc/loadavg`, read at most every
+/// 10 ms) exceeds the CPUs this process may use by at most one (a spinner
+/// and its peer, plus one). Spinning on a busy
+/// machine delays the very peer whose answer the spinner waits for (on two
+/// cores with other work, a spinning ping-pong is several times slower than
+/// a blocking one), so then waiters block at once.
+pub fn cpus_idle() -> bool {
+    use std::sync::atomic::AtomicU8;
+    static CHECKED: AtomicU64 = AtomicU64::new(0);
+    static IDLE: AtomicU8 = AtomicU8::new(1);
+    static BASE: OnceLock<(Instant, usize)> = OnceLock::new();
+    let (base, cpus) = *BASE.get_or_init(|| {
+        (Instant::now(), std::thread::available_parallelism().map_or(1, |n| n.get()))
+    });
+    let now = base.elapsed().as_millis() as u64 + 1;
+    let last = CHECKED.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= 10
+        && CHECKED.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        // "0.52 0.51 0.78 2/291 12345": the fourth field is runnable/total.
+        let running = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse::<usize>().ok());
+        IDLE.store(u8::from(running.is_none_or(|r| r <= cpus + 1)), Ordering::Relaxed);
+    }
+    IDLE.load(Ordering::Relaxed) == 1
+}
+
 /// How long a waiter spins before it sleeps: short enough that an idle
 /// process costs nothing, long enough that a ping-pong never sleeps.
 const DEFAULT_SPIN: Duration = Duration::from_micros(50);
@@ -310,6 +339,7 @@ impl SoftEvd {
         for d in &drivers {
             d.enter();
         }
+        let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
         let start = Instant::now();
         let mut ready = Ready::All;
         let res = loop {
