@@ -151,6 +151,15 @@ impl EpShared {
             .is_ok()
     }
 
+    /// Too many frames wait for the socket: the receive side takes no new
+    /// frame until they drain. An honest peer never causes it: its window
+    /// bounds its requests (each gets at most one response or ack) and
+    /// ours bounds our own, so the queue stays under twice the window; the
+    /// bound only stops a peer that sends requests and never reads.
+    pub(crate) fn tx_backlogged(&self) -> bool {
+        self.tx.get().is_some_and(|t| t.queued() > 3 * self.ia.cfg.max_dtos.max(64))
+    }
+
     pub(crate) fn tx(&self) -> Result<&Tx> {
         self.tx.get().ok_or(Error::NotConnected)
     }
@@ -576,7 +585,8 @@ impl Driver for EpShared {
         };
         let stalled = self.stalled.load(Ordering::SeqCst);
         let (queued, held) = tx.pending();
-        let interest = Interest { read: !stalled, write: queued || held.is_some() };
+        let interest =
+            Interest { read: !stalled && !self.tx_backlogged(), write: queued || held.is_some() };
         let stall = if stalled {
             *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
         } else {

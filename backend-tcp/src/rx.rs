@@ -216,6 +216,12 @@ impl EpShared {
     fn step(&self, rx: &mut RxState, sock: &TcpStream) -> Result<Step, End> {
         match std::mem::replace(&mut rx.phase, Phase::Header) {
             Phase::Header => {
+                // A peer that sends requests but does not read their
+                // responses: take no more until the queue drains (TCP
+                // back-pressure) instead of queueing without bound.
+                if self.tx_backlogged() {
+                    return Ok(Step::Stalled);
+                }
                 if rx.avail() < HDR {
                     return Ok(if rx.fill(sock)? { Step::More } else { Step::Blocked });
                 }

@@ -1,5 +1,4 @@
 //! Replays every input kept in `fuzz-regressions/` (crashes and hangs that
-#![allow(unreachable_pub)]
 //! cargo-fuzz found, once fixed, plus seeds that reach each receive path)
 //! through the same rig the fuzz targets use: the real TCP endpoint on
 //! loopback with real registered regions. A plain `cargo test` runs them.

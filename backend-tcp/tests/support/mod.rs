@@ -1,4 +1,5 @@
 //! Test support shared by backend-tcp's integration tests.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod raw;
 pub mod rig;
