@@ -32,7 +32,13 @@ fn replay_tcp_rx() {
     for (path, data) in &files {
         let (stream, chunks, recvs, read, atomic) = rig::build(&rig, data);
         let out = rig.feed(&stream, &chunks, recvs, read, atomic);
-        println!("{}: {} bytes fed, {} completions, {}", path.display(), out.fed, out.completions, out.ended);
+        println!(
+            "{}: {} bytes fed, {} completions, {}",
+            path.display(),
+            out.fed,
+            out.completions,
+            out.ended
+        );
     }
 }
 

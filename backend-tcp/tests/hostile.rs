@@ -300,3 +300,79 @@ fn request_flood_from_a_peer_that_stops_reading_is_bounded() {
     t.untouched();
     let _ = raw::WAIT;
 }
+
+/// The `stat` file of the thread named `name`, opened now (reading it later
+/// needs no new descriptor).
+fn thread_stat(name: &str) -> Option<std::fs::File> {
+    for t in std::fs::read_dir("/proc/self/task").ok()? {
+        let dir = t.ok()?.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        // The kernel keeps 15 bytes of a thread's name.
+        if comm.trim() == &name[..name.len().min(15)] {
+            return std::fs::File::open(dir.join("stat")).ok();
+        }
+    }
+    None
+}
+
+/// CPU ticks (user + system) in a thread's `stat`.
+fn ticks(stat: &std::fs::File) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut b = vec![0u8; 1024];
+    let n = stat.read_at(&mut b, 0).unwrap();
+    let s = String::from_utf8_lossy(&b[..n]);
+    let f: Vec<&str> = s.rsplit_once(") ").unwrap().1.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Child role of [`listener_out_of_descriptors_backs_off_and_recovers`],
+/// run under `prlimit --nofile=96`.
+fn out_of_descriptors_child() {
+    let t = Target::new();
+    let stat = thread_stat(&format!("rmr-tcp-psp{}", t.psp.service())).expect("listener thread");
+    // Connect until this process has no descriptor left: the listener's
+    // accept then fails (EMFILE) for every pending connection.
+    let mut conns = Vec::new();
+    while let Ok(s) = std::net::TcpStream::connect(t.psp_addr()) {
+        conns.push(s);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let before = ticks(&stat);
+    std::thread::sleep(Duration::from_secs(1));
+    let used = ticks(&stat) - before;
+    println!("RESULT ticks={used}");
+    // Free descriptors: the listener serves again.
+    drop(conns);
+    std::thread::sleep(Duration::from_millis(100));
+    let (mut raw, _ep, _evd, _cevd) = t.accept_raw();
+    raw.write_acked(&t.rw.ctx(), 0, &[FILL; 8]);
+    println!("RESULT recovered=1");
+}
+
+#[test]
+fn listener_out_of_descriptors_backs_off_and_recovers() {
+    const NAME: &str = "listener_out_of_descriptors_backs_off_and_recovers";
+    if std::env::var("RMR_HOSTILE_CHILD").is_ok() {
+        return out_of_descriptors_child();
+    }
+    let _g = serial();
+    let out = std::process::Command::new("prlimit")
+        .args(["--nofile=96:96", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads", "1"])
+        .env("RMR_HOSTILE_CHILD", "1")
+        .output()
+        .expect("run prlimit");
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "child failed:\n{s}\n{}", String::from_utf8_lossy(&out.stderr));
+    let ticks: u64 = s
+        .lines()
+        .find_map(|l| l.split_once("RESULT ticks=").map(|(_, v)| v))
+        .expect("ticks")
+        .trim()
+        .parse()
+        .unwrap();
+    // A spinning accept loop burns the whole second (~100 ticks); backing off, almost nothing.
+    assert!(ticks < 30, "the listener spun on EMFILE: {ticks} ticks in 1 s");
+    assert!(s.contains("RESULT recovered=1"));
+}

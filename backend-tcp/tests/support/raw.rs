@@ -4,7 +4,7 @@
 
 use backend_tcp::wire::{HDR, Header, MAGIC, Op};
 use rmr_api::conformance::{Buf, checksum, pattern};
-use rmr_api::{Access, DtoFlags, Ep, EpEvds, Event, Evd, Ia, Psp, Pz, RmrContext, Status};
+use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext, Status};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -137,10 +137,19 @@ impl Target {
         let pz_other = ia.create_pz().unwrap();
         let psp_evd = ia.create_evd().unwrap();
         let psp = ia.create_psp(0, &psp_evd).unwrap();
-        let rw = Buf::new(&pz, LEN, Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE, FILL);
+        let rw = Buf::new(
+            &pz,
+            LEN,
+            Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE,
+            FILL,
+        );
         let wo = Buf::new(&pz, LEN, Access::REMOTE_WRITE | Access::LOCAL_WRITE, FILL);
-        let other =
-            Buf::new(&pz_other, LEN, Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE, FILL);
+        let other = Buf::new(
+            &pz_other,
+            LEN,
+            Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE,
+            FILL,
+        );
         // The good peer: another IA (another process, in effect) connected to this one.
         let gia = rmr_api::open("tcp:127.0.0.1").unwrap();
         let gpz = gia.create_pz().unwrap();
@@ -166,7 +175,12 @@ impl Target {
             evd: gevd,
             src: Buf::new(&gpz, 4096, Access::LOCAL_WRITE, 0),
             back: Buf::new(&gpz, 4096, Access::LOCAL_WRITE, 0),
-            target: Buf::new(&pz, 4096, Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE, 0),
+            target: Buf::new(
+                &pz,
+                4096,
+                Access::REMOTE_WRITE | Access::REMOTE_READ | Access::LOCAL_WRITE,
+                0,
+            ),
             round: 0,
         };
         Target { ia, pz, pz_other, psp, psp_evd, rw, wo, other, good }
@@ -183,7 +197,10 @@ impl Target {
         let (evd, cevd) = (self.ia.create_evd().unwrap(), self.ia.create_evd().unwrap());
         let ep = self
             .ia
-            .create_ep(&self.pz, &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() })
+            .create_ep(
+                &self.pz,
+                &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() },
+            )
             .unwrap();
         loop {
             match self.psp_evd.wait(Some(WAIT), 1).unwrap() {
@@ -243,7 +260,9 @@ pub fn expect_broken(cevd: &Arc<dyn Evd>) -> String {
     loop {
         match cevd.wait(Some(WAIT), 1) {
             Ok(Event::Broken { reason, .. }) => return reason,
-            Ok(Event::Disconnected { .. }) => panic!("expected a broken connection, got an orderly end"),
+            Ok(Event::Disconnected { .. }) => {
+                panic!("expected a broken connection, got an orderly end")
+            }
             Ok(_) => {}
             Err(e) => panic!("no end event after {:?}: {e}", start.elapsed()),
         }

@@ -16,12 +16,12 @@
 //!
 //! Shared by the cargo-fuzz target (`fuzz/fuzz_targets/tcp_rx.rs`, through
 //! `#[path]`) and the corpus replay test (`tests/fuzz_regressions.rs`).
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unreachable_pub, missing_docs, clippy::type_complexity)]
 
 use backend_tcp::wire::{HDR, Header, MAGIC, Op};
 use backend_tcp::{TcpConfig, TcpIa};
 use rmr_api::{
-    Access, DtoFlags, EpEvds, EpState, Event, Evd, Ia, Lmr, MemRegion, Psp, Pz, RmrContext, Sge,
+    Access, DtoFlags, EpEvds, EpState, Evd, Event, Ia, Lmr, MemRegion, Psp, Pz, RmrContext, Sge,
 };
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -80,7 +80,8 @@ pub struct Outcome {
 }
 
 fn fill_pattern(mem: &MemRegion, seed: u8) {
-    let v: Vec<u8> = (0..mem.len()).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
+    let v: Vec<u8> =
+        (0..mem.len()).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect();
     mem.write(0, &v).unwrap();
 }
 
@@ -146,7 +147,8 @@ impl Rig {
     /// Connects a raw peer through the real handshake and accepts it onto a
     /// fresh EP of the rig's PZ.
     fn connect(&self) -> (TcpStream, Arc<dyn rmr_api::Ep>, Arc<dyn Evd>, Arc<dyn Evd>) {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
         sock.bind(&SocketAddr::new(next_source(), 0).into()).unwrap();
         sock.connect(&self.psp_addr().into()).unwrap();
         let mut raw: TcpStream = sock.into();
@@ -160,7 +162,10 @@ impl Rig {
         let (evd, cevd) = (self.ia.create_evd().unwrap(), self.ia.create_evd().unwrap());
         let ep = self
             .ia
-            .create_ep(&self.pz, &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() })
+            .create_ep(
+                &self.pz,
+                &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() },
+            )
             .unwrap();
         match self.psp_evd.wait(Some(END_WAIT), 1).expect("connection request") {
             Event::ConnectionRequest(cr) => {
@@ -187,7 +192,14 @@ impl Rig {
     /// freshly accepted endpoint that first posted `recvs` receives and, if
     /// asked, an RDMA read and a fetch-and-add towards the raw peer; checks
     /// every invariant; panics on a violation.
-    pub fn feed(&mut self, stream: &[u8], chunks: &[usize], recvs: usize, read: bool, atomic: bool) -> Outcome {
+    pub fn feed(
+        &mut self,
+        stream: &[u8],
+        chunks: &[usize],
+        recvs: usize,
+        read: bool,
+        atomic: bool,
+    ) -> Outcome {
         self.seed = self.seed.wrapping_add(1);
         for r in &self.regions {
             fill_pattern(&r.mem, self.seed);
@@ -196,16 +208,26 @@ impl Rig {
         let mut posted: HashMap<u64, u32> = HashMap::new();
         let recv_lmr = &*self.regions[RECV].lmr;
         for i in 0..recvs as u64 {
-            ep.post_recv(&[Sge::new(recv_lmr, i * RECV_SLOT, RECV_SLOT)], 100 + i, DtoFlags::empty())
-                .unwrap();
+            ep.post_recv(
+                &[Sge::new(recv_lmr, i * RECV_SLOT, RECV_SLOT)],
+                100 + i,
+                DtoFlags::empty(),
+            )
+            .unwrap();
             posted.insert(100 + i, 0);
         }
         let local = &*self.regions[LOCAL].lmr;
         // Toward the raw peer, which never answers unless the input does.
         let far = RmrContext::new(0x5eed, 0x10_0000, 1 << 20);
         if read {
-            ep.post_rdma_read(&[Sge::new(local, READ_AT - LO, READ_LEN)], &far, 0, 1, DtoFlags::empty())
-                .unwrap();
+            ep.post_rdma_read(
+                &[Sge::new(local, READ_AT - LO, READ_LEN)],
+                &far,
+                0,
+                1,
+                DtoFlags::empty(),
+            )
+            .unwrap();
             posted.insert(1, 0);
         }
         if atomic {
@@ -257,7 +279,9 @@ impl Rig {
         while let Some(ev) = evd.dequeue() {
             if let Event::Dto(c) = ev {
                 completions += 1;
-                let n = posted.get_mut(&c.cookie).unwrap_or_else(|| panic!("completion for a DTO never posted: {c:?}"));
+                let n = posted
+                    .get_mut(&c.cookie)
+                    .unwrap_or_else(|| panic!("completion for a DTO never posted: {c:?}"));
                 *n += 1;
                 assert_eq!(*n, 1, "DTO completed twice: {c:?}");
             }
@@ -287,7 +311,11 @@ impl Rig {
         unchanged(RO, &all, "read-only region");
         unchanged(OTHER_PZ, &all, "region of another PZ");
         unchanged(DEREG, &all, "deregistered region");
-        unchanged(RECV, &[(0, LO), (LO + recvs * RECV_SLOT, REGION as u64)], "around the posted receives");
+        unchanged(
+            RECV,
+            &[(0, LO), (LO + recvs * RECV_SLOT, REGION as u64)],
+            "around the posted receives",
+        );
         let mut keep = vec![(0, LO)];
         let mut from = LO;
         if read {
@@ -386,7 +414,7 @@ pub fn build(rig: &Rig, data: &[u8]) -> (Vec<u8>, Vec<usize>, usize, bool, bool)
             _ => u32::MAX - u32::from(lenb & 0x3fff),
         };
         let pay = match payb >> 15 {
-            0 => len.min(1 << 16) as usize, // as declared
+            0 => len.min(1 << 16) as usize,  // as declared
             _ => usize::from(payb & 0x7fff), // truncated or overlong
         };
         let mut h = Header {

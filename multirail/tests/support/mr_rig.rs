@@ -17,7 +17,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use backend_tcp::wire::{HDR, Header, MAGIC, MAX_PRIVATE, Op};
-use rmr_api::{Event, Evd, Ia, Psp};
+use rmr_api::{Evd, Event, Ia, Psp};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -62,7 +62,8 @@ impl MrRig {
     pub fn new() -> MrRig {
         backend_tcp::register();
         multirail::register();
-        let ia = rmr_api::open("multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=inline").expect("open multirail");
+        let ia = rmr_api::open("multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=inline")
+            .expect("open multirail");
         let user = ia.create_evd().unwrap();
         let psp = ia.create_psp(0, &user).unwrap();
         MrRig { _ia: ia, psp, user }
@@ -86,7 +87,10 @@ impl MrRig {
         let mut hb = [0u8; HDR];
         match s.read_exact(&mut hb) {
             Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock || e.kind() == std::io::ErrorKind::TimedOut => {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut =>
+            {
                 panic!("HANG: no answer to a multirail connection request within {WAIT:?}")
             }
             Err(_) => return Answer::Closed,
@@ -117,13 +121,24 @@ impl MrRig {
         let session = u64::from_le_bytes(pd[4..12].try_into().unwrap());
         let other = 1 - rail;
         let mut o = self.raw(other, &mr_header(session, other as u8, 2));
-        let ev = self.user.wait(Some(WAIT), 1).unwrap_or_else(|e| panic!("HANG: session never reached the user: {e}"));
-        let Event::ConnectionRequest(cr) = ev else { panic!("expected a connection request, got {ev:?}") };
+        let ev = self
+            .user
+            .wait(Some(WAIT), 1)
+            .unwrap_or_else(|e| panic!("HANG: session never reached the user: {e}"));
+        let Event::ConnectionRequest(cr) = ev else {
+            panic!("expected a connection request, got {ev:?}")
+        };
         let want: &[u8] = if rail == 0 { &pd[MR_HDR..] } else { &[] };
         assert_eq!(cr.private_data(), want, "user private data is not rail 0's");
         cr.reject(b"rig").unwrap();
-        assert_eq!(Self::answer(&mut s), Answer::Rejected(if rail == 0 { b"rig".to_vec() } else { vec![] }));
-        assert_eq!(Self::answer(&mut o), Answer::Rejected(if other == 0 { b"rig".to_vec() } else { vec![] }));
+        assert_eq!(
+            Self::answer(&mut s),
+            Answer::Rejected(if rail == 0 { b"rig".to_vec() } else { vec![] })
+        );
+        assert_eq!(
+            Self::answer(&mut o),
+            Answer::Rejected(if other == 0 { b"rig".to_vec() } else { vec![] })
+        );
         assert!(self.user.dequeue().is_none());
         Answer::Session
     }
