@@ -245,6 +245,14 @@ impl EpShared {
                 Ok(())
             }
             Err(e) => {
+                // The post fails, so its DTO must not also complete: take it
+                // back out of the in-flight queue (it is the newest entry).
+                {
+                    let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                    if inf.back().is_some_and(|f| f.seq == seq) {
+                        inf.pop_back();
+                    }
+                }
                 drop(st);
                 let msg = format!("send failed: {e}");
                 self.shutdown_stream();
@@ -559,10 +567,11 @@ impl Driver for EpShared {
         let Some(tx) = self.tx.get() else { return false };
         let mut moved = match tx.flush() {
             Ok(m) => m,
-            Err(_) => {
-                // The receive side sees the error and ends the connection.
-                self.shutdown_stream();
-                true
+            Err(e) => {
+                // End here, with the cause: the receive side would only see
+                // the stream closed once the error was consumed by the send.
+                self.finish(End::Broken(format!("send: {e}")));
+                return true;
             }
         };
         moved |= self.drive_rx();

@@ -376,3 +376,46 @@ fn listener_out_of_descriptors_backs_off_and_recovers() {
     assert!(ticks < 30, "the listener spun on EMFILE: {ticks} ticks in 1 s");
     assert!(s.contains("RESULT recovered=1"));
 }
+
+/// A peer that resets the connection while the target posts: a post that
+/// returns an error must not also complete, and every post that succeeded
+/// completes exactly once (success or flushed).
+#[test]
+fn reset_during_posts_every_accepted_dto_completes_once() {
+    let _g = serial();
+    let mut t = Target::new();
+    for round in 0..5 {
+        let (raw, ep, evd, cevd) = t.accept_raw();
+        let src = MemRegion::new(64 << 10);
+        let sl = t.pz.register_all(&src, Access::empty()).unwrap();
+        let far = RmrContext::new(0xdead, 0x1000, 1 << 30);
+        // Reset (SO_LINGER 0): the target's next send fails outright.
+        socket2::SockRef::from(&raw.s).set_linger(Some(Duration::ZERO)).unwrap();
+        drop(raw);
+        let mut accepted = std::collections::HashSet::new();
+        for i in 0..2000u64 {
+            let len = if i % 2 == 0 { 64 << 10 } else { 64 };
+            match ep.post_rdma_write(&[Sge::new(&*sl, 0, len)], &far, 0, i, DtoFlags::empty()) {
+                Ok(()) => {
+                    accepted.insert(i);
+                }
+                Err(Error::Broken(_)) | Err(Error::NotConnected) => {}
+                Err(Error::QueueFull) => break,
+                Err(e) => panic!("unexpected error: {e}"),
+            }
+        }
+        expect_broken(&cevd);
+        let mut seen = std::collections::HashSet::new();
+        while let Some(ev) = evd.dequeue() {
+            if let Event::Dto(c) = ev {
+                assert!(
+                    accepted.contains(&c.cookie),
+                    "round {round}: a failed post completed: {c:?}"
+                );
+                assert!(seen.insert(c.cookie), "round {round}: completed twice: {c:?}");
+            }
+        }
+        assert_eq!(seen.len(), accepted.len(), "round {round}: accepted DTOs never completed");
+        t.good_works();
+    }
+}
