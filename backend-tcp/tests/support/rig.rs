@@ -200,6 +200,7 @@ impl Rig {
         read: bool,
         atomic: bool,
     ) -> Outcome {
+        let threads = thread_count();
         self.seed = self.seed.wrapping_add(1);
         for r in &self.regions {
             fill_pattern(&r.mem, self.seed);
@@ -291,6 +292,7 @@ impl Rig {
         }
         drop(ep);
         self.check_memory(recvs as u64, read, atomic);
+        settle_threads(threads);
         Outcome { ended, completions, fed: at }
     }
 
@@ -330,6 +332,26 @@ impl Rig {
         }
         keep.push((from, REGION as u64));
         unchanged(LOCAL, &keep, "around the local read/atomic destinations");
+    }
+}
+
+/// Threads of this process now.
+pub fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Waits until the threads a connection started (handshake, progress) have
+/// ended: none may outlive its connection. (Also keeps LeakSanitizer from
+/// seeing a thread half-way through its exit.)
+pub fn settle_threads(baseline: usize) {
+    let start = std::time::Instant::now();
+    while thread_count() > baseline {
+        assert!(
+            start.elapsed() < END_WAIT,
+            "THREAD LEAK: {} threads, {baseline} before the connection",
+            thread_count()
+        );
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 

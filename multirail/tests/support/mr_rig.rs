@@ -105,7 +105,13 @@ impl MrRig {
     /// Sends `pd` as the private data of a connection request on `rail`;
     /// completes a well-formed session with its other rail; returns the answer.
     pub fn feed(&self, rail: usize, pd: &[u8]) -> Answer {
-        let rail = rail % 2;
+        let threads = thread_count();
+        let a = self.feed_inner(rail % 2, pd);
+        settle_threads(threads);
+        a
+    }
+
+    fn feed_inner(&self, rail: usize, pd: &[u8]) -> Answer {
         let mut s = self.raw(rail, pd);
         let well_formed = pd.len() >= MR_HDR
             && pd.len() <= MAX_PRIVATE
@@ -141,6 +147,25 @@ impl MrRig {
         );
         assert!(self.user.dequeue().is_none());
         Answer::Session
+    }
+}
+
+fn thread_count() -> usize {
+    std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Waits until the handshake threads of this input's connections have
+/// ended (none may outlive its connection; also keeps LeakSanitizer from
+/// seeing a thread half-way through its exit).
+fn settle_threads(baseline: usize) {
+    let start = std::time::Instant::now();
+    while thread_count() > baseline {
+        assert!(
+            start.elapsed() < WAIT,
+            "THREAD LEAK: {} threads, {baseline} before",
+            thread_count()
+        );
+        std::thread::sleep(Duration::from_micros(200));
     }
 }
 
