@@ -57,10 +57,11 @@ fn main() {
     }
     let mb = |b: u64| b as f64 / (1 << 20) as f64;
     println!(
-        "RSS start {:.1} MiB, end {:.1} MiB, max {:.1} MiB; {:.1} s",
+        "RSS start {:.1} MiB (after warm-up), end {:.1} MiB, max {:.1} MiB, after teardown {:.1} MiB; {:.1} s",
         mb(r.rss_start),
         mb(r.rss_end),
         mb(r.rss_max),
+        mb(r.rss_after),
         r.secs
     );
     if r.rss_end.saturating_sub(r.rss_start) > max_growth << 20 {

@@ -70,8 +70,10 @@ pub struct SoakResult {
     pub reports: Vec<SoakReport>,
     /// RSS after the warm-up, at the end, and the largest seen (bytes).
     pub rss_start: u64,
-    /// RSS at the end.
+    /// RSS at the last sample before the end of the run (buffers still registered).
     pub rss_end: u64,
+    /// RSS once everything was torn down.
+    pub rss_after: u64,
     /// Largest RSS sampled.
     pub rss_max: u64,
     /// Wall time.
@@ -371,7 +373,7 @@ fn client(
                 if ok != 1 {
                     rep.mismatches += 1;
                 }
-                if state[i].0 % 4 == 0 {
+                if state[i].0.is_multiple_of(4) {
                     // Read the slot back (the server no longer touches it).
                     eps[e].post_rdma_read(
                         &[Sge::new(&*bl, slot_at(e, s), len)],
@@ -421,6 +423,7 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakResult> {
     let t0 = Instant::now();
     let rss_max = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let rss_start = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let rss_last = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let warm = (cfg.secs * 0.2).clamp(1.0, 10.0);
     let mut handles = Vec::new();
     for t in &cfg.transports {
@@ -436,12 +439,14 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakResult> {
         let (addr, service) =
             rx.recv().map_err(|_| Error::Broken("soak server did not start".into()))?;
         let (c3, t3, mx, st) = (cfg.clone(), t.clone(), rss_max.clone(), rss_start.clone());
+        let last = rss_last.clone();
         let cli = std::thread::Builder::new()
             .name(format!("soak-cli-{t}"))
             .spawn(move || {
                 let mut probe = || {
                     let r = rss();
                     mx.fetch_max(r, Ordering::Relaxed);
+                    last.store(r, Ordering::Relaxed);
                     if t0.elapsed().as_secs_f64() >= warm {
                         let _ = st.compare_exchange(0, r, Ordering::Relaxed, Ordering::Relaxed);
                     }
@@ -461,7 +466,6 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakResult> {
         let rep = cli.join().map_err(|_| Error::Broken("soak client panicked".into()))??;
         let (verified, bad) =
             srv.join().map_err(|_| Error::Broken("soak server panicked".into()))??;
-        let rep = rep;
         // The server counted what it replied: the client must have seen the same.
         if bad != rep.mismatches {
             return Err(Error::Protocol(format!(
@@ -472,7 +476,11 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakResult> {
         let _ = verified;
         out.reports.push(rep);
     }
-    out.rss_end = rss();
+    out.rss_after = rss();
+    out.rss_end = match rss_last.load(Ordering::Relaxed) {
+        0 => out.rss_after,
+        v => v,
+    };
     out.rss_max = rss_max.load(Ordering::Relaxed).max(out.rss_end);
     out.rss_start = match rss_start.load(Ordering::Relaxed) {
         0 => out.rss_end,

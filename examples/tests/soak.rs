@@ -12,6 +12,7 @@ fn soak_short_tcp_and_multirail() {
     for t in &r.reports {
         println!("{t:?}");
         assert_eq!(t.mismatches, 0, "{}: corrupted data", t.transport);
+        assert_eq!(t.read_mismatches, 0, "{}: corrupted read-back", t.transport);
         assert_eq!(t.errors, 0, "{}: failed DTOs", t.transport);
         assert_eq!(t.rounds_done, t.rounds_started, "{}: rounds lost", t.transport);
         assert!(t.rounds_done > 1000, "{}: only {} rounds", t.transport, t.rounds_done);
