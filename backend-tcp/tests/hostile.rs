@@ -145,6 +145,7 @@ fn key_of_another_pz_offset_past_region_and_read_of_write_only_are_naked() {
 #[test]
 fn connection_request_flood_is_bounded_and_good_peers_keep_working() {
     let _g = serial();
+    raise_nofile(8192);
     let mut t = Target::new();
     let before = rss();
     // More unanswered requests than a PSP keeps (1024), plus silent connectors.
@@ -417,5 +418,21 @@ fn reset_during_posts_every_accepted_dto_completes_once() {
         }
         assert_eq!(seen.len(), accepted.len(), "round {round}: accepted DTOs never completed");
         t.good_works();
+    }
+}
+
+/// Raises this process's open-file soft limit to `want` (or the hard limit)
+/// when it is lower: the flood needs ~3,000 descriptors.
+fn raise_nofile(want: u64) {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    let Some(line) = limits.lines().find(|l| l.starts_with("Max open files")) else { return };
+    let v: Vec<&str> = line.split_whitespace().collect();
+    let soft = v[3].parse::<u64>().unwrap_or(u64::MAX);
+    let hard = v[4];
+    if soft < want {
+        let n = hard.parse::<u64>().map_or(want, |h| want.min(h));
+        let _ = std::process::Command::new("prlimit")
+            .args(["--pid", &std::process::id().to_string(), &format!("--nofile={n}:{hard}")])
+            .status();
     }
 }
