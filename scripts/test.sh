@@ -1,9 +1,17 @@
 #!/usr/bin/env bash
-# The test job: set up, check formatting and lints, run every test.
+# The test job: set up, check formatting and lints, a short fuzz pass, run
+# every test (hostile peers, lab fault campaign and the short soak included).
+#   FUZZ_SECS   seconds per fuzz target (default 20; 0 skips the fuzz pass)
+#   RMR_SOAK_SECS  length of the short soak test (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 cargo fmt --all -- --check
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings
+# A short fuzz pass over every parser a peer can reach (FUZZ_SECS per target; 0 skips).
+FUZZ_SECS=${FUZZ_SECS:-20}
+if [ "$FUZZ_SECS" != 0 ]; then
+  scripts/fuzz.sh "$FUZZ_SECS"
+fi
 cargo test --workspace --release --features rmr-coll/pmix 2>&1

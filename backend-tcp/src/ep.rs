@@ -153,6 +153,15 @@ impl EpShared {
             .is_ok()
     }
 
+    /// Too many frames wait for the socket: the receive side takes no new
+    /// frame until they drain. An honest peer never causes it: its window
+    /// bounds its requests (each gets at most one response or ack) and
+    /// ours bounds our own, so the queue stays under twice the window; the
+    /// bound only stops a peer that sends requests and never reads.
+    pub(crate) fn tx_backlogged(&self) -> bool {
+        self.tx.get().is_some_and(|t| t.queued() > 3 * self.ia.cfg.max_dtos.max(64))
+    }
+
     pub(crate) fn tx(&self) -> Result<&Tx> {
         self.tx.get().ok_or(Error::NotConnected)
     }
@@ -244,6 +253,14 @@ impl EpShared {
                 Ok(())
             }
             Err(e) => {
+                // The post fails, so its DTO must not also complete: take it
+                // back out of the in-flight queue (it is the newest entry).
+                {
+                    let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+                    if inf.back().is_some_and(|f| f.seq == seq) {
+                        inf.pop_back();
+                    }
+                }
                 drop(st);
                 let msg = format!("send failed: {e}");
                 self.shutdown_stream();
@@ -582,10 +599,11 @@ impl Driver for EpShared {
         let Some(tx) = self.tx.get() else { return false };
         let mut moved = match tx.flush() {
             Ok(m) => m,
-            Err(_) => {
-                // The receive side sees the error and ends the connection.
-                self.shutdown_stream();
-                true
+            Err(e) => {
+                // End here, with the cause: the receive side would only see
+                // the stream closed once the error was consumed by the send.
+                self.finish(End::Broken(format!("send: {e}")));
+                return true;
             }
         };
         moved |= self.drive_rx();
@@ -608,7 +626,8 @@ impl Driver for EpShared {
         };
         let stalled = self.stalled.load(Ordering::SeqCst);
         let (queued, held) = tx.pending();
-        let interest = Interest { read: !stalled, write: queued || held.is_some() };
+        let interest =
+            Interest { read: !stalled && !self.tx_backlogged(), write: queued || held.is_some() };
         let stall = if stalled {
             *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
         } else {

@@ -68,7 +68,9 @@
 //! thread drives the EP and takes over 200 µs after
 //! the last one left, so RDMA into a passive target lands even when its
 //! owner never waits. Acknowledgements a peer asks for are delayed briefly
-//! so that a reply carries them.
+//! so that a reply carries them. A peer that sends requests but does not
+//! read their responses is pushed back by TCP itself: past three windows of
+//! queued frames the endpoint stops reading until its queue drains.
 //!
 //! ## Resource cleanup
 //! Dropping an EP disconnects it; dropping an LMR deregisters it; dropping

@@ -14,6 +14,8 @@ use std::time::Duration;
 /// Connection requests waiting for accept/reject, per PSP; beyond this a
 /// flood of connectors is refused (closed) instead of eating memory.
 const MAX_PENDING: usize = 1024;
+/// How long the listener waits after a failed accept (EMFILE, ENOBUFS...).
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
 /// A listening service point of the TCP backend.
 pub struct TcpPsp {
@@ -39,7 +41,16 @@ impl TcpPsp {
                     if c.load(Ordering::Acquire) {
                         break;
                     }
-                    let Ok(stream) = conn else { continue };
+                    let stream = match conn {
+                        Ok(s) => s,
+                        // Out of descriptors or buffers: accept fails at once for
+                        // as long as it lasts; back off instead of spinning a core.
+                        Err(e) if e.kind() != std::io::ErrorKind::ConnectionAborted => {
+                            std::thread::sleep(ACCEPT_BACKOFF);
+                            continue;
+                        }
+                        Err(_) => continue,
+                    };
                     if pending.load(Ordering::Acquire) >= MAX_PENDING {
                         continue; // dropped: the connector sees the connection closed
                     }

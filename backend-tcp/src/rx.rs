@@ -216,6 +216,12 @@ impl EpShared {
     fn step(&self, rx: &mut RxState, sock: &TcpStream) -> Result<Step, End> {
         match std::mem::replace(&mut rx.phase, Phase::Header) {
             Phase::Header => {
+                // A peer that sends requests but does not read their
+                // responses: take no more until the queue drains (TCP
+                // back-pressure) instead of queueing without bound.
+                if self.tx_backlogged() {
+                    return Ok(Step::Stalled);
+                }
                 if rx.avail() < HDR {
                     return Ok(if rx.fill(sock)? { Step::More } else { Step::Blocked });
                 }
@@ -359,6 +365,7 @@ impl EpShared {
             Op::ReadResp => {
                 let f = self.answered(h.seq)?;
                 if f.op != DtoOp::RdmaRead || u64::from(h.len) != f.bytes {
+                    self.unanswered(f);
                     return Err(End::Broken("protocol error: read response does not match".into()));
                 }
                 let c = f.signalled.then(|| self.dto(f.cookie, f.op, Status::Success, f.bytes));
@@ -547,6 +554,13 @@ impl EpShared {
         }
     }
 
+    /// A response that does not fit the request it names breaks the
+    /// connection; the request goes back so that the break flushes it
+    /// (every posted DTO completes exactly once).
+    fn unanswered(&self, f: Inflight) {
+        self.inflight.lock().unwrap_or_else(|e| e.into_inner()).push_front(f);
+    }
+
     fn on_response(&self, h: &Header, op: Op) -> Result<(), End> {
         let f = self.answered(h.seq)?;
         let mut c = self.dto(f.cookie, f.op, Status::Success, f.bytes);
@@ -560,6 +574,7 @@ impl EpShared {
             return Ok(());
         }
         if !matches!(f.op, DtoOp::FetchAdd | DtoOp::CmpSwap) {
+            self.unanswered(f);
             return Err(End::Broken("protocol error: atomic response does not match".into()));
         }
         if let Some(s) = f.dest.first() {

@@ -19,7 +19,7 @@ use socket2::SockRef;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -90,6 +90,9 @@ pub(crate) struct Tx {
     st: Mutex<TxState>,
     /// Bytes written to the socket (diagnostics).
     pub(crate) tx_bytes: AtomicU64,
+    /// Frames in the queue, readable without the lock (the receive side
+    /// stops taking requests while too many wait: see `EpShared::tx_backlogged`).
+    queued: AtomicUsize,
 }
 
 enum Progress {
@@ -130,6 +133,7 @@ impl Tx {
                 next_seq: 1,
             }),
             tx_bytes: AtomicU64::new(0),
+            queued: AtomicUsize::new(0),
         }
     }
 
@@ -200,6 +204,7 @@ impl Tx {
             }
         }
         st.queue.push_back(f);
+        self.queued.store(st.queue.len(), Ordering::Release);
         Ok(Pushed::Queued(was_empty))
     }
 
@@ -217,9 +222,9 @@ impl Tx {
         }
     }
 
-    /// Frames waiting in the queue (diagnostics).
+    /// Frames waiting in the queue.
     pub(crate) fn queued(&self) -> usize {
-        self.lock().queue.len()
+        self.queued.load(Ordering::Acquire)
     }
 
     /// Whether frames wait for the socket to drain or in a held batch, and
@@ -269,10 +274,12 @@ impl Tx {
                 Err(e) => {
                     st.closed = true;
                     st.queue.clear();
+                    self.queued.store(0, Ordering::Release);
                     return Err(e);
                 }
             }
         }
+        self.queued.store(st.queue.len(), Ordering::Release);
         Ok(moved)
     }
 
@@ -281,6 +288,7 @@ impl Tx {
         let mut st = self.lock();
         st.closed = true;
         st.queue.clear();
+        self.queued.store(0, Ordering::Release);
         st.held.clear();
         st.held_since = None;
     }

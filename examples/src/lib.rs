@@ -1,6 +1,7 @@
 //! Helpers shared by the examples (kept tiny: the examples are what users copy).
 
 pub mod dsm;
+pub mod soak;
 
 use rmr_api::{Ep, EpEvds, Evd, Event, Ia, Pz, Result};
 use std::sync::Arc;

@@ -100,6 +100,9 @@ struct RecvReq {
 struct Deferred {
     id: u64,
     need: SmallVec<[u64; 8]>,
+    /// An ordered operation (or a BARRIER_FENCE): its fence must cover the
+    /// stripes of the requests deferred ahead of it, launched only later.
+    fence: Option<bool>,
 }
 
 struct State {
@@ -514,7 +517,8 @@ impl Core {
             let blocked =
                 !st.deferred.is_empty() || need.iter().zip(&st.completed).any(|(n, c)| c < n);
             if blocked {
-                st.deferred.push_back(Deferred { id, need });
+                let fence = (kind.ordered() || full).then_some(full);
+                st.deferred.push_back(Deferred { id, need, fence });
                 return Ok(());
             }
         }
@@ -555,6 +559,19 @@ impl Core {
         while let Some(d) = st.deferred.front() {
             if d.need.iter().zip(&st.completed).any(|(n, c)| c < n) {
                 break;
+            }
+            // Requests deferred ahead of an ordered one were launched after
+            // its fence was taken: their stripes count too. Take the fence
+            // again now (everything launched so far is ahead of it).
+            if let Some(full) = d.fence {
+                let ctl = st.planner.control_rail().unwrap_or(0);
+                let need: SmallVec<[u64; 8]> = (0..self.rails.len())
+                    .map(|r| if r == ctl && !full { 0 } else { st.posted[r] })
+                    .collect();
+                if need.iter().zip(&st.completed).any(|(n, c)| c < n) {
+                    st.deferred.front_mut().expect("front").need = need;
+                    break;
+                }
             }
             let d = st.deferred.pop_front().expect("front");
             works.extend(self.launch(st, d.id));

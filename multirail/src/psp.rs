@@ -67,11 +67,14 @@ impl MrPsp {
                 .name(format!("rmr-mr-psp{i}"))
                 .spawn(move || {
                     while !c.load(Ordering::Acquire) {
-                        match evd.wait(Some(Duration::from_millis(100)), 1) {
-                            Ok(Event::ConnectionRequest(cr)) => on_request(cr, n, &pending, &user),
-                            Ok(_) => {}
-                            Err(_) => expire(&pending),
+                        if let Ok(Event::ConnectionRequest(cr)) =
+                            evd.wait(Some(Duration::from_millis(100)), 1)
+                        {
+                            on_request(cr, i, n, &pending, &user);
                         }
+                        // Also under a steady stream of requests, which never lets
+                        // the wait time out: stale sessions must not hold their slots.
+                        expire(&pending);
                     }
                 })
                 .map_err(|e| Error::io("spawn multirail psp", e))?;
@@ -99,6 +102,7 @@ fn expire(pending: &Mutex<HashMap<u64, Pending>>) {
 
 fn on_request(
     cr: ConnRequest,
+    rail: usize,
     n: usize,
     pending: &Mutex<HashMap<u64, Pending>>,
     user: &Arc<dyn Evd>,
@@ -109,6 +113,12 @@ fn on_request(
     };
     if cnt != n || idx >= n {
         let _ = cr.reject(b"rail count mismatch");
+        return;
+    }
+    // Rail i's connection arrives on rail i's PSP; one that names another
+    // rail would join this EP's rail `idx` over the wrong link.
+    if idx != rail {
+        let _ = cr.reject(b"rail index does not match the rail");
         return;
     }
     let upd = upd.to_vec();

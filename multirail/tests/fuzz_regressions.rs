@@ -1,0 +1,22 @@
+//! Replays every input kept in `fuzz-regressions/mr_psp/` through the same
+//! rig as the `mr_psp` fuzz target: a real multirail PSP over two loopback
+//! TCP rails, spoken to by a raw peer.
+
+#[path = "support/mr_rig.rs"]
+mod mr_rig;
+
+use std::path::PathBuf;
+
+#[test]
+fn replay_mr_psp() {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions/mr_psp");
+    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert!(!files.is_empty());
+    let rig = mr_rig::MrRig::new();
+    for p in files {
+        let (rail, pd) = mr_rig::build(&std::fs::read(&p).unwrap());
+        let a = rig.feed(rail, &pd);
+        println!("{}: {a:?}", p.display());
+    }
+}

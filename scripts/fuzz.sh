@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for a bounded time (libFuzzer, AddressSanitizer).
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
+#
+# SECONDS_PER_TARGET defaults to $FUZZ_SECS or 60. Targets default to all of
+# them (fuzz/fuzz_targets/*.rs). Each target starts from its kept regression
+# inputs (backend-tcp/fuzz-regressions/<target>, multirail/fuzz-regressions/
+# <target>) plus its corpus from earlier runs (fuzz/corpus/<target>, not
+# committed). A crash or hang is copied into the regression folder of its
+# target, where the plain `cargo test` replay picks it up, and the script
+# exits non-zero. Prints one line of figures per target (runs, coverage).
+#
+# Toolchain: cargo-fuzz needs unstable rustc flags (-Zsanitizer). With no
+# nightly toolchain installed, the stable one is used with RUSTC_BOOTSTRAP=1
+# (set FUZZ_TOOLCHAIN=nightly to use a nightly instead).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-${FUZZ_SECS:-60}}
+shift || true
+command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked
+TC=()
+if [ -n "${FUZZ_TOOLCHAIN:-}" ]; then TC=("+$FUZZ_TOOLCHAIN"); else export RUSTC_BOOTSTRAP=1; fi
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for f in fuzz/fuzz_targets/*.rs; do targets+=("$(basename "$f" .rs)"); done
+fi
+regdir() {
+  case "$1" in
+    mr_*) echo "multirail/fuzz-regressions/$1";;
+    *) echo "backend-tcp/fuzz-regressions/$1";;
+  esac
+}
+cd fuzz
+if [ $# -eq 0 ]; then
+  nice -n 10 cargo "${TC[@]}" fuzz build -O
+else
+  for t in "${targets[@]}"; do nice -n 10 cargo "${TC[@]}" fuzz build -O "$t"; done
+fi
+failed=0
+for t in "${targets[@]}"; do
+  reg="../$(regdir "$t")"; mkdir -p "corpus/$t" "artifacts/$t" "$reg"
+  log="artifacts/$t/run.log"
+  set +e
+  nice -n 10 cargo "${TC[@]}" fuzz run -O "$t" "corpus/$t" "$reg" -- \
+    -max_total_time="$SECS" -timeout=30 -max_len=4096 -rss_limit_mb=4096 \
+    -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  set -e
+  runs=$(grep -E '^stat::number_of_executed_units' "$log" | awk '{print $2}')
+  cov=$(grep -oE 'cov: [0-9]+' "$log" | tail -1 | awk '{print $2}')
+  echo "fuzz $t: ${runs:-?} inputs in ${SECS}s, coverage ${cov:-?} edges, exit $rc"
+  if [ $rc -ne 0 ]; then
+    failed=1
+    grep -E 'panicked|ERROR|SUMMARY|HANG|WRITE OUTSIDE' "$log" | head -20 || true
+    for a in artifacts/"$t"/crash-* artifacts/"$t"/timeout-* artifacts/"$t"/oom-* artifacts/"$t"/leak-*; do
+      [ -f "$a" ] && cp "$a" "$reg/" && echo "kept $a as $reg/$(basename "$a") (a regression input)"
+    done
+  fi
+done
+exit $failed
