@@ -54,8 +54,8 @@ if th:
     for s in sorted({r["size"] for r in th}):
         a = (find(th, size=s, threshold=1024) or {}).get("mbps")
         b = (find(th, size=s, threshold=1 << 30) or {}).get("mbps")
-        d = (find(eq, test="bw", rails=2, engine="pinned", policy="even", size=s, threshold=8192) or {}).get("mbps")
-        print(f"| {h(s)} | {f(a)} | {f(b)} | {f(d)} |")
+        dflt = (find(eq, test="bw", rails=2, engine="pinned", policy="even", size=s, threshold=8192) or {}).get("mbps")
+        print(f"| {h(s)} | {f(a)} | {f(b)} | {f(dflt)} |")
 
 print("\n### Policies, two equal rails, pinned engine: RDMA write bandwidth (Mbit/s, median)\n")
 pols = ["single", "round-robin", "even", "weighted:1,1", "adaptive"]

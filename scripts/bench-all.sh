@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every measurement behind BENCHMARKS.md, in one run (~25 minutes):
+#   scripts/bench-all.sh [OUT]          (default bench-out)
+#   python3 scripts/benchmarks-md.py [OUT] > BENCHMARKS.md
+# Each part builds and tears down its own lab; run it on an otherwise idle
+# machine (the figures are ratios measured side by side, but a busy machine
+# still disturbs the CPU-bound and latency rows).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-bench-out}; mkdir -p "$OUT"
+scripts/setup.sh
+cargo build --release -q -p rmr-bench -p zipper-bridge -p rmr-examples --examples
+scripts/bench-lab.sh "$OUT/lab"
+ITERS=${ITERS:-2000} scripts/bench-barrier.sh "$OUT/barrier.jsonl"
+: > "$OUT/barrier-ofi.jsonl"
+for n in 8 12 16; do
+  target/release/rmr-bench barrier --procs "$n" --backend ofi:tcp --shm off --iters 600 --json \
+    | tee -a "$OUT/barrier-ofi.jsonl"
+done
+scripts/bench-zipper.sh 1gbit 1gbit "$OUT/zipper.jsonl" | tee "$OUT/zipper.log"
+sed -n '/^zipper bridge, links/,$p' "$OUT/zipper.log" > "$OUT/zipper.txt"
+target/release/examples/dsm --sweep 1,2,4 | tee "$OUT/dsm.txt"
+target/release/rmr-bench demo | tee "$OUT/demo.txt"
+echo "bench-all: done; python3 scripts/benchmarks-md.py $OUT > BENCHMARKS.md"

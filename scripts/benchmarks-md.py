@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Writes BENCHMARKS.md from one run of scripts/bench-all.sh (JSON lines and
+captured tables under bench-out/): python3 scripts/benchmarks-md.py > BENCHMARKS.md
+
+Every figure comes from that one run; ratios are computed between numbers
+measured in it. The targets are DESIGN.md's "Results it must reach"."""
+import json, os, subprocess, sys
+
+OUT = sys.argv[1] if len(sys.argv) > 1 else "bench-out"
+
+
+def load(path):
+    rows = []
+    if os.path.exists(path):
+        for line in open(path):
+            line = line.strip()
+            if line.startswith("{"):
+                rows.append(json.loads(line))
+    return rows
+
+
+def find(rows, **kw):
+    for r in rows:
+        if all(r.get(k) == v for k, v in kw.items()):
+            return r
+    return None
+
+
+def text(path):
+    return open(path).read().rstrip() if os.path.exists(path) else "(not measured in this run)"
+
+
+def sh(cmd):
+    try:
+        return subprocess.check_output(cmd, shell=True, text=True).strip()
+    except Exception:
+        return "?"
+
+
+lab = os.path.join(OUT, "lab")
+eq, un, ue, of = (load(os.path.join(lab, n + ".jsonl")) for n in ("equal", "unshaped", "uneven", "ofi"))
+bar = load(os.path.join(OUT, "barrier.jsonl"))
+barofi = load(os.path.join(OUT, "barrier-ofi.jsonl"))
+zip_ = load(os.path.join(OUT, "zipper.jsonl"))
+
+verdicts = []
+
+
+def verdict(what, value, ok, target):
+    verdicts.append((what, value, "met" if ok else "**not met**", target))
+
+
+def g(r, k):
+    return (r or {}).get(k)
+
+
+# --- TCP backend, one rail
+for name, rows in (("shaped 1 Gbit/s", eq), ("unshaped", un)):
+    r = find(rows, test="bw", rails=1, size=1 << 20)
+    if g(r, "ratio_raw"):
+        verdict(f"TCP one rail, 1 MiB RDMA write / raw TCP ({name})", f"{r['ratio_raw']:.2f}", r["ratio_raw"] >= 0.9, ">= 0.90")
+r = find(eq, test="lat", rails=1, size=8)
+if g(r, "ratio_raw"):
+    verdict("TCP one rail, 8 B write+notify half round trip / raw TCP ping-pong", f"{r['ratio_raw']:.2f} ({r['lat_us']:.1f} vs {r['raw_lat_us']:.1f} us)", r["ratio_raw"] <= 1.2, "<= 1.2")
+
+# --- multirail, equal shaped rails
+one = {r["size"]: r["mbps"] for r in eq if r["test"] == "bw" and r["rails"] == 1}
+pin = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["policy"] == "even" and r.get("threshold") == 8192}
+inl = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "inline" and r["policy"] == "even"}
+big = [s for s in sorted(pin) if s >= 64 << 10 and s in one]
+if big:
+    worst = min(pin[s]["mbps"] / one[s] for s in big)
+    verdict("2 equal rails, pinned+even, RDMA write >= 64 KiB / one rail (worst size)", f"{worst:.2f}", worst >= 1.95, ">= 1.95")
+    worst_raw = min(pin[s]["mbps"] / pin[s]["raw_mbps"] for s in big if pin[s].get("raw_mbps"))
+    verdict("... / raw TCP on both rails (worst size)", f"{worst_raw:.2f}", worst_raw >= 0.95, ">= 0.95")
+if 16 << 10 in pin and 16 << 10 in one:
+    v = pin[16 << 10]["mbps"] / one[16 << 10]
+    verdict("2 equal rails, pinned, 16 KiB / one rail", f"{v:.2f}", v >= 1.5, ">= 1.5")
+sz = [s for s in sorted(pin) if s >= 4 << 10 and s in inl]
+if sz:
+    worst = min(pin[s]["mbps"] / inl[s]["mbps"] for s in sz)
+    verdict("pinned / inline, every size >= 4 KiB (worst)", f"{worst:.2f}", worst >= 0.98, ">= 1 (within noise: 0.98)")
+o = find(un, test="bw", rails=1, size=1 << 20)
+p = find(un, test="bw", rails=2, engine="pinned", size=1 << 20)
+if o and p:
+    v = p["mbps"] / o["mbps"]
+    verdict("2 unshaped rails (CPU-bound, 2 cores), 1 MiB / one rail", f"{v:.2f}", v >= 1.4, ">= 1.4")
+r0 = [r for r in ue if r["rails"] == 1 and r["size"] == 4 << 20]
+ad = find(ue, rails=2, policy="adaptive", size=4 << 20)
+ev = find(ue, rails=2, policy="even", size=4 << 20)
+if len(r0) == 2 and ad:
+    tot = sum(r["raw_mbps"] for r in r0)
+    slow = min(r["raw_mbps"] for r in r0)
+    v = ad["mbps"] / tot
+    verdict("rails of 4:1, adaptive, 4 MiB / sum of both rails", f"{v:.2f}", v >= 0.9, ">= 0.90")
+    if ev:
+        verdict("rails of 4:1, even / (2 x slow rail)", f"{ev['mbps'] / (2 * slow):.2f}", ev["mbps"] <= 2.05 * slow, "<= 1 (bounded)")
+lat1 = {r["size"]: r["lat_us"] for r in eq if r["test"] == "lat" and r["rails"] == 1}
+latp = {r["size"]: r["lat_us"] for r in eq if r["test"] == "lat" and r["rails"] == 2 and r["engine"] == "pinned"}
+if lat1 and latp:
+    worst = max(latp[s] / lat1[s] for s in latp if s in lat1)
+    verdict("small messages 8 B..4 KiB, 2 rails / one rail latency (worst size)", f"{worst:.2f}", worst <= 1.1, "<= 1.10")
+
+# --- barrier
+for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
+    pts = []
+    for n in sorted({r["procs"] for r in rows}):
+        if n < 8:
+            continue
+        a = find(rows, procs=n, algo="rdma", shm=False) or find(rows, procs=n, algo="rdma", shm="off")
+        b = find(rows, procs=n, algo="sendrecv", shm=False) or find(rows, procs=n, algo="sendrecv", shm="off")
+        if a and b:
+            pts.append(a["lat_us"] / b["lat_us"])
+    if pts:
+        worst = max(pts)
+        verdict(f"RDMA barrier / send-recv barrier on {label}, >= 8 processes (worst)", f"{worst:.2f}", worst <= 0.7, "<= 0.70")
+
+head = sh("git rev-parse --short HEAD")
+cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
+print(f"""# rmr benchmarks
+
+Every figure below comes from **one run** of `scripts/bench-all.sh` on this
+machine (rmr `{head}`), and every ratio is between numbers measured in that
+run. Regenerate with:
+
+```sh
+scripts/bench-all.sh            # ~25 minutes; writes bench-out/
+python3 scripts/benchmarks-md.py > BENCHMARKS.md
+```
+
+Machine: {sh('nproc')} CPUs ({cpu}), {sh("awk '/MemTotal/ {printf \"%.0f GiB\", $2/1048576}' /proc/meminfo")},
+Linux {sh('uname -r')}. Client and server run on the same 2 CPUs, so
+unshaped (CPU-bound) numbers share the machine between both ends.
+
+The lab (`scripts/lab.sh`): two network namespaces joined by one veth pair
+per rail, each rate-limited with `tbf` on both ends; "raw TCP" is
+`rmr-bench raw-tcp` (plain TCP streams and ping-pong) on the same links in
+the same run. Bandwidth follows the uDAPL multirail paper: per sample, 20
+RDMA writes with SUPPRESS and one notifying send; the peer's reply marks
+the data visible; Mbit/s = 20 x size / elapsed, median over samples.
+Latency is a write+notify ping-pong, half the round trip, median.
+
+## Against the design's targets
+""")
+print("| result | measured | verdict | target |")
+print("|---|---|---|---|")
+for w, v, ok, t in verdicts:
+    print(f"| {w} | {v} | {ok} | {t} |")
+
+print("\n## Multirail in the lab\n")
+print("`scripts/bench-lab.sh` (tables by `scripts/bench-table.py bench-out/lab`):\n")
+print(sh(f"python3 scripts/bench-table.py {lab}"))
+
+print("\n## The RDMA barrier\n")
+print("`scripts/bench-barrier.sh` (tcp) and `BACKEND=ofi:tcp` for the libfabric rows; "
+      "N local processes on 2 CPUs (oversubscribed above 2). Median us per barrier.\n")
+for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
+    if not rows:
+        continue
+    print(f"\n### {label}\n")
+    print("| procs | procs per CPU | shm | rdma us | send/recv us | rdma / send-recv |")
+    print("|---|---|---|---|---|---|")
+    for n in sorted({r["procs"] for r in rows}):
+        for shm in (False, True, "off", "on"):
+            a = find(rows, procs=n, algo="rdma", shm=shm)
+            b = find(rows, procs=n, algo="sendrecv", shm=shm)
+            if a and b:
+                s = "on" if shm in (True, "on") else "off"
+                print(f"| {n} | {n / 2:.1f} | {s} | {a['lat_us']:.1f} | {b['lat_us']:.1f} | {a['lat_us'] / b['lat_us']:.2f} |")
+
+print("\n## The zipper bridge\n")
+print("`scripts/bench-zipper.sh 1gbit 1gbit` (zipper layout: cluster A host, two zipper nodes "
+      "with IP forwarding off, cluster B host):\n")
+print("```text\n" + text(os.path.join(OUT, "zipper.txt")) + "\n```")
+
+print("\n## The model client (shared memory, Jacobi heat)\n")
+print("`cargo run --release -p rmr-examples --example dsm -- --sweep 1,2,4` (local processes over TCP):\n")
+print("```text\n" + text(os.path.join(OUT, "dsm.txt")) + "\n```")
+
+print("\n## The demo on loopback\n")
+print("`./scripts/demo.sh` (both ends in one process on two loopback addresses; CPU-bound):\n")
+print("```text\n" + text(os.path.join(OUT, "demo.txt")) + "\n```")
