@@ -72,6 +72,18 @@ impl Credits {
         }
     }
 
+    /// The peer's ring became known (the connection handshake finished):
+    /// adopt its sizes, keeping what happened meanwhile — credits spent,
+    /// credits the peer returned, buffers owed to it. Until then the
+    /// state runs on a placeholder; nothing may be sent before this.
+    pub fn set_peer(&mut self, peer: CreditConfig) {
+        let spent_d = u32::from(self.peer.data).saturating_sub(self.data);
+        let spent_c = u32::from(self.peer.ctl).saturating_sub(self.ctl);
+        self.peer = peer;
+        self.data = u32::from(peer.data).saturating_sub(spent_d);
+        self.ctl = u32::from(peer.ctl).saturating_sub(spent_c);
+    }
+
     /// Data credits available.
     pub fn data(&self) -> u32 {
         self.data
@@ -201,6 +213,21 @@ mod tests {
         assert!(!a.want_ctl(), "last credit, nothing of the control pool to return");
         a.reposted(false);
         assert!(a.want_ctl());
+    }
+
+    #[test]
+    fn set_peer_keeps_what_happened_before() {
+        let small = CreditConfig::for_ring(4);
+        let big = CreditConfig::for_ring(16);
+        let mut a = Credits::new(small, small);
+        a.reposted(false);
+        a.reposted(true);
+        a.set_peer(big);
+        assert_eq!((a.data(), a.ctl()), (16, 4));
+        assert_eq!(a.owed(), (1, 1), "buffers owed before the handshake are still owed");
+        a.send_ctl();
+        a.set_peer(small);
+        assert_eq!((a.data(), a.ctl()), (4, 3), "a spent credit stays spent");
     }
 
     /// One end of the simulated connection.

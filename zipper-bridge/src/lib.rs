@@ -67,6 +67,7 @@ mod error;
 mod handshake;
 mod join;
 mod ring;
+mod trace;
 pub mod wire;
 mod world;
 

@@ -385,7 +385,15 @@ fn worker_transfers() {
     }
     // Like MPI_Finalize: nobody tears its connections down while a peer may
     // still be reading its last barrier message.
-    world.barrier().expect("final barrier");
+    let fin = world.barrier();
+    // Every endpoint's flow-control and progress state, for the record (and
+    // for whoever reads a failure).
+    for r in (0..size).filter(|&r| r != rank) {
+        if let Ok(p) = world.ep(r) {
+            eprintln!("notes rank {rank} -> {r}: {:?}", p.ep.attr().notes);
+        }
+    }
+    fin.expect("final barrier");
     std::thread::sleep(Duration::from_millis(300));
     println!("RESULT ok rank={rank}");
 }

@@ -228,3 +228,62 @@ fn stop_mid_transfer_leaves_nothing_unreported() {
     assert_eq!(ok + failed, N);
     assert!(failed > 0, "the bridge stopped before everything went through");
 }
+
+/// The target may send the moment it has accepted, before the bridge has
+/// accepted the client's side of the splice: the message waits at the
+/// bridge and arrives once the client is connected — it is neither lost
+/// nor failed. (The bridge is told to pause between the two accepts, so
+/// the race the lab's barrier test hit now and then happens every time.)
+#[test]
+fn a_send_at_accept_time_waits_for_the_client_side() {
+    zipper_bridge::register();
+    let ip = |h: u8| format!("127.0.41.{h}");
+    let bridge = Bridge::start(BridgeConfig {
+        a: format!("tcp:{}", ip(1)),
+        b: format!("tcp:{}", ip(2)),
+        port: 7712,
+        accept_delay: Duration::from_millis(200),
+        ..BridgeConfig::default()
+    })
+    .expect("bridge");
+    let cfg = ClientConfig::default();
+    let ia_b: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
+    let ia_a: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), 7712)), cfg);
+    let (pz_b, evd_b, psp_evd) =
+        (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let _psp = ia_b.create_psp(7722, &psp_evd).unwrap();
+    let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
+    let msgs = MemRegion::from_bytes(b"early 1!early 2!");
+    let ml = pz_b.register_all(&msgs, Access::empty()).unwrap();
+    let (ep_b2, evd_b2) = (ep_b.clone(), evd_b.clone());
+    // B accepts and sends at once: a suppressed send and a signalled one.
+    let server = std::thread::spawn(move || {
+        match psp_evd.wait(Some(Duration::from_secs(20)), 1) {
+            Ok(Event::ConnectionRequest(cr)) => cr.accept(&ep_b2, b"").unwrap(),
+            e => panic!("{e:?}"),
+        }
+        ep_b2.post_send(&[Sge::new(&*ml, 0, 8)], 1, DtoFlags::SUPPRESS).unwrap();
+        ep_b2.post_send(&[Sge::new(&*ml, 8, 8)], 2, DtoFlags::empty()).unwrap();
+        dto(&evd_b2)
+    });
+    let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
+    let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
+    ep_a.connect(&ip(3), 7722, b"", Duration::from_secs(20)).unwrap();
+    let rbuf = MemRegion::new(16);
+    let rl = pz_a.register_all(&rbuf, Access::LOCAL_WRITE).unwrap();
+    ep_a.post_recv(&[Sge::new(&*rl, 0, 8)], 11, DtoFlags::empty()).unwrap();
+    ep_a.post_recv(&[Sge::new(&*rl, 8, 8)], 12, DtoFlags::empty()).unwrap();
+    for k in [11, 12] {
+        let c = dto(&evd_a);
+        assert_eq!((c.cookie, c.bytes), (k, 8), "{c:?}");
+        c.result().unwrap();
+    }
+    assert_eq!(rbuf.to_vec(0, 16).unwrap(), b"early 1!early 2!");
+    let c = server.join().unwrap();
+    assert_eq!(c.cookie, 2, "only the signalled send reports: {c:?}");
+    c.result().expect("the early send was delivered");
+    ep_a.disconnect().unwrap();
+    assert_eq!(bridge.stop(), 0);
+}

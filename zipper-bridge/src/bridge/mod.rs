@@ -45,6 +45,11 @@ pub struct BridgeConfig {
     pub bind: bool,
     /// How long a stop lets in-flight transfers finish.
     pub drain: Duration,
+    /// Test hook: a pause between the target's accepting a new connection
+    /// and the bridge's accepting the client's (widens the window in which
+    /// the target may already send toward a client not yet connected).
+    #[doc(hidden)]
+    pub accept_delay: Duration,
 }
 
 impl Default for BridgeConfig {
@@ -58,6 +63,7 @@ impl Default for BridgeConfig {
             store_and_forward: false,
             bind: true,
             drain: Duration::from_secs(5),
+            accept_delay: Duration::ZERO,
         }
     }
 }
@@ -96,6 +102,7 @@ impl Shared {
     }
 
     fn handle(&self, side: usize, ev: Event) {
+        crate::trace::line(|| format!("bridge side{side} event {}", crate::trace::ev(&ev)));
         match ev {
             Event::Dto(c) => {
                 let (id, kind, slot) = splice::split(c.cookie);
@@ -119,20 +126,15 @@ impl Shared {
     /// Side `s` of splice `id` is gone: close the other side too.
     fn end_link(&self, id: u32, s: usize) {
         let Some(sp) = self.splice(id) else { return };
+        crate::trace::line(|| format!("bridge splice {id} side{s} ended"));
         let both = {
             let mut st = sp.lock();
             st.link[s].ended = true;
-            // What the other side sent toward this one can no longer land.
-            let o = 1 - s;
-            let fwd: Vec<usize> = st.link[o].fwd.drain(..).collect();
-            for i in fwd {
-                if let Some(h) = st.link[o].meta[i] {
-                    st.link[o].tracker.chunk_done(h.id, rmr_api::Status::Broken);
-                }
-            }
+            // What the other side sent toward this one can no longer land:
+            // the pump fails it (its initiator hears).
             sp.pump(&mut st);
             sp.pass_on_close(&mut st);
-            st.link[o].ended
+            st.link[1 - s].ended
         };
         if both {
             self.forget(&sp);
@@ -214,7 +216,11 @@ impl Shared {
             let l = self.sides[x].pz.register_all(&r, Access::empty())?;
             Ok((r, l))
         };
-        let placeholder = Credits::new(mine, mine);
+        // The client's ring is known now, the target's once it replies (a
+        // placeholder until then: `set_peer` keeps what happens meanwhile).
+        let mut credits = [Credits::new(mine, mine), Credits::new(mine, mine)];
+        credits[s] = Credits::new(hello.ring, mine);
+        let [c0, c1] = credits;
         let sp = Arc::new(Splice {
             id,
             eps,
@@ -222,11 +228,18 @@ impl Shared {
             ctl: [ctl(0)?, ctl(1)?],
             sf: self.cfg.store_and_forward,
             st: Mutex::new(SpliceSt {
-                link: [
-                    Link::new(placeholder.clone(), mine.total()),
-                    Link::new(placeholder, mine.total()),
-                ],
+                link: [Link::new(c0, mine.total()), Link::new(c1, mine.total())],
             }),
+        });
+        crate::trace::line(|| {
+            format!(
+                "splice {id} from side{s} {} target {}:{} eps {} {}",
+                cr.peer(),
+                hello.target,
+                hello.service,
+                sp.eps[0].id().0,
+                sp.eps[1].id().0
+            )
         });
         {
             let mut eps = self.eps.write().unwrap_or_else(|e| e.into_inner());
@@ -264,16 +277,28 @@ impl Shared {
         };
         let chunk = u64::from(r.chunk).min(chunk);
         {
+            // The target may already have sent (it may send the moment it has
+            // accepted): its messages wait in the splice until the client's
+            // side is up, below.
             let mut st = sp.lock();
-            st.link[s].credits = Credits::new(hello.ring, mine);
-            st.link[o].credits = Credits::new(r.ring, mine);
+            st.link[o].credits.set_peer(r.ring);
+            st.link[o].up = true;
+            sp.pump(&mut st);
         }
         sp.post_ring(s).map_err(fail)?;
+        if !self.cfg.accept_delay.is_zero() {
+            std::thread::sleep(self.cfg.accept_delay);
+        }
         let back = Reply { ring: mine, chunk: chunk as u32, user: r.user }.encode();
         if let Err(e) = cr.accept(&sp.eps[s], &back) {
             let _ = sp.eps[o].disconnect();
             return Err(fail(e));
         }
+        let mut st = sp.lock();
+        st.link[s].up = true;
+        // Forward what the target sent while the client was being accepted.
+        sp.pump(&mut st);
+        sp.pass_on_close(&mut st);
         Ok(())
     }
 }

@@ -47,6 +47,9 @@ pub(crate) struct Link {
     pub(crate) outq: VecDeque<usize>,
     pub(crate) meta: Vec<Option<Header>>,
     pub(crate) free_ctl: Vec<usize>,
+    /// This side's endpoint is connected (set-up done): messages may go to it.
+    /// Until then, what the other side sends toward it waits in `fwd`.
+    pub(crate) up: bool,
     pub(crate) ended: bool,
     /// Chunks from this side posted on the other side and not yet completed.
     pub(crate) out: usize,
@@ -92,6 +95,7 @@ impl Link {
             outq: VecDeque::new(),
             meta: vec![None; slots],
             free_ctl: (0..CTL_SLOTS).collect(),
+            up: false,
             ended: false,
             out: 0,
             sf: Sf::Idle,
@@ -143,6 +147,20 @@ impl Splice {
             return;
         };
         st.link[s].credits.on_returns((h.ret_data, h.ret_ctl));
+        crate::trace::line(|| {
+            format!(
+                "splice {} side{s} msg slot {i} {:?} id {} len {} flags {:#x} ret {}/{} -> data={} ctl={}",
+                self.id,
+                h.kind,
+                h.id,
+                h.len,
+                h.flags,
+                h.ret_data,
+                h.ret_ctl,
+                st.link[s].credits.data(),
+                st.link[s].credits.ctl()
+            )
+        });
         if h.has(flags::ECHO_REPLY) {
             if let Sf::AwaitEcho(id) = st.link[o].sf {
                 st.link[o].sf = Sf::Go(id);
@@ -260,6 +278,18 @@ impl Splice {
             },
             _ => Err(Error::invalid("not forwardable")),
         };
+        crate::trace::line(|| {
+            format!(
+                "splice {} fwd side{s} slot {i} {:?} id {} len {} -> {:?} (side{o} data={} ctl={})",
+                self.id,
+                h.kind,
+                h.id,
+                h.len,
+                res,
+                st.link[o].credits.data(),
+                st.link[o].credits.ctl()
+            )
+        });
         match res {
             Ok(()) => {
                 st.link[s].fwd.pop_front();
@@ -297,7 +327,14 @@ impl Splice {
         let off = (slot * HDR) as u64;
         let _ = region.write(off, &h.encode());
         let sge = [Sge::new(&**lmr, off, HDR as u64)];
-        if self.eps[s].post_send(&sge, cookie(self.id, K_CTL, slot), DtoFlags::empty()).is_err() {
+        let r = self.eps[s].post_send(&sge, cookie(self.id, K_CTL, slot), DtoFlags::empty());
+        crate::trace::line(|| {
+            format!(
+                "splice {} ctl to side{s} ack {} ret {}/{} -> {r:?}",
+                self.id, h.ack, h.ret_data, h.ret_ctl
+            )
+        });
+        if r.is_err() {
             st.link[s].credits.undo(false, (h.ret_data, h.ret_ctl));
             st.link[s].free_ctl.push(slot);
             return false;
@@ -305,11 +342,29 @@ impl Splice {
         true
     }
 
+    /// Side `1 - s` has ended: what side `s` sent toward it can no longer
+    /// land. Each such chunk fails (its initiator hears of it with the next
+    /// acknowledgement) and its buffer goes back to side `s`'s ring.
+    fn fail_queued(&self, st: &mut SpliceSt, s: usize) {
+        while let Some(i) = st.link[s].fwd.pop_front() {
+            if let Some(h) = st.link[s].meta[i] {
+                crate::trace::line(|| format!("splice {} side{s} fails id {}", self.id, h.id));
+                st.link[s].tracker.chunk_done(h.id, Status::Broken);
+            }
+            self.repost(st, s, i, true);
+        }
+    }
+
     /// Moves everything that can move now.
     pub(crate) fn pump(&self, st: &mut SpliceSt) {
         for s in 0..2 {
             let o = 1 - s;
             if st.link[o].ended {
+                self.fail_queued(st, s);
+                continue;
+            }
+            if !st.link[o].up {
+                // Still being set up: side o's endpoint is not connected yet.
                 continue;
             }
             if self.sf {
@@ -377,7 +432,7 @@ impl Splice {
             }
         }
         for s in 0..2 {
-            if st.link[s].ended {
+            if st.link[s].ended || !st.link[s].up {
                 continue;
             }
             if st.link[s].tracker.urgent() {
@@ -399,9 +454,10 @@ impl Splice {
             let l = &st.link[s];
             if l.ended && !l.passed_on && l.fwd.is_empty() && l.tracker.idle() {
                 st.link[s].passed_on = true;
+                crate::trace::line(|| format!("splice {} side{s} close passed on", self.id));
                 // The last acknowledgements go out ahead of the close.
                 let o = 1 - s;
-                if !st.link[o].ended && st.link[o].credits.ctl() >= 1 {
+                if st.link[o].up && !st.link[o].ended && st.link[o].credits.ctl() >= 1 {
                     st.link[o].credits.set_urgent();
                     if st.link[o].credits.want_ctl() {
                         self.send_ctl(st, o, 0);

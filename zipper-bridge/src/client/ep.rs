@@ -278,7 +278,20 @@ impl Core {
             for (l, o, n) in &front.payload {
                 sges.push(Sge::new(&**l, *o, *n));
             }
-            match self.inner.post_send(&sges, HDR_BIT | u64::from(slot), DtoFlags::empty()) {
+            let r = self.inner.post_send(&sges, HDR_BIT | u64::from(slot), DtoFlags::empty());
+            crate::trace::line(|| {
+                format!(
+                    "zep {} send {:?} id {} len {} ret {}/{} -> {r:?} data={}",
+                    self.inner.id().0,
+                    h.kind,
+                    h.id,
+                    h.len,
+                    h.ret_data,
+                    h.ret_ctl,
+                    st.credits.data()
+                )
+            });
+            match r {
                 Ok(()) => st.sent += 1,
                 Err(_) => {
                     drop(sges);
@@ -302,7 +315,16 @@ impl Core {
             let off = u64::from(slot) * HDR as u64;
             let _ = self.hdrs.write(off, &h.encode());
             let sge = [Sge::new(&*self.hdr_lmr, off, HDR as u64)];
-            if self.inner.post_send(&sge, HDR_BIT | u64::from(slot), DtoFlags::empty()).is_err() {
+            let r = self.inner.post_send(&sge, HDR_BIT | u64::from(slot), DtoFlags::empty());
+            crate::trace::line(|| {
+                format!(
+                    "zep {} send ctl ret {}/{} -> {r:?}",
+                    self.inner.id().0,
+                    h.ret_data,
+                    h.ret_ctl
+                )
+            });
+            if r.is_err() {
                 st.credits.undo(false, ret);
                 st.echo |= echo;
                 st.free_hdr.push(slot);
@@ -343,6 +365,23 @@ impl Core {
             return;
         };
         st.credits.on_returns((h.ret_data, h.ret_ctl));
+        crate::trace::line(|| {
+            format!(
+                "zep {} msg slot {i} {:?} id {} len {} flags {:#x} ack {} ret {}/{} -> data={} ctl={} recvs={} held={}",
+                self.inner.id().0,
+                h.kind,
+                h.id,
+                h.len,
+                h.flags,
+                h.ack,
+                h.ret_data,
+                h.ret_ctl,
+                st.credits.data(),
+                st.credits.ctl(),
+                st.recvs.len(),
+                st.held.len()
+            )
+        });
         if h.has(flags::ERR) {
             st.ops.fail(h.err_id, Status::from_code(h.status).unwrap_or(Status::RemoteAccess));
         }
@@ -406,6 +445,11 @@ impl Core {
     }
 
     fn handle(&self, st: &mut St, ev: Event, out: &mut Out) {
+        if !matches!(&ev, Event::Dto(c) if c.status.is_ok()) {
+            crate::trace::line(|| {
+                format!("zep {} event {}", self.inner.id().0, crate::trace::ev(&ev))
+            });
+        }
         match ev {
             Event::Dto(c) if c.cookie & HDR_BIT != 0 => {
                 st.free_hdr.push((c.cookie & 0xffff_ffff) as u32);
@@ -476,6 +520,9 @@ impl Core {
         }
         let signalled = !fl.contains(DtoFlags::SUPPRESS);
         let id = st.ops.push(cookie, kind, signalled, total);
+        crate::trace::line(|| {
+            format!("zep {} post {kind:?} id {id} {total}B txq={}", self.inner.id().0, st.txq.len())
+        });
         let mut base = 0;
         if signalled {
             base |= flags::SIGNALLED;
@@ -598,6 +645,9 @@ impl BridgedEp {
                 return Err(Error::invalid("EP is not unconnected"));
             }
             st.conn = EpState::Pending;
+            // Set before accepting: the bridge may send the moment it is accepted.
+            st.chunk = chunk;
+            st.credits.set_peer(hello.ring);
         }
         let reply = Reply { ring: c.cfg.credit(), chunk: chunk as u32, user: user_pd }.encode();
         if let Err(e) = cr.accept(&c.inner, &reply) {
@@ -605,11 +655,12 @@ impl BridgedEp {
             return Err(e);
         }
         let mut st = c.lock();
-        st.chunk = chunk;
-        st.credits = Credits::new(hello.ring, c.cfg.credit());
         st.peer = format!("{} via bridge {}", hello.from, cr.peer());
+        crate::trace::line(|| format!("zep {} accepted from {}", c.inner.id().0, st.peer));
         let posted = c.post_ring(&mut st);
         st.conn = EpState::Connected;
+        // What became due while connecting (credit returns) goes now.
+        c.pump(&mut st);
         drop(st);
         posted?;
         c.deliver(vec![(
@@ -638,7 +689,7 @@ impl Ep for BridgedEp {
         let st = c.lock();
         let a = c.inner.attr();
         let (od, oc) = st.credits.owed();
-        let notes = vec![
+        let mut notes = vec![
             ("chunk".to_string(), st.chunk.to_string()),
             ("peer".to_string(), st.peer.clone()),
             (
@@ -658,6 +709,8 @@ impl Ep for BridgedEp {
                 ),
             ),
         ];
+        // The real endpoint's own picture (progress, frames, acks).
+        notes.extend(a.notes.into_iter().map(|(k, v)| (format!("inner {k}"), v)));
         EpAttr {
             max_msg_size: a.max_msg_size,
             max_dtos: c.cfg.max_dtos,
@@ -715,10 +768,14 @@ impl Ep for BridgedEp {
         let user = r.user.to_vec();
         let mut st = c.lock();
         st.chunk = u64::from(r.chunk).min(c.cfg.chunk);
-        st.credits = Credits::new(r.ring, c.cfg.credit());
+        // The bridge may already have sent (what the peer sent at accept
+        // time): keep what its messages did to the credits.
+        st.credits.set_peer(r.ring);
         st.peer = format!("{remote}:{service} via bridge {baddr}:{bport}");
+        crate::trace::line(|| format!("zep {} connected to {}", c.inner.id().0, st.peer));
         let posted = c.post_ring(&mut st);
         st.conn = EpState::Connected;
+        c.pump(&mut st);
         drop(st);
         posted?;
         c.deliver(vec![(TO_CONN, Event::Established { ep: c.id, private_data: user.clone() })]);
