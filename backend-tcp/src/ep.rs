@@ -191,7 +191,8 @@ impl EpShared {
                     evd.wake();
                 }
             }
-            Pushed::Held(true) => self.timer_armed(),
+            // A poster that rings the doorbell itself needs nobody woken.
+            Pushed::Held(true) if !rmr_api::doorbell_deferred() => self.timer_armed(),
             _ => {}
         }
     }
@@ -589,13 +590,28 @@ impl Driver for EpShared {
         moved
     }
 
+    fn flush(&self) -> bool {
+        if self.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(tx) = self.tx.get() else { return false };
+        match tx.flush() {
+            Ok(m) => m,
+            Err(_) => {
+                // The receive side sees the error and ends the connection.
+                self.shutdown_stream();
+                true
+            }
+        }
+    }
+
     fn wait_on(&self) -> WaitOn<'_> {
         let Some(tx) = self.tx.get().filter(|_| !self.ended.load(Ordering::Acquire)) else {
             return WaitOn { fd: None, deadline: None };
         };
         let stalled = self.stalled.load(Ordering::SeqCst);
         let (queued, held) = tx.pending();
-        let interest = Interest { read: !stalled, write: queued || held.is_some() };
+        let interest = Interest { read: !stalled, write: queued || held };
         let stall = if stalled {
             *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
         } else {

@@ -19,7 +19,7 @@ use socket2::SockRef;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -88,6 +88,12 @@ pub(crate) enum Pushed {
 pub(crate) struct Tx {
     stream: TcpStream,
     st: Mutex<TxState>,
+    /// Frames wait in the queue / in a held batch: published under the lock,
+    /// read without it — a thread driving the endpoint (or polling it) does
+    /// not take the lock (and wait for a writer in the middle of a `send`)
+    /// when there is nothing to write, which is nearly always.
+    has_queue: AtomicBool,
+    has_held: AtomicBool,
     /// Bytes written to the socket (diagnostics).
     pub(crate) tx_bytes: AtomicU64,
 }
@@ -130,7 +136,15 @@ impl Tx {
                 next_seq: 1,
             }),
             tx_bytes: AtomicU64::new(0),
+            has_queue: AtomicBool::new(false),
+            has_held: AtomicBool::new(false),
         }
+    }
+
+    /// Publishes what waits (call before the lock is released).
+    fn publish(&self, st: &TxState) {
+        self.has_queue.store(!st.queue.is_empty(), Ordering::SeqCst);
+        self.has_held.store(!st.held.is_empty(), Ordering::SeqCst);
     }
 
     pub(crate) fn stream(&self) -> &TcpStream {
@@ -172,6 +186,7 @@ impl Tx {
             if first {
                 st.held_since = Some(Instant::now());
             }
+            self.publish(st);
             return Ok(Pushed::Held(first));
         }
         if last {
@@ -188,18 +203,22 @@ impl Tx {
         let total = head.bytes().len() + payload as usize;
         let mut f = OutFrame { head, segs, sent: 0, total, last };
         if !st.queue.is_empty() {
-            self.flush_locked(st)?;
+            let r = self.flush_locked(st);
+            self.publish(st);
+            r?;
         }
         let was_empty = st.queue.is_empty();
         if was_empty {
             let r = write_some(&self.stream, &mut f);
             self.tx_bytes.fetch_add(f.sent as u64, Ordering::Relaxed);
-            if let Progress::Done = r? {
+            if let Progress::Done = r.inspect_err(|_| self.publish(st))? {
                 self.done(st, f);
+                self.publish(st);
                 return Ok(Pushed::Sent);
             }
         }
         st.queue.push_back(f);
+        self.publish(st);
         Ok(Pushed::Queued(was_empty))
     }
 
@@ -222,22 +241,28 @@ impl Tx {
         self.lock().queue.len()
     }
 
-    /// Whether frames wait for the socket to drain or in a held batch, and
-    /// since when the batch has been held.
-    pub(crate) fn pending(&self) -> (bool, Option<Instant>) {
-        let st = self.lock();
-        (!st.queue.is_empty(), st.held_since)
+    /// Whether frames wait for the socket to drain, and in a held batch
+    /// (without taking the lock).
+    pub(crate) fn pending(&self) -> (bool, bool) {
+        (self.has_queue.load(Ordering::SeqCst), self.has_held.load(Ordering::SeqCst))
     }
 
     /// Sends the held batch and writes queued frames until the socket would
     /// block. Returns whether any frame finished; `Err` means the stream is
     /// unusable.
     pub(crate) fn flush(&self) -> io::Result<bool> {
+        // Nothing waits (the common case): no lock. A frame held or queued
+        // just after this look wakes (or is sent by) its poster.
+        if !self.has_queue.load(Ordering::SeqCst) && !self.has_held.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
         let mut st = self.lock();
         if st.queue.is_empty() && st.held.is_empty() {
             return Ok(false);
         }
-        self.flush_locked(&mut st)
+        let r = self.flush_locked(&mut st);
+        self.publish(&st);
+        r
     }
 
     fn flush_locked(&self, st: &mut TxState) -> io::Result<bool> {
@@ -283,5 +308,6 @@ impl Tx {
         st.queue.clear();
         st.held.clear();
         st.held_since = None;
+        self.publish(&st);
     }
 }
