@@ -156,6 +156,7 @@ impl Shared {
         let b = bind::bind_side_thread(s, self.cfg.bind);
         *self.binding[s].lock().unwrap_or_else(|e| e.into_inner()) = b;
         let evd = self.sides[s].evd.clone();
+        let soft = evd.as_any().downcast_ref::<SoftEvd>();
         while !self.stop.load(Ordering::Acquire) {
             if let Ok(ev) = evd.wait(Some(Duration::from_millis(50)), 1) {
                 // Posts hold small frames for batching; nobody is woken to
@@ -166,7 +167,14 @@ impl Shared {
                     self.handle(s, ev);
                     let mut n = 0;
                     while n < 256 {
-                        match evd.dequeue() {
+                        // What the wait's drive already queued (the next wait
+                        // reads the sockets again: no read that finds nothing
+                        // on every endpoint of the side after each batch).
+                        let next = match soft {
+                            Some(q) => q.try_pop(),
+                            None => evd.dequeue(),
+                        };
+                        match next {
                             Some(ev) => self.handle(s, ev),
                             None => break,
                         }

@@ -249,7 +249,7 @@ impl Core {
                     let seen = s.poke_gen();
                     if s.wait_ready(seen, Duration::ZERO, Duration::from_millis(10)) && !c.waited()
                     {
-                        c.poll();
+                        c.poll_with(false);
                     }
                 }
                 None => {
@@ -513,10 +513,23 @@ impl Core {
 
     /// Harvests the real endpoint's events once; true when anything happened.
     pub(crate) fn poll(&self) -> bool {
+        self.poll_with(true)
+    }
+
+    /// [`Core::poll`]; with `drive` false it only takes what the real EVD
+    /// already holds (for a caller that drives the endpoint by other means
+    /// — a waiter blocking in the EVD's drivers — and would otherwise make
+    /// a read that finds nothing each time it looks).
+    pub(crate) fn poll_with(&self, drive: bool) -> bool {
         let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+        let soft = if drive { None } else { self.inner_evd.as_any().downcast_ref::<SoftEvd>() };
         let mut batch: SmallVec<[Event; 16]> = SmallVec::new();
         while batch.len() < 64 {
-            match self.inner_evd.dequeue() {
+            let ev = match soft {
+                Some(s) => s.try_pop(),
+                None => self.inner_evd.dequeue(),
+            };
+            match ev {
                 Some(ev) => batch.push(ev),
                 None => break,
             }
