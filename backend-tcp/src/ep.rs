@@ -191,8 +191,9 @@ impl EpShared {
                     evd.wake();
                 }
             }
-            // A poster that rings the doorbell itself needs nobody woken.
-            Pushed::Held(true) if !rmr_api::doorbell_deferred() => self.timer_armed(),
+            // A batch newly open to drivers (not one whose posters ring the
+            // doorbell themselves, see `Tx::push`).
+            Pushed::Held(true) => self.timer_armed(),
             _ => {}
         }
     }
@@ -595,7 +596,7 @@ impl Driver for EpShared {
             return false;
         }
         let Some(tx) = self.tx.get() else { return false };
-        match tx.flush() {
+        match tx.flush_all() {
             Ok(m) => m,
             Err(_) => {
                 // The receive side sees the error and ends the connection.
@@ -619,7 +620,7 @@ impl Driver for EpShared {
         };
         let disc = *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner());
         let ack = *self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
-        let deadline = [stall, disc, ack].into_iter().flatten().min();
+        let deadline = [stall, disc, ack, tx.deferred_due()].into_iter().flatten().min();
         let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
         WaitOn { fd, deadline }
     }
