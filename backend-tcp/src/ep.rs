@@ -200,6 +200,8 @@ impl EpShared {
                     evd.wake();
                 }
             }
+            // A batch newly open to drivers (not one whose posters ring the
+            // doorbell themselves, see `Tx::push`).
             Pushed::Held(true) => self.timer_armed(),
             _ => {}
         }
@@ -620,14 +622,28 @@ impl Driver for EpShared {
         moved
     }
 
+    fn flush(&self) -> bool {
+        if self.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        let Some(tx) = self.tx.get() else { return false };
+        match tx.flush_all() {
+            Ok(m) => m,
+            Err(_) => {
+                // The receive side sees the error and ends the connection.
+                self.shutdown_stream();
+                true
+            }
+        }
+    }
+
     fn wait_on(&self) -> WaitOn<'_> {
         let Some(tx) = self.tx.get().filter(|_| !self.ended.load(Ordering::Acquire)) else {
             return WaitOn { fd: None, deadline: None };
         };
         let stalled = self.stalled.load(Ordering::SeqCst);
         let (queued, held) = tx.pending();
-        let interest =
-            Interest { read: !stalled && !self.tx_backlogged(), write: queued || held.is_some() };
+        let interest = Interest { read: !stalled && !self.tx_backlogged(), write: queued || held };
         let stall = if stalled {
             *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
         } else {
@@ -635,7 +651,7 @@ impl Driver for EpShared {
         };
         let disc = *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner());
         let ack = *self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
-        let deadline = [stall, disc, ack].into_iter().flatten().min();
+        let deadline = [stall, disc, ack, tx.deferred_due()].into_iter().flatten().min();
         let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
         WaitOn { fd, deadline }
     }

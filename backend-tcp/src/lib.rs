@@ -68,7 +68,12 @@
 //! thread drives the EP and takes over 200 µs after
 //! the last one left, so RDMA into a passive target lands even when its
 //! owner never waits. Acknowledgements a peer asks for are delayed briefly
-//! so that a reply carries them. A peer that sends requests but does not
+//! so that a reply carries them. Small frames are held for batching until
+//! the next frame or drive; a thread that posts inside
+//! [`rmr_api::with_deferred_doorbell`] sends its batch itself
+//! ([`rmr_api::SoftEvd::flush_writes`]) and wakes nobody for it (a forwarder
+//! posting to endpoints another thread waits on); drivers send such a batch
+//! only once it is 500 µs overdue. A peer that sends requests but does not
 //! read their responses is pushed back by TCP itself: past three windows of
 //! queued frames the endpoint stops reading until its queue drains.
 //!
@@ -84,8 +89,8 @@
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
 //! - `RMR_TCP_ACK_DELAY_US` (50): how long a requested acknowledgement may
 //!   wait for an outgoing frame to ride on (0: at once).
-//! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins (driving) before
-//!   it blocks in `poll(2)`.
+//! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins (driving, and
+//!   yielding the CPU between looks) before it blocks in `poll(2)`.
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]

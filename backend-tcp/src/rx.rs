@@ -82,6 +82,11 @@ pub(crate) struct RxState {
     expect: u64,
     ack_wanted: bool,
     rx_bytes: u64,
+    /// The last read in this pass did not fill the space it was given: the
+    /// socket was empty then, so the pass ends without a read that would
+    /// only say so (whatever arrives later makes the socket readable for
+    /// the next poll).
+    short: bool,
 }
 
 enum Step {
@@ -100,6 +105,7 @@ impl RxState {
             expect: 1,
             ack_wanted: false,
             rx_bytes: 0,
+            short: false,
         }
     }
 
@@ -125,6 +131,9 @@ impl RxState {
 
     /// Reads what the socket has into the buffer. `Ok(false)`: would block.
     fn fill(&mut self, mut sock: &TcpStream) -> Result<bool, End> {
+        if self.short {
+            return Ok(false);
+        }
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -137,6 +146,7 @@ impl RxState {
             match sock.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(End::Broken(PEER_CLOSED.into())),
                 Ok(n) => {
+                    self.short = n < self.buf.len() - self.end;
                     self.rx_bytes += n as u64;
                     self.end += n;
                     return Ok(true);
@@ -153,6 +163,7 @@ impl EpShared {
     /// Handles every frame the socket has ready. Returns whether anything
     /// moved; `Err` ends the connection.
     pub(crate) fn read_ready(&self, rx: &mut RxState, sock: &TcpStream) -> Result<bool, End> {
+        rx.short = false;
         let mut moved = false;
         let r = loop {
             match self.step(rx, sock) {

@@ -19,14 +19,23 @@ use socket2::SockRef;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+fn base() -> Instant {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
 
 /// Largest payload a frame may have to be held for batching.
 pub(crate) const HOLD_FRAME: u64 = 4 << 10;
 /// A held batch is sent once it reaches this size.
 const HOLD_BATCH: usize = 64 << 10;
+/// A batch held only by posters that ring the doorbell themselves
+/// ([`rmr_api::with_deferred_doorbell`]) is left to them; should one not,
+/// whoever drives the endpoint sends the batch once it is this old.
+const DEFERRED_GRACE: Duration = Duration::from_micros(500);
 
 /// A range of registered memory that a frame carries or that a response fills.
 #[derive(Clone)]
@@ -69,6 +78,9 @@ pub(crate) struct TxState {
     /// while the queue is empty, so that wire order is posting order).
     held: Vec<u8>,
     held_since: Option<Instant>,
+    /// A poster that does not ring the doorbell itself added to the held
+    /// batch: whoever drives the endpoint sends it (and is woken for it).
+    held_open: bool,
     closed: bool,
     /// Next request sequence number (starts at 1).
     pub(crate) next_seq: u64,
@@ -88,6 +100,16 @@ pub(crate) enum Pushed {
 pub(crate) struct Tx {
     stream: TcpStream,
     st: Mutex<TxState>,
+    /// Frames wait in the queue / in a held batch: published under the lock,
+    /// read without it — a thread driving the endpoint (or polling it) does
+    /// not take the lock (and wait for a writer in the middle of a `send`)
+    /// when there is nothing to write, which is nearly always.
+    has_queue: AtomicBool,
+    /// A held batch that drivers send (see `TxState::held_open`).
+    has_held: AtomicBool,
+    /// Any held batch, and when it began (ns after `BASE`; 0: none).
+    has_any_held: AtomicBool,
+    held_at: AtomicU64,
     /// Bytes written to the socket (diagnostics).
     pub(crate) tx_bytes: AtomicU64,
     /// Frames in the queue, readable without the lock (the receive side
@@ -129,11 +151,42 @@ impl Tx {
                 queue: VecDeque::new(),
                 held: Vec::new(),
                 held_since: None,
+                held_open: false,
                 closed: false,
                 next_seq: 1,
             }),
             tx_bytes: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
+            has_queue: AtomicBool::new(false),
+            has_held: AtomicBool::new(false),
+            has_any_held: AtomicBool::new(false),
+            held_at: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes what waits (call before the lock is released).
+    fn publish(&self, st: &TxState) {
+        self.queued.store(st.queue.len(), Ordering::Release);
+        self.has_queue.store(!st.queue.is_empty(), Ordering::SeqCst);
+        let any = !st.held.is_empty();
+        let at = st
+            .held_since
+            .filter(|_| any)
+            .map_or(0, |t| (t.saturating_duration_since(base()).as_nanos() as u64).max(1));
+        self.held_at.store(at, Ordering::SeqCst);
+        self.has_any_held.store(any, Ordering::SeqCst);
+        self.has_held.store(any && st.held_open, Ordering::SeqCst);
+    }
+
+    /// When a batch held only for posters that flush it themselves is due
+    /// to be sent by a driver anyway.
+    pub(crate) fn deferred_due(&self) -> Option<Instant> {
+        if !self.has_any_held.load(Ordering::SeqCst) || self.has_held.load(Ordering::SeqCst) {
+            return None;
+        }
+        match self.held_at.load(Ordering::SeqCst) {
+            0 => None,
+            at => Some(base() + Duration::from_nanos(at) + DEFERRED_GRACE),
         }
     }
 
@@ -172,11 +225,15 @@ impl Tx {
                     .with_slice(s.off, s.len, |b| st.held.extend_from_slice(b))
                     .map_err(|e| io::Error::other(e.to_string()))?;
             }
-            let first = st.held_since.is_none();
-            if first {
+            if st.held_since.is_none() {
                 st.held_since = Some(Instant::now());
             }
-            return Ok(Pushed::Held(first));
+            // The batch is news to drivers only when it opens to them.
+            let deferred = rmr_api::doorbell_deferred();
+            let opened = !deferred && !st.held_open;
+            st.held_open |= !deferred;
+            self.publish(st);
+            return Ok(Pushed::Held(opened));
         }
         if last {
             st.closed = true;
@@ -187,24 +244,29 @@ impl Tx {
             let mut b = std::mem::take(&mut st.held);
             b.extend_from_slice(&hdr.encode());
             st.held_since = None;
+            st.held_open = false;
             Head::Batch(b)
         };
         let total = head.bytes().len() + payload as usize;
         let mut f = OutFrame { head, segs, sent: 0, total, last };
         if !st.queue.is_empty() {
-            self.flush_locked(st)?;
+            let r = self.flush_locked(st);
+            self.publish(st);
+            r?;
         }
         let was_empty = st.queue.is_empty();
         if was_empty {
             let r = write_some(&self.stream, &mut f);
             self.tx_bytes.fetch_add(f.sent as u64, Ordering::Relaxed);
-            if let Progress::Done = r? {
+            if let Progress::Done = r.inspect_err(|_| self.publish(st))? {
                 self.done(st, f);
+                self.publish(st);
                 return Ok(Pushed::Sent);
             }
         }
         st.queue.push_back(f);
         self.queued.store(st.queue.len(), Ordering::Release);
+        self.publish(st);
         Ok(Pushed::Queued(was_empty))
     }
 
@@ -227,22 +289,43 @@ impl Tx {
         self.queued.load(Ordering::Acquire)
     }
 
-    /// Whether frames wait for the socket to drain or in a held batch, and
-    /// since when the batch has been held.
-    pub(crate) fn pending(&self) -> (bool, Option<Instant>) {
-        let st = self.lock();
-        (!st.queue.is_empty(), st.held_since)
+    /// Whether frames wait for the socket to drain, and in a held batch
+    /// that drivers send (without taking the lock).
+    pub(crate) fn pending(&self) -> (bool, bool) {
+        (self.has_queue.load(Ordering::SeqCst), self.has_held.load(Ordering::SeqCst))
     }
 
     /// Sends the held batch and writes queued frames until the socket would
     /// block. Returns whether any frame finished; `Err` means the stream is
     /// unusable.
     pub(crate) fn flush(&self) -> io::Result<bool> {
+        // Nothing waits (the common case): no lock. A frame held or queued
+        // just after this look wakes (or is sent by) its poster. A batch
+        // whose posters send it themselves is theirs until it is overdue:
+        // taking it would split their batch and wait for their lock.
+        let due = self.has_queue.load(Ordering::SeqCst)
+            || self.has_held.load(Ordering::SeqCst)
+            || self.deferred_due().is_some_and(|d| Instant::now() >= d);
+        if !due {
+            return Ok(false);
+        }
+        self.flush_all()
+    }
+
+    /// Sends the held batch, whoever it was held for, and writes queued
+    /// frames until the socket would block (the doorbell of
+    /// `Driver::flush`).
+    pub(crate) fn flush_all(&self) -> io::Result<bool> {
+        if !self.has_queue.load(Ordering::SeqCst) && !self.has_any_held.load(Ordering::SeqCst) {
+            return Ok(false);
+        }
         let mut st = self.lock();
         if st.queue.is_empty() && st.held.is_empty() {
             return Ok(false);
         }
-        self.flush_locked(&mut st)
+        let r = self.flush_locked(&mut st);
+        self.publish(&st);
+        r
     }
 
     fn flush_locked(&self, st: &mut TxState) -> io::Result<bool> {
@@ -250,6 +333,7 @@ impl Tx {
             // Held only while the queue is empty: the batch goes first.
             let b = std::mem::take(&mut st.held);
             st.held_since = None;
+            st.held_open = false;
             let total = b.len();
             st.queue.push_back(OutFrame {
                 head: Head::Batch(b),
@@ -291,5 +375,7 @@ impl Tx {
         self.queued.store(0, Ordering::Release);
         st.held.clear();
         st.held_since = None;
+        st.held_open = false;
+        self.publish(&st);
     }
 }

@@ -97,6 +97,39 @@ pub trait Driver: Send + Sync {
     fn enter(&self) {}
     /// That thread stops driving.
     fn leave(&self) {}
+    /// Sends what waits to go out (frames held for batching, frames queued
+    /// behind a full socket) without reading or blocking; true when any
+    /// went. See [`SoftEvd::flush_writes`]. Default: nothing to flush.
+    fn flush(&self) -> bool {
+        false
+    }
+}
+
+thread_local! {
+    static DOORBELL_DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's doorbells deferred: a backend that holds
+/// small frames for batching (TCP) does not wake other threads to send
+/// what `f` posts — the caller rings the doorbell itself, with
+/// [`SoftEvd::flush_writes`] on the EVDs of the endpoints it posted to,
+/// before it blocks. For a forwarder that posts on endpoints whose EVD
+/// another thread waits on: each post would otherwise wake that thread
+/// for nothing (the poster sends the batch a moment later anyway).
+pub fn with_deferred_doorbell<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DOORBELL_DEFERRED.with(|d| d.set(self.0));
+        }
+    }
+    let _r = Reset(DOORBELL_DEFERRED.with(|d| d.replace(true)));
+    f()
+}
+
+/// True inside [`with_deferred_doorbell`] (backends consult it).
+pub fn doorbell_deferred() -> bool {
+    DOORBELL_DEFERRED.with(|d| d.get())
 }
 
 /// Whether a spinning waiter would not take a CPU someone else needs: the
@@ -364,6 +397,14 @@ impl SoftEvd {
             // have input (one system call for any number of endpoints);
             // after that, block in it.
             let spinning = now.duration_since(start) < spin;
+            if spinning {
+                // Spin politely: a thread this one just woke (the peer of a
+                // ping-pong, a forwarder) may be queued on this very CPU —
+                // wake-ups go to the waker's CPU — and would otherwise wait
+                // out the whole spin. With nothing else runnable the yield
+                // returns at once, so an uncontended spin is unchanged.
+                std::thread::yield_now();
+            }
             ready = self.poll_once(&drivers, deadline, done, false, spinning);
         };
         for d in &drivers {
@@ -489,7 +530,8 @@ impl SoftEvd {
             if done() {
                 return true;
             }
-            std::hint::spin_loop();
+            // Yield rather than burn: the thread that will push may be queued on this CPU.
+            std::thread::yield_now();
         }
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         self.waiters.fetch_add(1, Ordering::SeqCst);
@@ -691,6 +733,21 @@ impl SoftEvd {
         self.block_until(deadline, spin, done)
     }
 
+    /// Rings the doorbell of every endpoint reporting here: sends the
+    /// frames they hold for batching (or queue behind a full socket) now,
+    /// without reading and without blocking. For a thread that posts on
+    /// these endpoints but waits on another EVD (a forwarder posting to the
+    /// far side, a rail thread): without it a held frame waits for this
+    /// EVD's waiter or the endpoint's progress thread — a hand-off between
+    /// threads. Returns whether anything went.
+    pub fn flush_writes(&self) -> bool {
+        let mut moved = false;
+        for d in &self.drivers() {
+            moved |= d.flush();
+        }
+        moved
+    }
+
     /// Drives every driver once, without blocking (what a dequeue on an
     /// empty queue does). Returns whether anything moved.
     pub fn drive_once(&self) -> bool {
@@ -830,6 +887,59 @@ mod tests {
         assert!(matches!(evd.wait(Some(Duration::from_millis(20)), 1), Err(Error::Timeout)));
         evd.remove_driver(&*d);
         assert!(evd.drivers().is_empty());
+    }
+
+    /// A driver with frames to send: counts flushes and full drives.
+    #[derive(Default)]
+    struct Outbox {
+        waiting: AtomicUsize,
+        flushed: AtomicUsize,
+        drives: AtomicUsize,
+    }
+
+    impl Driver for Outbox {
+        fn drive(&self) -> bool {
+            self.drives.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        fn wait_on(&self) -> WaitOn<'_> {
+            WaitOn { fd: None, deadline: None }
+        }
+        fn flush(&self) -> bool {
+            let n = self.waiting.swap(0, Ordering::Relaxed);
+            self.flushed.fetch_add(n, Ordering::Relaxed);
+            n > 0
+        }
+    }
+
+    #[test]
+    fn flush_writes_sends_without_driving() {
+        let evd = SoftEvd::new(16);
+        let ob = Arc::new(Outbox::default());
+        let d: Arc<dyn Driver> = ob.clone();
+        evd.add_driver(&d);
+        assert!(!evd.flush_writes(), "nothing waits");
+        ob.waiting.store(3, Ordering::Relaxed);
+        assert!(evd.flush_writes());
+        assert_eq!(ob.flushed.load(Ordering::Relaxed), 3);
+        assert_eq!(ob.drives.load(Ordering::Relaxed), 0, "no reads, no timers: a flush only");
+    }
+
+    #[test]
+    fn deferred_doorbell_is_scoped_and_nests() {
+        assert!(!doorbell_deferred());
+        let r = with_deferred_doorbell(|| {
+            assert!(doorbell_deferred());
+            with_deferred_doorbell(|| assert!(doorbell_deferred()));
+            assert!(doorbell_deferred(), "the inner scope leaves the outer one deferred");
+            std::thread::spawn(|| assert!(!doorbell_deferred(), "per thread")).join().unwrap();
+            7
+        });
+        assert_eq!(r, 7);
+        assert!(!doorbell_deferred());
+        let caught = std::panic::catch_unwind(|| with_deferred_doorbell(|| panic!("boom")));
+        assert!(caught.is_err());
+        assert!(!doorbell_deferred(), "restored after a panic too");
     }
 
     #[test]

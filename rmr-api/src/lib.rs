@@ -64,7 +64,9 @@ mod types;
 pub mod conformance;
 
 pub use error::{Error, Result};
-pub use evd::{Driver, Evd, Interest, SoftEvd, WaitOn, cpus_idle};
+pub use evd::{
+    Driver, Evd, Interest, SoftEvd, WaitOn, cpus_idle, doorbell_deferred, with_deferred_doorbell,
+};
 pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
 pub use memory::{MemRegion, REGION_ALIGN};
 pub use objects::{Ep, EpEvds, Ia, Lmr, Psp, Pz, check_local_sges, status_to_result};

@@ -19,7 +19,9 @@ use crate::credit::{CreditConfig, Credits};
 use crate::handshake::{BridgeHello, ClientHello, Reply};
 use crate::ring::Ring;
 use crate::wire::HDR;
-use rmr_api::{Access, ConnRequest, Ep, EpEvds, EpId, Error, Evd, Event, Ia, Psp, Pz, Result};
+use rmr_api::{
+    Access, ConnRequest, Ep, EpEvds, EpId, Error, Evd, Event, Ia, Psp, Pz, Result, SoftEvd,
+};
 use splice::{CTL_SLOTS, Link, Splice, SpliceSt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -154,18 +156,41 @@ impl Shared {
         let b = bind::bind_side_thread(s, self.cfg.bind);
         *self.binding[s].lock().unwrap_or_else(|e| e.into_inner()) = b;
         let evd = self.sides[s].evd.clone();
+        let soft = evd.as_any().downcast_ref::<SoftEvd>();
         while !self.stop.load(Ordering::Acquire) {
             if let Ok(ev) = evd.wait(Some(Duration::from_millis(50)), 1) {
-                self.handle(s, ev);
-                let mut n = 0;
-                while n < 256 {
-                    match evd.dequeue() {
-                        Some(ev) => self.handle(s, ev),
-                        None => break,
+                // Posts hold small frames for batching; nobody is woken to
+                // send them: this thread does, right after the batch (the far
+                // side's EVD is another thread's, and a hand-off to it would
+                // cost a wake-up per message).
+                rmr_api::with_deferred_doorbell(|| {
+                    self.handle(s, ev);
+                    let mut n = 0;
+                    while n < 256 {
+                        // What the wait's drive already queued (the next wait
+                        // reads the sockets again: no read that finds nothing
+                        // on every endpoint of the side after each batch).
+                        let next = match soft {
+                            Some(q) => q.try_pop(),
+                            None => evd.dequeue(),
+                        };
+                        match next {
+                            Some(ev) => self.handle(s, ev),
+                            None => break,
+                        }
+                        n += 1;
                     }
-                    n += 1;
-                }
+                });
+                self.flush(1 - s);
+                self.flush(s);
             }
+        }
+    }
+
+    /// Sends what side `x`'s endpoints hold (see `SoftEvd::flush_writes`).
+    fn flush(&self, x: usize) {
+        if let Some(e) = self.sides[x].evd.as_any().downcast_ref::<SoftEvd>() {
+            e.flush_writes();
         }
     }
 
@@ -299,6 +324,8 @@ impl Shared {
         // Forward what the target sent while the client was being accepted.
         sp.pump(&mut st);
         sp.pass_on_close(&mut st);
+        drop(st);
+        self.flush(s);
         Ok(())
     }
 }

@@ -70,6 +70,10 @@ struct St {
     ops: ClientOps<OpKind>,
     txq: VecDeque<Tx>,
     free_hdr: Vec<u32>,
+    /// Header slots posted and not yet known complete, in posting order.
+    hdr_inflight: VecDeque<u32>,
+    /// Posts since the last signalled one.
+    unsignalled: u32,
     recvs: VecDeque<UserRecv>,
     held: VecDeque<(usize, Header)>,
     cur: Option<(UserRecv, Status)>,
@@ -81,6 +85,48 @@ struct St {
     /// Messages sent / received (diagnostics).
     sent: u64,
     rcvd: u64,
+}
+
+/// Every this many messages to the bridge one asks for a completion (and
+/// so for a transport acknowledgement); it frees the header slots of every
+/// message posted before it. A message per request would make the bridge
+/// answer each with an acknowledgement of its own — a wake-up at both ends.
+const SIGNAL_EVERY: u32 = 16;
+/// ... and always once fewer header slots than this are free.
+const LOW_SLOTS: usize = 8;
+
+impl St {
+    /// A header slot for a message, and the flags to post it with.
+    fn take_slot(&mut self) -> Option<(u32, DtoFlags)> {
+        let slot = self.free_hdr.pop()?;
+        let signal = self.unsignalled + 1 >= SIGNAL_EVERY || self.free_hdr.len() < LOW_SLOTS;
+        self.unsignalled = if signal { 0 } else { self.unsignalled + 1 };
+        self.hdr_inflight.push_back(slot);
+        Some((slot, if signal { DtoFlags::empty() } else { DtoFlags::SUPPRESS }))
+    }
+
+    /// The message in `slot` could not be posted after all.
+    fn untake_slot(&mut self, slot: u32) {
+        if self.hdr_inflight.back() == Some(&slot) {
+            self.hdr_inflight.pop_back();
+        }
+        self.free_hdr.push(slot);
+        // It may have been the signalled one: the next is.
+        self.unsignalled = SIGNAL_EVERY;
+    }
+
+    /// The message in `slot` completed: it and every one posted before it are done.
+    fn slots_done(&mut self, slot: u32) {
+        if !self.hdr_inflight.contains(&slot) {
+            return;
+        }
+        while let Some(s) = self.hdr_inflight.pop_front() {
+            self.free_hdr.push(s);
+            if s == slot {
+                break;
+            }
+        }
+    }
 }
 
 const TO_REQ: u8 = 0;
@@ -203,7 +249,7 @@ impl Core {
                     let seen = s.poke_gen();
                     if s.wait_ready(seen, Duration::ZERO, Duration::from_millis(10)) && !c.waited()
                     {
-                        c.poll();
+                        c.poll_with(false);
                     }
                 }
                 None => {
@@ -262,7 +308,7 @@ impl Core {
             if !st.credits.can_send_data() {
                 break;
             }
-            let Some(slot) = st.free_hdr.pop() else { break };
+            let Some((slot, dflags)) = st.take_slot() else { break };
             let front = st.txq.pop_front().expect("nonempty");
             let mut h = front.hdr;
             let ret = st.credits.send_data();
@@ -278,7 +324,7 @@ impl Core {
             for (l, o, n) in &front.payload {
                 sges.push(Sge::new(&**l, *o, *n));
             }
-            let r = self.inner.post_send(&sges, HDR_BIT | u64::from(slot), DtoFlags::empty());
+            let r = self.inner.post_send(&sges, HDR_BIT | u64::from(slot), dflags);
             crate::trace::line(|| {
                 format!(
                     "zep {} send {:?} id {} len {} ret {}/{} -> {r:?} data={}",
@@ -297,14 +343,14 @@ impl Core {
                     drop(sges);
                     st.credits.undo(true, ret);
                     st.echo |= echo;
-                    st.free_hdr.push(slot);
+                    st.untake_slot(slot);
                     st.txq.push_front(front);
                     return;
                 }
             }
         }
         while st.credits.want_ctl() {
-            let Some(slot) = st.free_hdr.pop() else { break };
+            let Some((slot, dflags)) = st.take_slot() else { break };
             let mut h = Header::new(Kind::Ctl);
             let ret = st.credits.send_ctl();
             (h.ret_data, h.ret_ctl) = ret;
@@ -315,7 +361,7 @@ impl Core {
             let off = u64::from(slot) * HDR as u64;
             let _ = self.hdrs.write(off, &h.encode());
             let sge = [Sge::new(&*self.hdr_lmr, off, HDR as u64)];
-            let r = self.inner.post_send(&sge, HDR_BIT | u64::from(slot), DtoFlags::empty());
+            let r = self.inner.post_send(&sge, HDR_BIT | u64::from(slot), dflags);
             crate::trace::line(|| {
                 format!(
                     "zep {} send ctl ret {}/{} -> {r:?}",
@@ -327,7 +373,7 @@ impl Core {
             if r.is_err() {
                 st.credits.undo(false, ret);
                 st.echo |= echo;
-                st.free_hdr.push(slot);
+                st.untake_slot(slot);
                 return;
             }
             st.sent += 1;
@@ -452,7 +498,7 @@ impl Core {
         }
         match ev {
             Event::Dto(c) if c.cookie & HDR_BIT != 0 => {
-                st.free_hdr.push((c.cookie & 0xffff_ffff) as u32);
+                st.slots_done((c.cookie & 0xffff_ffff) as u32);
             }
             Event::Dto(c) if c.cookie & RING_BIT != 0 && c.status.is_ok() => {
                 self.on_message(st, (c.cookie & 0xffff_ffff) as usize, out);
@@ -467,10 +513,23 @@ impl Core {
 
     /// Harvests the real endpoint's events once; true when anything happened.
     pub(crate) fn poll(&self) -> bool {
+        self.poll_with(true)
+    }
+
+    /// [`Core::poll`]; with `drive` false it only takes what the real EVD
+    /// already holds (for a caller that drives the endpoint by other means
+    /// — a waiter blocking in the EVD's drivers — and would otherwise make
+    /// a read that finds nothing each time it looks).
+    pub(crate) fn poll_with(&self, drive: bool) -> bool {
         let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+        let soft = if drive { None } else { self.inner_evd.as_any().downcast_ref::<SoftEvd>() };
         let mut batch: SmallVec<[Event; 16]> = SmallVec::new();
         while batch.len() < 64 {
-            match self.inner_evd.dequeue() {
+            let ev = match soft {
+                Some(s) => s.try_pop(),
+                None => self.inner_evd.dequeue(),
+            };
+            match ev {
                 Some(ev) => batch.push(ev),
                 None => break,
             }
@@ -596,6 +655,8 @@ impl BridgedEp {
                 ops: ClientOps::new(cfg.max_dtos),
                 txq: VecDeque::new(),
                 free_hdr: (0..nslots as u32).rev().collect(),
+                hdr_inflight: VecDeque::new(),
+                unsignalled: 0,
                 recvs: VecDeque::new(),
                 held: VecDeque::new(),
                 cur: None,

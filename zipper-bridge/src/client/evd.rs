@@ -42,8 +42,9 @@ impl BridgeEvd {
         self.q.push(ev);
     }
 
-    /// Harvests every attached endpoint once; true when anything happened.
-    fn progress(&self) -> bool {
+    /// Harvests every attached endpoint once (driving their sockets too
+    /// with `drive`); true when anything happened.
+    fn progress(&self, drive: bool) -> bool {
         if !self.has_cores.load(Ordering::Acquire) {
             return false;
         }
@@ -53,7 +54,7 @@ impl BridgeEvd {
         };
         let mut moved = false;
         for c in cores {
-            moved |= c.poll();
+            moved |= c.poll_with(drive);
         }
         moved
     }
@@ -81,7 +82,7 @@ impl Evd for BridgeEvd {
 
     fn dequeue(&self) -> Option<Event> {
         if self.q.is_empty() {
-            self.progress();
+            self.progress(true);
         }
         self.q.dequeue()
     }
@@ -101,7 +102,14 @@ impl Evd for BridgeEvd {
 
 impl BridgeEvd {
     fn wait_driving(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        // Spin (driving the sockets, yielding the CPU) as long as a plain
+        // EVD's waiter would before it blocks: a reply that comes within
+        // it costs no wake-up.
+        // Spin only when a CPU is free (as plain EVD waiters do).
+        let spin =
+            if rmr_api::cpus_idle() { self.q.spin_time() } else { std::time::Duration::ZERO };
         loop {
             if self.q.len() >= threshold {
                 if let Some(e) = self.q.dequeue() {
@@ -109,7 +117,8 @@ impl BridgeEvd {
                 }
             }
             let seen = self.q.poke_gen();
-            if self.progress() || self.q.len() >= threshold {
+            // The wait below drives the sockets; this only harvests.
+            if self.progress(false) || self.q.len() >= threshold {
                 continue;
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -121,7 +130,8 @@ impl BridgeEvd {
             } else {
                 left
             };
-            match self.q.wait_or_poke(nap, threshold, seen) {
+            let spin_left = spin.saturating_sub(start.elapsed());
+            match self.q.wait_or_poke_spin(nap, threshold, seen, spin_left) {
                 Ok(Some(e)) => return Ok(e),
                 Ok(None) | Err(Error::Timeout) => {}
                 Err(e) => return Err(e),
