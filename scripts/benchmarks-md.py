@@ -116,6 +116,9 @@ for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
         verdict(f"RDMA barrier / send-recv barrier on {label}, >= 8 processes (worst)", f"{worst:.2f}", worst <= 0.7, "<= 0.70")
 
 head = sh("git rev-parse --short HEAD")
+nproc = sh("nproc")
+kernel = sh("uname -r")
+mem = sh("awk '/MemTotal/ {printf \"%.0f GiB\", $2/1048576}' /proc/meminfo")
 cpu = sh("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2").strip()
 print(f"""# rmr benchmarks
 
@@ -128,8 +131,8 @@ scripts/bench-all.sh            # ~25 minutes; writes bench-out/
 python3 scripts/benchmarks-md.py > BENCHMARKS.md
 ```
 
-Machine: {sh('nproc')} CPUs ({cpu}), {sh("awk '/MemTotal/ {printf \"%.0f GiB\", $2/1048576}' /proc/meminfo")},
-Linux {sh('uname -r')}. Client and server run on the same 2 CPUs, so
+Machine: {nproc} CPUs ({cpu}), {mem},
+Linux {kernel}. Client and server run on the same 2 CPUs, so
 unshaped (CPU-bound) numbers share the machine between both ends.
 
 The lab (`scripts/lab.sh`): two network namespaces joined by one veth pair
