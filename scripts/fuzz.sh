@@ -5,11 +5,12 @@
 #
 # SECONDS_PER_TARGET defaults to $FUZZ_SECS or 60. Targets default to all of
 # them (fuzz/fuzz_targets/*.rs). Each target starts from its kept regression
-# inputs (backend-tcp/fuzz-regressions/<target>, multirail/fuzz-regressions/
-# <target>) plus its corpus from earlier runs (fuzz/corpus/<target>, not
-# committed). A crash or hang is copied into the regression folder of its
-# target, where the plain `cargo test` replay picks it up, and the script
-# exits non-zero. Prints one line of figures per target (runs, coverage).
+# inputs (<crate>/fuzz-regressions/<target>: backend-tcp, multirail, or
+# zipper-bridge for zb_* and world_file) plus its corpus from earlier runs
+# (fuzz/corpus/<target>, not committed). A crash or hang is copied into the
+# regression folder of its target, where the plain `cargo test` replay picks
+# it up, and the script exits non-zero. Prints one line of figures per target
+# (runs, coverage).
 #
 # Toolchain: cargo-fuzz needs unstable rustc flags (-Zsanitizer). With no
 # nightly toolchain installed, the stable one is used with RUSTC_BOOTSTRAP=1
@@ -28,6 +29,7 @@ fi
 regdir() {
   case "$1" in
     mr_*) echo "multirail/fuzz-regressions/$1";;
+    zb_*|world_file) echo "zipper-bridge/fuzz-regressions/$1";;
     *) echo "backend-tcp/fuzz-regressions/$1";;
   esac
 }

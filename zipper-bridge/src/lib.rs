@@ -64,6 +64,8 @@ pub mod chunk;
 mod client;
 pub mod credit;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod handshake;
 mod join;
 mod ring;

@@ -114,7 +114,7 @@ pub struct WorldDesc {
 }
 
 fn line_of(text: &str, at: usize) -> usize {
-    text[..at.min(text.len())].bytes().filter(|&b| b == b'\n').count() + 1
+    text.as_bytes()[..at.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
 impl WorldDesc {
