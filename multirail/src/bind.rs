@@ -1,14 +1,18 @@
-//! Thread placement for the `pinned` engine, through hwloc.
+//! Thread placement for the `pinned` engine (and the zipper bridge's
+//! forwarding threads), through hwloc.
 //!
-//! Rail thread `r` is bound to core `r mod cores`. (Choosing the core
-//! NUMA-nearest the rail's NIC needs the NIC's PCI locality; veth rails and
+//! Thread `i` is bound to core `i mod cores`. (Choosing the core
+//! NUMA-nearest a rail's NIC needs the NIC's PCI locality; veth rails and
 //! loopback have none, so the index rule is what applies in the lab.)
 
 use hwloc2::{CpuBindFlags, ObjectType, Topology};
 
-/// Binds the calling thread for rail `rail`; returns a description of the
-/// binding for the EP's attributes (`rail<i>.cpu`).
-pub(crate) fn bind_rail_thread(rail: usize, enabled: bool) -> String {
+/// Binds the calling thread to core `index mod cores` (one processing unit
+/// of it) with hwloc, unless `enabled` is false. Returns a description of
+/// the binding for attributes and status lines: `core 1 (pu 1)`, or
+/// `unbound (...)` with the reason. Never fails: a machine where hwloc
+/// cannot bind runs unbound.
+pub fn bind_thread_to_core(index: usize, enabled: bool) -> String {
     if !enabled {
         return "unbound (binding disabled)".into();
     }
@@ -20,7 +24,7 @@ pub(crate) fn bind_rail_thread(rail: usize, enabled: bool) -> String {
             Ok(c) if !c.is_empty() => c,
             _ => return "unbound (hwloc found no cores)".into(),
         };
-        let idx = rail % cores.len();
+        let idx = index % cores.len();
         match cores[idx].cpuset() {
             Some(mut s) => {
                 s.singlify();

@@ -869,7 +869,7 @@ impl Core {
     /// thread is waiting to do it (it is never woken by completions, so a
     /// waiter and the rail threads do not race for every event).
     fn rail_thread(self: Arc<Self>, rail: usize, rx: crossbeam_channel::Receiver<Work>) {
-        let cpu = crate::bind::bind_rail_thread(rail, self.cfg.bind);
+        let cpu = crate::bind::bind_thread_to_core(rail, self.cfg.bind);
         *self.rails[rail].cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu;
         let mut batch = Vec::new();
         let evd = self.rails[rail].evd.clone();

@@ -55,6 +55,7 @@ mod objects;
 pub mod planner;
 mod psp;
 
+pub use bind::bind_thread_to_core;
 pub use ep::MrEp;
 pub use evd::MrEvd;
 pub use objects::{MrIa, MrLmr, MrPz};
