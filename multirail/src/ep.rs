@@ -73,10 +73,9 @@ pub(crate) struct Work {
     local: Segs,
     remote: Option<(RmrContext, u64)>,
     cookie: u64,
-    /// Posted with SUPPRESS on the rail: a whole RDMA write or send the
-    /// user suppressed completes when a later DTO (or a probe) of the same
-    /// rail completes, with no completion (and no acknowledgement) of its
-    /// own.
+    /// Posted with SUPPRESS on the rail: a send the user suppressed
+    /// completes when a later DTO (or a probe) of the same rail completes,
+    /// with no completion (and no acknowledgement) of its own.
     silent: bool,
 }
 
@@ -142,6 +141,9 @@ struct State {
     /// Per rail, where the last RDMA write posted on it went: the target
     /// of its probes (a zero-length write touches no byte).
     probe_at: SmallVec<[Option<(RmrContext, u64)>; 8]>,
+    /// Silent stripes and probes posted (diagnostics: `attr().notes`).
+    silent_posted: u64,
+    probes_posted: u64,
     ended: SmallVec<[bool; 8]>,
     broken: bool,
     /// Per-rail service-rate estimate for adaptive striping.
@@ -423,6 +425,7 @@ impl Core {
         st.posted[rail] += 1;
         let seq = st.posted[rail];
         st.probe[rail] = Some(seq);
+        st.probes_posted += 1;
         Some(Work {
             rail,
             kind: Kind::Write,
@@ -452,10 +455,8 @@ impl Core {
                 continue;
             }
             s.done = true;
-            let len = s.len;
             req.remaining -= 1;
             st.completed[rail] += 1;
-            st.planner.completed(rail, len);
         }
     }
 
@@ -498,25 +499,35 @@ impl Core {
             return works;
         }
         let now = Instant::now();
-        // A whole RDMA write or send the user suppressed goes silent on its
-        // rail (no completion, no acknowledgement of its own), as on one
-        // rail, once the rail knows where a probe may go.
-        if let (Kind::Write, [s]) = (kind, &plan[..]) {
-            st.probe_at[s.rail] = st.reqs[idx].remote.map(|(c, o)| (c, o + s.offset));
+        // A send the user suppressed goes silent on its rail (no completion,
+        // no acknowledgement of its own), as on one rail, once the rail
+        // knows where a probe may go. Its bytes do not count as in flight
+        // for the planner (small, and their end is learnt late). Writes stay
+        // signalled: their completions are what spreads small writes over
+        // the rails (the planner's outstanding bytes) and clears fences.
+        if matches!(kind, Kind::Write) {
+            if let Some((c, o)) = st.reqs[idx].remote {
+                for s in &plan {
+                    st.probe_at[s.rail] = Some((c, o + s.offset));
+                }
+            }
         }
         let silent = plan.len() == 1
-            && matches!(kind, Kind::Write | Kind::Send { .. })
+            && matches!(kind, Kind::Send { .. })
             && !st.reqs[idx].signalled
             && st.probe_at[plan[0].rail].is_some()
             && st.silent[plan[0].rail].len() < MAX_SILENT;
         for (i, s) in plan.iter().enumerate() {
             let out = st.planner.outstanding()[s.rail];
             st.rate[s.rail].posted(out, now);
-            st.planner.posted(s.rail, s.len);
+            if !silent {
+                st.planner.posted(s.rail, s.len);
+            }
             st.posted[s.rail] += 1;
             let seq = st.posted[s.rail];
             if silent {
                 st.silent[s.rail].push_back(Silent { id, idx: i, seq });
+                st.silent_posted += 1;
             }
             let req = &mut st.reqs[idx];
             req.stripes.push(StripeRec {
@@ -1198,6 +1209,8 @@ impl MrEp {
                 silent: (0..n).map(|_| VecDeque::new()).collect(),
                 probe: smallvec::smallvec![None; n],
                 probe_at: smallvec::smallvec![None; n],
+                silent_posted: 0,
+                probes_posted: 0,
                 ended: smallvec::smallvec![false; n],
                 broken: false,
                 rate: smallvec::smallvec![RailRate::new(); n],
@@ -1290,6 +1303,8 @@ impl Ep for MrEp {
         notes.push(("rail_mbps_est".into(), r.join(",")));
         {
             let st = c.lock();
+            notes.push(("silent_sends".into(), st.silent_posted.to_string()));
+            notes.push(("probes".into(), st.probes_posted.to_string()));
             notes.push((
                 "state".into(),
                 format!(
