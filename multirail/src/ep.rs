@@ -29,6 +29,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 const RECV_BIT: u64 = 1 << 63;
+/// Cookie bit of a probe: a zero-length signalled write whose completion
+/// tells that the silent stripes posted before it on its rail completed.
+const PROBE_BIT: u64 = 1 << 62;
+/// Silent stripes a rail may carry before the next one is signalled.
+const MAX_SILENT: usize = 32;
 /// Software-event value that wakes a pinned rail thread for new work.
 const WAKE: u64 = 0x5741_4b45;
 
@@ -68,6 +73,10 @@ pub(crate) struct Work {
     local: Segs,
     remote: Option<(RmrContext, u64)>,
     cookie: u64,
+    /// Posted with SUPPRESS on the rail: a send the user suppressed
+    /// completes when a later DTO (or a probe) of the same rail completes,
+    /// with no completion (and no acknowledgement) of its own.
+    silent: bool,
 }
 
 struct StripeRec {
@@ -76,6 +85,16 @@ struct StripeRec {
     len: u64,
     t0: Instant,
     done: bool,
+    /// Its place among the DTOs posted on its rail (`State::posted`).
+    seq: u64,
+}
+
+/// A silent stripe waiting for a later completion of its rail.
+#[derive(Clone, Copy)]
+struct Silent {
+    id: u64,
+    idx: usize,
+    seq: u64,
 }
 
 struct Req {
@@ -115,6 +134,16 @@ struct State {
     posted: SmallVec<[u64; 8]>,
     completed: SmallVec<[u64; 8]>,
     deferred: VecDeque<Deferred>,
+    /// Per rail, its silent stripes in posting order.
+    silent: SmallVec<[VecDeque<Silent>; 8]>,
+    /// Per rail, the sequence number of a probe in flight.
+    probe: SmallVec<[Option<u64>; 8]>,
+    /// Per rail, where the last RDMA write posted on it went: the target
+    /// of its probes (a zero-length write touches no byte).
+    probe_at: SmallVec<[Option<(RmrContext, u64)>; 8]>,
+    /// Silent stripes and probes posted (diagnostics: `attr().notes`).
+    silent_posted: u64,
+    probes_posted: u64,
     ended: SmallVec<[bool; 8]>,
     broken: bool,
     /// Per-rail service-rate estimate for adaptive striping.
@@ -275,11 +304,15 @@ impl Core {
         loop {
             let r = match (w.kind, &remote) {
                 (Kind::Send { solicited }, _) => {
-                    let f = if solicited { DtoFlags::SOLICITED } else { DtoFlags::empty() };
+                    let mut f = if solicited { DtoFlags::SOLICITED } else { DtoFlags::empty() };
+                    if w.silent {
+                        f |= DtoFlags::SUPPRESS;
+                    }
                     rail.ep.post_send(&sges, w.cookie, f)
                 }
                 (Kind::Write, Some((Ok(c), o))) => {
-                    rail.ep.post_rdma_write(&sges, c, *o, w.cookie, DtoFlags::empty())
+                    let f = if w.silent { DtoFlags::SUPPRESS } else { DtoFlags::empty() };
+                    rail.ep.post_rdma_write(&sges, c, *o, w.cookie, f)
                 }
                 (Kind::Read, Some((Ok(c), o))) => {
                     rail.ep.post_rdma_read(&sges, c, *o, w.cookie, DtoFlags::empty())
@@ -375,7 +408,74 @@ impl Core {
             local: slice(&req.local, s.offset, s.len),
             remote: req.remote.map(|(c, o)| (c, o + s.offset)),
             cookie: id << 8 | idx as u64,
+            silent: false,
         }
+    }
+
+    /// A probe on `rail` if it carries silent stripes and has none in
+    /// flight: a zero-length signalled write to where its last silent
+    /// stripe went. Whoever waits for the rail's completions (a fence, a
+    /// full window, a completed DTO held behind a silent one) asks for one.
+    fn probe(&self, st: &mut State, rail: usize) -> Option<Work> {
+        if st.probe[rail].is_some() || st.ended[rail] {
+            return None;
+        }
+        st.silent[rail].back()?;
+        let (ctx, off) = st.probe_at[rail]?;
+        st.posted[rail] += 1;
+        let seq = st.posted[rail];
+        st.probe[rail] = Some(seq);
+        st.probes_posted += 1;
+        Some(Work {
+            rail,
+            kind: Kind::Write,
+            local: Segs::new(),
+            remote: Some((ctx, off)),
+            cookie: PROBE_BIT | seq,
+            silent: false,
+        })
+    }
+
+    /// Probes every rail that carries silent stripes.
+    fn probe_all(&self, st: &mut State) -> SmallVec<[Work; 8]> {
+        (0..self.rails.len()).filter_map(|r| self.probe(st, r)).collect()
+    }
+
+    /// A DTO posted on `rail` as number `seq` completed successfully: every
+    /// silent stripe posted before it on that rail has completed too.
+    fn imply(&self, st: &mut State, rail: usize, seq: u64) {
+        while st.silent[rail].front().is_some_and(|s| s.seq < seq) {
+            let sl = st.silent[rail].pop_front().expect("front");
+            // A stripe that failed (its error completion was counted then)
+            // or moved to another rail is no longer this rail's.
+            let Some(i) = sl.id.checked_sub(st.front_id) else { continue };
+            let Some(req) = st.reqs.get_mut(i as usize) else { continue };
+            let Some(s) = req.stripes.get_mut(sl.idx) else { continue };
+            if s.done || s.rail != rail || s.seq != sl.seq {
+                continue;
+            }
+            s.done = true;
+            req.remaining -= 1;
+            st.completed[rail] += 1;
+        }
+    }
+
+    /// Rail `rail` ended: its silent stripes will never be implied; they
+    /// fail over like stripes the rail flushed.
+    fn orphan_silent(
+        &self,
+        st: &mut State,
+        rail: usize,
+        status: Status,
+        evs: &mut UserEvents,
+    ) -> SmallVec<[Work; 8]> {
+        let mut works = SmallVec::new();
+        st.probe[rail] = None;
+        while let Some(sl) = st.silent[rail].pop_front() {
+            let c = self.dto(sl.id << 8 | sl.idx as u64, DtoOp::RdmaWrite, status, 0);
+            works.extend(self.on_stripe(st, rail, &c, evs));
+        }
+        works
     }
 
     /// Plans and records request `id`'s stripes, returning their work.
@@ -399,11 +499,36 @@ impl Core {
             return works;
         }
         let now = Instant::now();
+        // A send the user suppressed goes silent on its rail (no completion,
+        // no acknowledgement of its own), as on one rail, once the rail
+        // knows where a probe may go. Its bytes do not count as in flight
+        // for the planner (small, and their end is learnt late). Writes stay
+        // signalled: their completions are what spreads small writes over
+        // the rails (the planner's outstanding bytes) and clears fences.
+        if matches!(kind, Kind::Write) {
+            if let Some((c, o)) = st.reqs[idx].remote {
+                for s in &plan {
+                    st.probe_at[s.rail] = Some((c, o + s.offset));
+                }
+            }
+        }
+        let silent = plan.len() == 1
+            && matches!(kind, Kind::Send { .. })
+            && !st.reqs[idx].signalled
+            && st.probe_at[plan[0].rail].is_some()
+            && st.silent[plan[0].rail].len() < MAX_SILENT;
         for (i, s) in plan.iter().enumerate() {
             let out = st.planner.outstanding()[s.rail];
             st.rate[s.rail].posted(out, now);
-            st.planner.posted(s.rail, s.len);
+            if !silent {
+                st.planner.posted(s.rail, s.len);
+            }
             st.posted[s.rail] += 1;
+            let seq = st.posted[s.rail];
+            if silent {
+                st.silent[s.rail].push_back(Silent { id, idx: i, seq });
+                st.silent_posted += 1;
+            }
             let req = &mut st.reqs[idx];
             req.stripes.push(StripeRec {
                 rail: s.rail,
@@ -411,8 +536,11 @@ impl Core {
                 len: s.len,
                 t0: now,
                 done: false,
+                seq,
             });
-            works.push(Self::stripe_work(req, id, i, s));
+            let mut w = Self::stripe_work(req, id, i, s);
+            w.silent = silent;
+            works.push(w);
         }
         st.reqs[idx].remaining = plan.len();
         works
@@ -479,6 +607,13 @@ impl Core {
                 if !blocked || start.elapsed() > Duration::from_secs(30) {
                     break;
                 }
+                // What blocks may be silent stripes: have their rails report.
+                let mut st = self.lock();
+                let probes = self.probe_all(&mut st);
+                if !probes.is_empty() {
+                    self.issue(probes);
+                }
+                drop(st);
                 if !self.poll_rails() {
                     std::thread::yield_now();
                 }
@@ -491,6 +626,10 @@ impl Core {
             _ => return Err(Error::NotConnected),
         }
         if st.reqs.len() >= self.max_dtos {
+            let probes = self.probe_all(&mut st);
+            if !probes.is_empty() {
+                self.issue(probes);
+            }
             return Err(Error::QueueFull);
         }
         let id = st.front_id + st.reqs.len() as u64;
@@ -517,8 +656,15 @@ impl Core {
             let blocked =
                 !st.deferred.is_empty() || need.iter().zip(&st.completed).any(|(n, c)| c < n);
             if blocked {
+                let waiting: SmallVec<[usize; 8]> =
+                    (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
+                let probes: SmallVec<[Work; 8]> =
+                    waiting.into_iter().filter_map(|r| self.probe(&mut st, r)).collect();
                 let fence = (kind.ordered() || full).then_some(full);
                 st.deferred.push_back(Deferred { id, need, fence });
+                if !probes.is_empty() {
+                    self.issue(probes);
+                }
                 return Ok(());
             }
         }
@@ -558,6 +704,11 @@ impl Core {
         let mut works = SmallVec::new();
         while let Some(d) = st.deferred.front() {
             if d.need.iter().zip(&st.completed).any(|(n, c)| c < n) {
+                let waiting: SmallVec<[usize; 8]> =
+                    (0..self.rails.len()).filter(|&r| d.need[r] > st.completed[r]).collect();
+                for r in waiting {
+                    works.extend(self.probe(st, r));
+                }
                 break;
             }
             // Requests deferred ahead of an ordered one were launched after
@@ -569,7 +720,12 @@ impl Core {
                     .map(|r| if r == ctl && !full { 0 } else { st.posted[r] })
                     .collect();
                 if need.iter().zip(&st.completed).any(|(n, c)| c < n) {
+                    let waiting: SmallVec<[usize; 8]> =
+                        (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
                     st.deferred.front_mut().expect("front").need = need;
+                    for r in waiting {
+                        works.extend(self.probe(st, r));
+                    }
                     break;
                 }
             }
@@ -588,10 +744,40 @@ impl Core {
         evs: &mut UserEvents,
     ) -> SmallVec<[Work; 8]> {
         let mut works = SmallVec::new();
+        // A completion that is not the rail's end (success, or an error the
+        // peer reported in order) tells that every silent stripe posted
+        // before it on this rail completed: their errors would have come first.
+        let lost = matches!(c.status, Status::Broken | Status::Flushed);
+        if c.cookie & PROBE_BIT != 0 {
+            let seq = c.cookie & !PROBE_BIT;
+            st.completed[rail] += 1;
+            if st.probe[rail] == Some(seq) {
+                st.probe[rail] = None;
+            }
+            if !lost {
+                self.imply(st, rail, seq);
+            }
+            self.release(st, evs);
+            if st.reqs.iter().skip(1).any(|r| r.remaining == 0) {
+                works.extend(self.probe_all(st));
+            }
+            return works;
+        }
         let (id, idx) = (c.cookie >> 8, (c.cookie & 0xff) as usize);
         st.completed[rail] += 1;
         if id < st.front_id {
             return works;
+        }
+        if !lost {
+            let seq = st
+                .reqs
+                .get((id - st.front_id) as usize)
+                .and_then(|r| r.stripes.get(idx))
+                .filter(|s| s.rail == rail && !s.done)
+                .map(|s| s.seq);
+            if let Some(seq) = seq {
+                self.imply(st, rail, seq);
+            }
         }
         let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { return works };
         let Some(s) = req.stripes.get_mut(idx) else { return works };
@@ -636,6 +822,8 @@ impl Core {
                     works.push(Self::stripe_work(req, id, idx, &stripe));
                     st.planner.posted(nr, slen);
                     st.posted[nr] += 1;
+                    let seq = st.posted[nr];
+                    st.reqs[(id - st.front_id) as usize].stripes[idx].seq = seq;
                     // Fenced requests must also wait for the re-issued stripe.
                     let p = st.posted[nr];
                     for d in st.deferred.iter_mut() {
@@ -667,6 +855,15 @@ impl Core {
             st.planner.feedback(&t);
         }
         self.release(st, evs);
+        // A finished DTO held behind an earlier one that waits only for
+        // silent stripes: ask their rails to report.
+        let held = id >= st.front_id
+            && st.reqs.get((id - st.front_id) as usize).is_some_and(|r| r.remaining == 0);
+        // (Every rail with silent stripes: those behind the oldest DTO may
+        // sit on other rails, and one round of probes clears them all.)
+        if held {
+            works.extend(self.probe_all(st));
+        }
         works
     }
 
@@ -741,8 +938,9 @@ impl Core {
                         ));
                     }
                 }
+                let works = self.orphan_silent(st, rail, Status::Broken, evs);
                 self.maybe_ended(st, evs);
-                SmallVec::new()
+                works
             }
             Event::Disconnected { .. } => {
                 st.ended[rail] = true;
@@ -755,8 +953,9 @@ impl Core {
                         }
                     }
                 }
+                let works = self.orphan_silent(st, rail, Status::Flushed, evs);
                 self.maybe_ended(st, evs);
-                SmallVec::new()
+                works
             }
             _ => SmallVec::new(),
         }
@@ -1007,6 +1206,11 @@ impl MrEp {
                 posted: smallvec::smallvec![0; n],
                 completed: smallvec::smallvec![0; n],
                 deferred: VecDeque::new(),
+                silent: (0..n).map(|_| VecDeque::new()).collect(),
+                probe: smallvec::smallvec![None; n],
+                probe_at: smallvec::smallvec![None; n],
+                silent_posted: 0,
+                probes_posted: 0,
                 ended: smallvec::smallvec![false; n],
                 broken: false,
                 rate: smallvec::smallvec![RailRate::new(); n],
@@ -1099,6 +1303,8 @@ impl Ep for MrEp {
         notes.push(("rail_mbps_est".into(), r.join(",")));
         {
             let st = c.lock();
+            notes.push(("silent_sends".into(), st.silent_posted.to_string()));
+            notes.push(("probes".into(), st.probes_posted.to_string()));
             notes.push((
                 "state".into(),
                 format!(

@@ -379,14 +379,20 @@ impl SoftEvd {
             if done() {
                 break true;
             }
+            // After a pass, only the drivers that moved are driven again at
+            // once; the others when `poll` reports them (no read on an idle
+            // socket per pass).
             let mut moved = false;
+            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
             for (i, d) in drivers.iter().enumerate() {
                 if ready.has(i) {
-                    moved |= d.drive();
+                    let m = d.drive();
+                    which[i] = m;
+                    moved |= m;
                 }
             }
             if moved {
-                ready = Ready::All;
+                ready = Ready::Some(which);
                 continue;
             }
             let now = Instant::now();
