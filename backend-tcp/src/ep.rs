@@ -61,7 +61,7 @@ pub(crate) struct EpShared {
     pub(crate) evds: EpEvds,
     state: AtomicU8,
     pub(crate) tx: OnceLock<Tx>,
-    rx: Mutex<Option<RxState>>,
+    pub(crate) rx: Mutex<Option<RxState>>,
     pub(crate) peer: OnceLock<SocketAddr>,
     pub(crate) inflight: Mutex<VecDeque<Inflight>>,
     pub(crate) recvs: Mutex<VecDeque<RecvWr>>,
@@ -463,10 +463,23 @@ impl EpShared {
         let Ok(mut g) = self.rx.try_lock() else { return false };
         let Some(rx) = g.as_mut() else { return false };
         match self.read_ready(rx, tx.stream()) {
-            Ok(m) => m,
+            Ok(m) => {
+                // Ended meanwhile by another thread, which could not take
+                // the receive state from us: what we were placing ends too.
+                if self.ended.load(Ordering::Acquire) {
+                    if let Some(mut c) = rx.take_owed() {
+                        drop(g);
+                        c.status = Status::Flushed;
+                        c.bytes = 0;
+                        self.complete(c);
+                    }
+                }
+                m
+            }
             Err(end) => {
+                let owed = rx.take_owed();
                 drop(g);
-                self.finish(end);
+                self.finish_owing(end, owed);
                 true
             }
         }

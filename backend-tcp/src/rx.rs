@@ -95,7 +95,33 @@ enum Step {
     Stalled,
 }
 
+impl Then {
+    /// The completion this step owes its DTO (a receive or read whose
+    /// payload was being placed), if any.
+    fn owed(self) -> Option<DtoCompletion> {
+        match self {
+            Then::Recv(c) | Then::TooSmall(c) => Some(c),
+            Then::ReadResp(c) => c,
+            Then::Request | Then::NeedRecv | Then::Nak(_) => None,
+        }
+    }
+}
+
 impl RxState {
+    /// Takes the completion owed to a receive or read whose payload is
+    /// being placed or drained: the stream ended under it, and the DTO must
+    /// still complete once (it is no longer among the posted receives or
+    /// the requests in flight that the end flushes).
+    pub(crate) fn take_owed(&mut self) -> Option<DtoCompletion> {
+        match std::mem::replace(&mut self.phase, Phase::Header) {
+            Phase::Place { then, .. } | Phase::Drain { then, .. } => then.owed(),
+            p => {
+                self.phase = p;
+                None
+            }
+        }
+    }
+
     pub(crate) fn new() -> RxState {
         RxState {
             buf: vec![0u8; BUF].into_boxed_slice(),
@@ -243,42 +269,59 @@ impl EpShared {
             }
             Phase::NeedRecv { h, since } => self.on_need_recv(rx, h, since),
             Phase::Place { h, segs, mut idx, mut at, mut left, then } => {
+                // On every way out but completion the phase goes back into
+                // `rx` (with what it owes: an error ends the stream, and the
+                // end completes the receive or read being placed).
                 while left > 0 {
-                    let s = &segs[idx];
-                    let n = left.min(s.len - at);
-                    let got = if rx.avail() > 0 {
-                        let k = n.min(rx.avail() as u64);
-                        let src = &rx.buf[rx.start..rx.start + k as usize];
-                        s.region.write(s.off + at, src).map_err(|e| End::Broken(e.to_string()))?;
-                        rx.start += k as usize;
-                        k
-                    } else if n >= DIRECT {
-                        match s.region.read_some_from(s.off + at, n, &mut &*sock) {
-                            Ok(Ok(0)) => {
-                                return Err(End::Broken("stream ended inside a payload".into()));
+                    let got: Result<Option<u64>, End> = {
+                        let s = &segs[idx];
+                        let n = left.min(s.len - at);
+                        if rx.avail() > 0 {
+                            let k = n.min(rx.avail() as u64);
+                            let src = &rx.buf[rx.start..rx.start + k as usize];
+                            match s.region.write(s.off + at, src) {
+                                Ok(()) => {
+                                    rx.start += k as usize;
+                                    Ok(Some(k))
+                                }
+                                Err(e) => Err(End::Broken(e.to_string())),
                             }
-                            Ok(Ok(k)) => {
-                                rx.rx_bytes += k as u64;
-                                k as u64
+                        } else if n >= DIRECT {
+                            match s.region.read_some_from(s.off + at, n, &mut &*sock) {
+                                Ok(Ok(0)) => {
+                                    Err(End::Broken("stream ended inside a payload".into()))
+                                }
+                                Ok(Ok(k)) => {
+                                    rx.rx_bytes += k as u64;
+                                    Ok(Some(k as u64))
+                                }
+                                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => Ok(Some(0)),
+                                Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                                Ok(Err(e)) => Err(io_end("receive payload", e)),
+                                Err(e) => Err(End::Broken(e.to_string())),
                             }
-                            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => 0,
-                            Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
-                                rx.phase = Phase::Place { h, segs, idx, at, left, then };
-                                return Ok(Step::Blocked);
+                        } else {
+                            match rx.fill(sock) {
+                                Ok(true) => Ok(Some(0)),
+                                Ok(false) => Ok(None),
+                                Err(e) => Err(e),
                             }
-                            Ok(Err(e)) => return Err(io_end("receive payload", e)),
-                            Err(e) => return Err(End::Broken(e.to_string())),
                         }
-                    } else {
-                        if !rx.fill(sock)? {
+                    };
+                    let got = match got {
+                        Ok(Some(k)) => k,
+                        Ok(None) => {
                             rx.phase = Phase::Place { h, segs, idx, at, left, then };
                             return Ok(Step::Blocked);
                         }
-                        0
+                        Err(e) => {
+                            rx.phase = Phase::Place { h, segs, idx, at, left, then };
+                            return Err(e);
+                        }
                     };
                     at += got;
                     left -= got;
-                    if at == s.len {
+                    if at == segs[idx].len {
                         idx += 1;
                         at = 0;
                     }
@@ -287,9 +330,18 @@ impl EpShared {
             }
             Phase::Drain { h, mut left, then } => {
                 while left > 0 {
-                    if rx.avail() == 0 && !rx.fill(sock)? {
-                        rx.phase = Phase::Drain { h, left, then };
-                        return Ok(Step::Blocked);
+                    if rx.avail() == 0 {
+                        match rx.fill(sock) {
+                            Ok(true) => {}
+                            Ok(false) => {
+                                rx.phase = Phase::Drain { h, left, then };
+                                return Ok(Step::Blocked);
+                            }
+                            Err(e) => {
+                                rx.phase = Phase::Drain { h, left, then };
+                                return Err(e);
+                            }
+                        }
                     }
                     let k = left.min(rx.avail() as u64);
                     rx.start += k as usize;
@@ -309,7 +361,14 @@ impl EpShared {
     }
 
     fn then(&self, rx: &mut RxState, h: Header, then: Then) -> Result<Step, End> {
-        let op = h.validate().map_err(|e| End::Broken(format!("protocol error: {e}")))?;
+        let op = match h.validate() {
+            Ok(op) => op,
+            Err(e) => {
+                // Keep what this step owes for the end to complete.
+                rx.phase = Phase::Drain { h, left: 0, then };
+                return Err(End::Broken(format!("protocol error: {e}")));
+            }
+        };
         match then {
             Then::Request => {}
             Then::NeedRecv => {
@@ -601,7 +660,23 @@ impl EpShared {
     /// Ends the connection: flushes everything outstanding, posts one final
     /// event. Runs once, in whichever thread saw the end.
     pub(crate) fn finish(&self, end: End) {
+        self.finish_owing(end, None);
+    }
+
+    /// [`EpShared::finish`], also completing `owed` (a receive or read that
+    /// was being placed when the stream ended) with the end's status.
+    pub(crate) fn finish_owing(&self, end: End, owed: Option<DtoCompletion>) {
+        // The receive side's own owed completion, unless a reader holds it
+        // (that reader completes it when it sees the end: `drive_rx`).
+        let owed = owed.or_else(|| {
+            self.rx.try_lock().ok().and_then(|mut g| g.as_mut().and_then(RxState::take_owed))
+        });
         if self.ended.swap(true, Ordering::AcqRel) {
+            if let Some(mut c) = owed {
+                c.status = Status::Flushed;
+                c.bytes = 0;
+                self.complete(c);
+            }
             return;
         }
         let (status, ev) = match &end {
@@ -618,6 +693,11 @@ impl EpShared {
             tx.close();
         }
         self.shutdown_stream();
+        if let Some(mut c) = owed {
+            c.status = status;
+            c.bytes = 0;
+            self.complete(c);
+        }
         let pending: Vec<Inflight> =
             self.inflight.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
         for f in pending {
