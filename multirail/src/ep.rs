@@ -34,6 +34,10 @@ const RECV_BIT: u64 = 1 << 63;
 const PROBE_BIT: u64 = 1 << 62;
 /// Silent stripes a rail may carry before the next one is signalled.
 const MAX_SILENT: usize = 32;
+/// Suppressed RDMA writes up to this size go silent too (larger ones stay
+/// signalled: their completions are what spreads a stream of small writes
+/// over the rails, through the planner's outstanding bytes).
+const SILENT_WRITE_MAX: u64 = 1024;
 /// Software-event value that wakes a pinned rail thread for new work.
 const WAKE: u64 = 0x5741_4b45;
 
@@ -73,9 +77,9 @@ pub(crate) struct Work {
     local: Segs,
     remote: Option<(RmrContext, u64)>,
     cookie: u64,
-    /// Posted with SUPPRESS on the rail: a send the user suppressed
-    /// completes when a later DTO (or a probe) of the same rail completes,
-    /// with no completion (and no acknowledgement) of its own.
+    /// Posted with SUPPRESS on the rail: a send (or small write) the user
+    /// suppressed completes when a later DTO (or a probe) of the same rail
+    /// completes, with no completion (and no acknowledgement) of its own.
     silent: bool,
 }
 
@@ -499,12 +503,11 @@ impl Core {
             return works;
         }
         let now = Instant::now();
-        // A send the user suppressed goes silent on its rail (no completion,
-        // no acknowledgement of its own), as on one rail, once the rail
-        // knows where a probe may go. Its bytes do not count as in flight
-        // for the planner (small, and their end is learnt late). Writes stay
-        // signalled: their completions are what spreads small writes over
-        // the rails (the planner's outstanding bytes) and clears fences.
+        // A send, or a write of at most SILENT_WRITE_MAX bytes, that the user
+        // suppressed goes silent on its rail (no completion, no
+        // acknowledgement of its own), as on one rail, once the rail knows
+        // where a probe may go. Its bytes do not count as in flight for the
+        // planner (few, and their end is learnt late).
         if matches!(kind, Kind::Write) {
             if let Some((c, o)) = st.reqs[idx].remote {
                 for s in &plan {
@@ -512,8 +515,13 @@ impl Core {
                 }
             }
         }
+        let small = match kind {
+            Kind::Send { .. } => true,
+            Kind::Write => st.reqs[idx].bytes <= SILENT_WRITE_MAX,
+            _ => false,
+        };
         let silent = plan.len() == 1
-            && matches!(kind, Kind::Send { .. })
+            && small
             && !st.reqs[idx].signalled
             && st.probe_at[plan[0].rail].is_some()
             && st.silent[plan[0].rail].len() < MAX_SILENT;
@@ -1303,7 +1311,7 @@ impl Ep for MrEp {
         notes.push(("rail_mbps_est".into(), r.join(",")));
         {
             let st = c.lock();
-            notes.push(("silent_sends".into(), st.silent_posted.to_string()));
+            notes.push(("silent".into(), st.silent_posted.to_string()));
             notes.push(("probes".into(), st.probes_posted.to_string()));
             notes.push((
                 "state".into(),

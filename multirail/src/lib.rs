@@ -27,13 +27,13 @@
 //!   a channel, bound to a core with hwloc).
 //! - The completion filter: stripes' completions become one completion per
 //!   user DTO, in posting order; SUPPRESS is respected; stripe times feed
-//!   the adaptive weights. A send the user suppressed is suppressed on its
-//!   rail too (no completion or acknowledgement of its own, as on one rail)
-//!   once that rail has carried an RDMA write, and completes with the next
-//!   completion of its rail; when a fence, a full window or a finished DTO
-//!   behind it needs it sooner, a zero-length write to where the rail's last
-//!   write went makes the rail report (`attr().notes`: `silent_sends`,
-//!   `probes`).
+//!   the adaptive weights. A send or a write of up to 1 KiB that the user
+//!   suppressed is suppressed on its rail too (no completion or
+//!   acknowledgement of its own, as on one rail) once that rail has carried
+//!   an RDMA write, and completes with the next completion of its rail;
+//!   when a fence, a full window or a finished DTO behind it needs it
+//!   sooner, a zero-length write to where the rail's last write went makes
+//!   the rail report (`attr().notes`: `silent`, `probes`).
 //! - Ordering: two-sided traffic uses the control rail (the lowest live
 //!   rail) and waits until every stripe posted before it completed.
 //! - Failover: a broken rail's unfinished stripes are re-issued on the

@@ -188,6 +188,10 @@ pub struct SoftEvd {
     /// Helpers in [`SoftEvd::wait_poke_flushing`], woken by pokes only.
     poke_waiters: AtomicUsize,
     poke_efd: OnceLock<Option<OwnedFd>>,
+    /// Drivers (by index, the first 64) whose last drive found nothing:
+    /// a new wait skips them until `poll` reports them (a hint only; a
+    /// wrong bit costs one `poll`, never an event).
+    idle: AtomicU64,
 }
 
 impl Default for SoftEvd {
@@ -226,6 +230,7 @@ impl SoftEvd {
             cv: Condvar::new(),
             waiters: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
+            idle: AtomicU64::new(0),
             capacity,
             spin,
             pokes: AtomicU64::new(0),
@@ -374,7 +379,15 @@ impl SoftEvd {
         }
         let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
         let start = Instant::now();
-        let mut ready = Ready::All;
+        // Several drivers: the ones idle at the end of the last wait are
+        // left to `poll` (no read on a socket that had nothing).
+        let several = drivers.len() > 1;
+        let idle = if several { self.idle.load(Ordering::Relaxed) } else { 0 };
+        let mut ready = if idle == 0 {
+            Ready::All
+        } else {
+            Ready::Some((0..drivers.len()).map(|i| i >= 64 || idle & 1 << i == 0).collect())
+        };
         let res = loop {
             if done() {
                 break true;
@@ -389,6 +402,13 @@ impl SoftEvd {
                     let m = d.drive();
                     which[i] = m;
                     moved |= m;
+                    if several && i < 64 {
+                        if m {
+                            self.idle.fetch_and(!(1 << i), Ordering::Relaxed);
+                        } else {
+                            self.idle.fetch_or(1 << i, Ordering::Relaxed);
+                        }
+                    }
                 }
             }
             if moved {
