@@ -1,5 +1,5 @@
 //! Work-request planning (pure): LMR triplets and DTO flags in, the fields
-//! of an `ibv_send_wr` / `ibv_recv_wr` out. The FFI layer ([`crate::sys::qp`])
+//! of an `ibv_send_wr` / `ibv_recv_wr` out. The FFI layer (`sys::qp`)
 //! only copies a [`SendPlan`] into the C structs.
 
 use rdma_sys::{ibv_access_flags as A, ibv_send_flags as F, ibv_wr_opcode as Op};

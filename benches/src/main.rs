@@ -109,7 +109,7 @@ pub(crate) struct Common {
     #[arg(long, default_value = "pinned")]
     engine: String,
     /// Multirail policy: single, round-robin, even, weighted:W0,W1,..,
-    /// adaptive[:n_paths,n_batch,alpha].
+    /// `adaptive[:n_paths,n_batch,alpha]`.
     #[arg(long, default_value = "even")]
     policy: String,
     /// Stripe threshold (DTOs below it go whole to one rail).

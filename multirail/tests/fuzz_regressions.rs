@@ -10,12 +10,11 @@ use std::path::PathBuf;
 #[test]
 fn replay_mr_psp() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions/mr_psp");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
+    let files = rmr_api::conformance::regression_inputs(dir);
     assert!(!files.is_empty());
     let rig = mr_rig::MrRig::new();
-    for p in files {
-        let (rail, pd) = mr_rig::build(&std::fs::read(&p).unwrap());
+    for (p, data) in files {
+        let (rail, pd) = mr_rig::build(&data);
         let a = rig.feed(rail, &pd);
         println!("{}: {a:?}", p.display());
     }

@@ -47,7 +47,7 @@
 //! at once, even while other handles exist.
 //!
 //! ## Cargo features
-//! - `conformance`: the backend conformance suite ([`conformance`]), for
+//! - `conformance`: the backend conformance suite (`rmr_api::conformance`), for
 //!   backend tests only.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]

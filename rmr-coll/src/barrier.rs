@@ -92,7 +92,7 @@ impl Barrier {
     ///
     /// # Errors
     /// Bootstrap errors, endpoint errors (connect, register), and
-    /// [`Error::Shm`] when the node's shared-memory file cannot be made.
+    /// [`Error::Shm`](crate::Error::Shm) when the node's shared-memory file cannot be made.
     pub fn new(boot: &Bootstrap, ia: &Arc<dyn Ia>, cfg: &BarrierConfig) -> Result<Barrier> {
         let nodes = boot.nodes();
         let (rank, lrank, lsize) = (boot.rank(), boot.local_rank(), boot.local_size());
@@ -162,8 +162,8 @@ impl Barrier {
     /// Waits until every process of the job entered this barrier.
     ///
     /// # Errors
-    /// [`Error::Timeout`] when a peer's signal does not come within the
-    /// configured limit; [`Error::Link`] when an endpoint breaks.
+    /// [`Error::Timeout`](crate::Error::Timeout) when a peer's signal does not come within the
+    /// configured limit; [`Error::Link`](crate::Error::Link) when an endpoint breaks.
     pub fn wait(&mut self) -> Result<()> {
         self.seq += 1;
         let seq = self.seq;

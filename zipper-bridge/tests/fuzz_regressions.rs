@@ -5,18 +5,9 @@
 use std::path::PathBuf;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions").join(target);
-    let mut v: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .map(|p| {
-            let b = std::fs::read(&p).unwrap();
-            (p, b)
-        })
-        .collect();
-    v.sort();
-    v
+    rmr_api::conformance::regression_inputs(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions").join(target),
+    )
 }
 
 #[test]

@@ -8,7 +8,7 @@
 //! the edge of a process's block are written by two processes: their diffs
 //! merge at the page's home, which is what release consistency with twins
 //! is for. Row r of the two grids (old and new) lie side by side, so a
-//! process's rows live mostly in the pages homed at it. [`reference`] is the same computation in one process, for the
+//! process's rows live mostly in the pages homed at it. [`reference()`] is the same computation in one process, for the
 //! bit-for-bit check.
 
 use super::{Dsm, Result};

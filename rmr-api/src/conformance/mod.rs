@@ -2,7 +2,7 @@
 //! so "passes the suite" means one thing.
 //!
 //! A backend's `tests/conformance.rs` names a [`Target`] (provider specs for
-//! two IAs that can reach each other) and expands [`conformance_suite!`]
+//! two IAs that can reach each other) and expands [`conformance_suite!`](crate::conformance_suite)
 //! inside a module named `conformance`, which generates one `#[test]` per case
 //! (`conformance::rdma_read`, `conformance::bad_key`, ...):
 //!
@@ -299,6 +299,24 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
 pub fn checksum(b: &[u8]) -> u64 {
     b.iter()
         .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// The files kept in a fuzz target's regression folder (`dir`), sorted by
+/// name, with their bytes: what every crate's `tests/fuzz_regressions.rs`
+/// replays. Panics (with the folder's name) when it cannot be read.
+pub fn regression_inputs(dir: impl AsRef<std::path::Path>) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = dir.as_ref();
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path())
+        .filter(|p| p.is_file())
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+            (p, b)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 /// Generates one `#[test]` per conformance case for `$target` (a path to a
