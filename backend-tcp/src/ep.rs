@@ -467,11 +467,9 @@ impl EpShared {
                 // Ended meanwhile by another thread, which could not take
                 // the receive state from us: what we were placing ends too.
                 if self.ended.load(Ordering::Acquire) {
-                    if let Some(mut c) = rx.take_owed() {
+                    if let Some(c) = rx.take_owed() {
                         drop(g);
-                        c.status = Status::Flushed;
-                        c.bytes = 0;
-                        self.complete(c);
+                        self.complete_ended(c, Status::Flushed);
                     }
                 }
                 m

@@ -663,6 +663,13 @@ impl EpShared {
         self.finish_owing(end, None);
     }
 
+    /// Completes a DTO the end of the connection caught in the middle.
+    pub(crate) fn complete_ended(&self, mut c: DtoCompletion, status: Status) {
+        c.status = status;
+        c.bytes = 0;
+        self.complete(c);
+    }
+
     /// [`EpShared::finish`], also completing `owed` (a receive or read that
     /// was being placed when the stream ended) with the end's status.
     pub(crate) fn finish_owing(&self, end: End, owed: Option<DtoCompletion>) {
@@ -672,10 +679,8 @@ impl EpShared {
             self.rx.try_lock().ok().and_then(|mut g| g.as_mut().and_then(RxState::take_owed))
         });
         if self.ended.swap(true, Ordering::AcqRel) {
-            if let Some(mut c) = owed {
-                c.status = Status::Flushed;
-                c.bytes = 0;
-                self.complete(c);
+            if let Some(c) = owed {
+                self.complete_ended(c, Status::Flushed);
             }
             return;
         }
@@ -693,10 +698,8 @@ impl EpShared {
             tx.close();
         }
         self.shutdown_stream();
-        if let Some(mut c) = owed {
-            c.status = status;
-            c.bytes = 0;
-            self.complete(c);
+        if let Some(c) = owed {
+            self.complete_ended(c, status);
         }
         let pending: Vec<Inflight> =
             self.inflight.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();

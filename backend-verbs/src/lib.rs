@@ -11,7 +11,8 @@
 //! use rmr_api::{Access, DtoFlags, EpEvds, Event, MemRegion, Sge};
 //! use std::time::Duration;
 //!
-//! # fn main() -> rmr_api::Result<()> {
+//! // `peer`: the region the other side registered and sent over (its RMR context).
+//! # fn write_to(peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
 //! backend_verbs::register();
 //! // A device port (`verbs:mlx5_0:1`) or an address on one (`verbs:198.18.0.1`).
 //! let ia = rmr_api::open("verbs:mlx5_0:1")?;
@@ -20,7 +21,6 @@
 //! ep.connect("198.18.0.2", 4791, b"hello", Duration::from_secs(5))?;
 //! let buf = MemRegion::from_bytes(b"hello, rdma");
 //! let lmr = pz.register_all(&buf, Access::empty())?;
-//! # let peer: rmr_api::RmrContext = unimplemented!();
 //! ep.post_rdma_write(&[Sge::whole(&*lmr)], &peer, 0, 7, DtoFlags::empty())?;
 //! if let Event::Dto(c) = evd.wait(Some(Duration::from_secs(5)), 1)? {
 //!     c.result()?;

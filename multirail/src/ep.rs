@@ -440,6 +440,14 @@ impl Core {
         })
     }
 
+    /// Probes the rails a fence still waits on (`need[r]` DTOs of rail `r`
+    /// to have completed).
+    fn probe_waiting(&self, st: &mut State, need: &[u64]) -> SmallVec<[Work; 8]> {
+        let waiting: SmallVec<[usize; 8]> =
+            (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
+        waiting.into_iter().filter_map(|r| self.probe(st, r)).collect()
+    }
+
     /// Probes every rail that carries silent stripes.
     fn probe_all(&self, st: &mut State) -> SmallVec<[Work; 8]> {
         (0..self.rails.len()).filter_map(|r| self.probe(st, r)).collect()
@@ -664,10 +672,7 @@ impl Core {
             let blocked =
                 !st.deferred.is_empty() || need.iter().zip(&st.completed).any(|(n, c)| c < n);
             if blocked {
-                let waiting: SmallVec<[usize; 8]> =
-                    (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
-                let probes: SmallVec<[Work; 8]> =
-                    waiting.into_iter().filter_map(|r| self.probe(&mut st, r)).collect();
+                let probes = self.probe_waiting(&mut st, &need);
                 let fence = (kind.ordered() || full).then_some(full);
                 st.deferred.push_back(Deferred { id, need, fence });
                 if !probes.is_empty() {
@@ -712,11 +717,8 @@ impl Core {
         let mut works = SmallVec::new();
         while let Some(d) = st.deferred.front() {
             if d.need.iter().zip(&st.completed).any(|(n, c)| c < n) {
-                let waiting: SmallVec<[usize; 8]> =
-                    (0..self.rails.len()).filter(|&r| d.need[r] > st.completed[r]).collect();
-                for r in waiting {
-                    works.extend(self.probe(st, r));
-                }
+                let need = d.need.clone();
+                works.extend(self.probe_waiting(st, &need));
                 break;
             }
             // Requests deferred ahead of an ordered one were launched after
@@ -728,12 +730,8 @@ impl Core {
                     .map(|r| if r == ctl && !full { 0 } else { st.posted[r] })
                     .collect();
                 if need.iter().zip(&st.completed).any(|(n, c)| c < n) {
-                    let waiting: SmallVec<[usize; 8]> =
-                        (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
+                    works.extend(self.probe_waiting(st, &need));
                     st.deferred.front_mut().expect("front").need = need;
-                    for r in waiting {
-                        works.extend(self.probe(st, r));
-                    }
                     break;
                 }
             }

@@ -16,7 +16,8 @@
 //! use rmr_api::{Access, DtoFlags, EpEvds, Event, MemRegion, Sge};
 //! use std::time::Duration;
 //!
-//! # fn main() -> rmr_api::Result<()> {
+//! // `peer`: the region the other side registered and sent over (its RMR context).
+//! # fn write_to(peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
 //! let ia = rmr_api::open("tcp:127.0.0.1")?;
 //! let evd = ia.create_evd()?;
 //! let pz = ia.create_pz()?;
@@ -24,7 +25,6 @@
 //! let lmr = pz.register_all(&buf, Access::LOCAL_WRITE)?;
 //! let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
 //! ep.connect("127.0.0.1", 4791, b"hello", Duration::from_secs(5))?;
-//! # let peer: rmr_api::RmrContext = unimplemented!();
 //! // Write 1 MiB into the peer's region, then tell it with a send.
 //! ep.post_rdma_write(&[Sge::whole(&*lmr)], &peer, 0, 1, DtoFlags::SUPPRESS)?;
 //! ep.post_send(&[Sge::new(&*lmr, 0, 8)], 2, DtoFlags::empty())?;

@@ -49,7 +49,7 @@ fn pmix_job_of_three() {
 
 /// One rank of `pmix_job_of_three` (run by mpirun only).
 #[test]
-#[ignore = "a rank of pmix_job_of_three, run under mpirun"]
+#[ignore = "worker, not a test: one rank that pmix_job_of_three starts under mpirun (RMR_BOOT_TEST_ROLE=rank)"]
 fn pmix_rank() {
     assert_eq!(std::env::var("RMR_BOOT_TEST_ROLE").as_deref(), Ok("rank"), "run by mpirun");
     let b = rmr_boot::Bootstrap::from_env().expect("bootstrap");

@@ -18,7 +18,7 @@ static SERIAL: Mutex<()> = Mutex::new(());
 
 /// One rank (started by the tests below, never on its own).
 #[test]
-#[ignore = "a rank of the multi-process tests"]
+#[ignore = "worker, not a test: one rank that the multi-process tests below start (RMR_COLL_TEST_ROLE)"]
 fn barrier_rank() {
     assert!(std::env::var(ROLE).is_ok(), "started by the multi-process tests");
     match check::run_rank(&check::CheckConfig::from_env()) {

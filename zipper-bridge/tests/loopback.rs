@@ -24,6 +24,27 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// A bridge between `127.0.<net>.1` (side A) and `.2` (side B) on `port`,
+/// shaped by `cfg` (its addresses and port are filled in), and the two
+/// bridged IAs of its users: B at `.3`, A at `.4` reaching B through it.
+fn splice(net: u8, port: u16, cfg: BridgeConfig) -> (Bridge, Arc<dyn Ia>, Arc<dyn Ia>) {
+    zipper_bridge::register();
+    let ip = |h: u8| format!("127.0.{net}.{h}");
+    let bridge = Bridge::start(BridgeConfig {
+        a: format!("tcp:{}", ip(1)),
+        b: format!("tcp:{}", ip(2)),
+        port,
+        ..cfg
+    })
+    .expect("bridge");
+    let c = ClientConfig::default();
+    let ia_b: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, c.clone());
+    let ia_a: Arc<dyn Ia> =
+        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), port)), c);
+    (bridge, ia_a, ia_b)
+}
+
 fn dto(evd: &Arc<dyn rmr_api::Evd>) -> rmr_api::DtoCompletion {
     loop {
         match evd.wait(Some(Duration::from_secs(20)), 1).unwrap_or_else(|e| {
@@ -49,24 +70,9 @@ fn every_operation_through_a_store_and_forward_bridge() {
 }
 
 fn every_operation(sf: bool, net: u8) {
-    zipper_bridge::register();
-    let ip = |h: u8| format!("127.0.{net}.{h}");
-    let port = 7710;
-    let bridge = Bridge::start(BridgeConfig {
-        a: format!("tcp:{}", ip(1)),
-        b: format!("tcp:{}", ip(2)),
-        port,
-        chunk: 16 << 10,
-        store_and_forward: sf,
-        ..BridgeConfig::default()
-    })
-    .expect("bridge");
+    let cfg = BridgeConfig { chunk: 16 << 10, store_and_forward: sf, ..BridgeConfig::default() };
+    let (bridge, ia_a, ia_b) = splice(net, 7710, cfg);
     assert!(bridge.status().contains("a->b thread: core"), "{}", bridge.status());
-    let cfg = ClientConfig::default();
-    let ia_b: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
-    let ia_a: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), port)), cfg);
     const N: usize = 1 << 20;
     // Side B: listen, accept, expose a region.
     let (pz_b, evd_b) = (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap());
@@ -91,7 +97,8 @@ fn every_operation(sf: bool, net: u8) {
     });
     let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
     let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
-    let reply = ep_a.connect(&ip(3), 7720, b"hello B", Duration::from_secs(20)).unwrap();
+    let reply =
+        ep_a.connect(&format!("127.0.{net}.3"), 7720, b"hello B", Duration::from_secs(20)).unwrap();
     server.join().unwrap();
     let ctx = RmrContext::from_bytes(&reply).unwrap();
     let (da, db) = (ep_a.clone(), ep_b.clone());
@@ -169,21 +176,8 @@ fn every_operation(sf: bool, net: u8) {
 /// silently dropped.
 #[test]
 fn stop_mid_transfer_leaves_nothing_unreported() {
-    zipper_bridge::register();
-    let ip = |h: u8| format!("127.0.31.{h}");
-    let bridge = Bridge::start(BridgeConfig {
-        a: format!("tcp:{}", ip(1)),
-        b: format!("tcp:{}", ip(2)),
-        port: 7711,
-        drain: Duration::from_millis(30),
-        ..BridgeConfig::default()
-    })
-    .expect("bridge");
-    let cfg = ClientConfig::default();
-    let ia_b: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
-    let ia_a: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), 7711)), cfg);
+    let cfg = BridgeConfig { drain: Duration::from_millis(30), ..BridgeConfig::default() };
+    let (bridge, ia_a, ia_b) = splice(31, 7711, cfg);
     let (pz_b, evd_b, psp_evd) =
         (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
     let _psp = ia_b.create_psp(7721, &psp_evd).unwrap();
@@ -197,9 +191,10 @@ fn stop_mid_transfer_leaves_nothing_unreported() {
     });
     let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
     let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
-    let ctx =
-        RmrContext::from_bytes(&ep_a.connect(&ip(3), 7721, b"", Duration::from_secs(20)).unwrap())
-            .unwrap();
+    let ctx = RmrContext::from_bytes(
+        &ep_a.connect("127.0.31.3", 7721, b"", Duration::from_secs(20)).unwrap(),
+    )
+    .unwrap();
     server.join().unwrap();
     let src = MemRegion::from_bytes(&pattern(3, 1 << 20));
     let sl = pz_a.register_all(&src, Access::empty()).unwrap();
@@ -236,21 +231,8 @@ fn stop_mid_transfer_leaves_nothing_unreported() {
 /// the race the lab's barrier test hit now and then happens every time.)
 #[test]
 fn a_send_at_accept_time_waits_for_the_client_side() {
-    zipper_bridge::register();
-    let ip = |h: u8| format!("127.0.41.{h}");
-    let bridge = Bridge::start(BridgeConfig {
-        a: format!("tcp:{}", ip(1)),
-        b: format!("tcp:{}", ip(2)),
-        port: 7712,
-        accept_delay: Duration::from_millis(200),
-        ..BridgeConfig::default()
-    })
-    .expect("bridge");
-    let cfg = ClientConfig::default();
-    let ia_b: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(3))).unwrap(), None, cfg.clone());
-    let ia_a: Arc<dyn Ia> =
-        BridgeIa::new(rmr_api::open(&format!("tcp:{}", ip(4))).unwrap(), Some((ip(1), 7712)), cfg);
+    let cfg = BridgeConfig { accept_delay: Duration::from_millis(200), ..BridgeConfig::default() };
+    let (bridge, ia_a, ia_b) = splice(41, 7712, cfg);
     let (pz_b, evd_b, psp_evd) =
         (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
     let _psp = ia_b.create_psp(7722, &psp_evd).unwrap();
@@ -270,7 +252,7 @@ fn a_send_at_accept_time_waits_for_the_client_side() {
     });
     let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
     let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
-    ep_a.connect(&ip(3), 7722, b"", Duration::from_secs(20)).unwrap();
+    ep_a.connect("127.0.41.3", 7722, b"", Duration::from_secs(20)).unwrap();
     let rbuf = MemRegion::new(16);
     let rl = pz_a.register_all(&rbuf, Access::LOCAL_WRITE).unwrap();
     ep_a.post_recv(&[Sge::new(&*rl, 0, 8)], 11, DtoFlags::empty()).unwrap();

@@ -14,7 +14,7 @@
 use super::evd::BridgeEvd;
 use super::ia::{BridgeIa, BridgeLmr, BridgePz, ClientConfig};
 use crate::chunk::{ClientOp, ClientOps, chunks};
-use crate::credit::Credits;
+use crate::credit::{Credits, Returns};
 use crate::handshake::{BridgeHello, ClientHello, Reply};
 use crate::ring::Ring;
 use crate::wire::{HDR, Header, Kind, flags};
@@ -312,13 +312,7 @@ impl Core {
             let front = st.txq.pop_front().expect("nonempty");
             let mut h = front.hdr;
             let ret = st.credits.send_data();
-            (h.ret_data, h.ret_ctl) = ret;
-            let echo = std::mem::take(&mut st.echo);
-            if echo {
-                h.flags |= flags::ECHO_REPLY;
-            }
-            let off = u64::from(slot) * HDR as u64;
-            let _ = self.hdrs.write(off, &h.encode());
+            let (off, echo) = self.stamp(st, &mut h, ret, slot);
             let mut sges: SmallVec<[Sge<'_>; 4]> = SmallVec::new();
             sges.push(Sge::new(&*self.hdr_lmr, off, HDR as u64));
             for (l, o, n) in &front.payload {
@@ -341,9 +335,7 @@ impl Core {
                 Ok(()) => st.sent += 1,
                 Err(_) => {
                     drop(sges);
-                    st.credits.undo(true, ret);
-                    st.echo |= echo;
-                    st.untake_slot(slot);
+                    Self::unstamp(st, true, ret, echo, slot);
                     st.txq.push_front(front);
                     return;
                 }
@@ -353,13 +345,7 @@ impl Core {
             let Some((slot, dflags)) = st.take_slot() else { break };
             let mut h = Header::new(Kind::Ctl);
             let ret = st.credits.send_ctl();
-            (h.ret_data, h.ret_ctl) = ret;
-            let echo = std::mem::take(&mut st.echo);
-            if echo {
-                h.flags |= flags::ECHO_REPLY;
-            }
-            let off = u64::from(slot) * HDR as u64;
-            let _ = self.hdrs.write(off, &h.encode());
+            let (off, echo) = self.stamp(st, &mut h, ret, slot);
             let sge = [Sge::new(&*self.hdr_lmr, off, HDR as u64)];
             let r = self.inner.post_send(&sge, HDR_BIT | u64::from(slot), dflags);
             crate::trace::line(|| {
@@ -371,13 +357,32 @@ impl Core {
                 )
             });
             if r.is_err() {
-                st.credits.undo(false, ret);
-                st.echo |= echo;
-                st.untake_slot(slot);
+                Self::unstamp(st, false, ret, echo, slot);
                 return;
             }
             st.sent += 1;
         }
+    }
+
+    /// Stamps `h` with the credits it returns (`ret`) and a pending echo
+    /// reply, and writes it into header slot `slot`. Returns the slot's
+    /// offset and whether the header carries the echo reply.
+    fn stamp(&self, st: &mut St, h: &mut Header, ret: Returns, slot: u32) -> (u64, bool) {
+        (h.ret_data, h.ret_ctl) = ret;
+        let echo = std::mem::take(&mut st.echo);
+        if echo {
+            h.flags |= flags::ECHO_REPLY;
+        }
+        let off = u64::from(slot) * HDR as u64;
+        let _ = self.hdrs.write(off, &h.encode());
+        (off, echo)
+    }
+
+    /// Takes back what [`Core::stamp`] and the slot took, after a failed post.
+    fn unstamp(st: &mut St, data: bool, ret: Returns, echo: bool, slot: u32) {
+        st.credits.undo(data, ret);
+        st.echo |= echo;
+        st.untake_slot(slot);
     }
 
     fn match_delivers(&self, st: &mut St, out: &mut Out) {
