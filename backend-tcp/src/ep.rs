@@ -4,7 +4,7 @@
 use crate::ia::IaShared;
 use crate::rx::{End, RxState};
 use crate::tx::{Pushed, Seg, Segs, Tx};
-use crate::wire::{self, F_ACK_REQ, F_SOLICITED, HDR, Header, Op};
+use crate::wire::{self, F_ACK_NOW, F_ACK_REQ, F_SOLICITED, HDR, Header, Op};
 use rmr_api::{
     Access, Driver, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
     Event, Interest, Result, RmrContext, Sge, SoftEvd, Status, WaitOn, check_local_sges,
@@ -234,6 +234,9 @@ impl EpShared {
             {
                 h.flags |= F_ACK_REQ;
             }
+            if flags.contains(DtoFlags::URGENT) {
+                h.flags |= F_ACK_REQ | F_ACK_NOW;
+            }
             inflight.seq = seq;
             inf.push_back(inflight);
         }
@@ -247,7 +250,7 @@ impl EpShared {
         // post-post-wait loop): then the batch goes out with the next frame or
         // drive. An EP nobody drives gets its frames written at once, so a
         // post on one EP followed by a wait on another EVD is not delayed.
-        let hold = self.ia.cfg.batch && self.driven_recently();
+        let hold = self.ia.cfg.batch && !flags.contains(DtoFlags::URGENT) && self.driven_recently();
         match tx.push(&mut st, &h, payload, false, hold) {
             Ok(pushed) => {
                 drop(st);

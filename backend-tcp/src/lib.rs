@@ -88,7 +88,9 @@
 //!   budget — how fast a dead peer or a cut link breaks the EP.
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
 //! - `RMR_TCP_ACK_DELAY_US` (50): how long a requested acknowledgement may
-//!   wait for an outgoing frame to ride on (0: at once).
+//!   wait for an outgoing frame to ride on (0: at once). A DTO posted with
+//!   [`rmr_api::DtoFlags::URGENT`] is acknowledged at once whatever this says
+//!   (the multirail layer's fence probes use it).
 //! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins (driving, and
 //!   yielding the CPU between looks) before it blocks in `poll(2)`.
 #![deny(missing_docs)]

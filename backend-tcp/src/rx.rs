@@ -7,7 +7,7 @@
 
 use crate::ep::{EpShared, Inflight};
 use crate::tx::{Seg, Segs};
-use crate::wire::{F_ACK_REQ, F_SOLICITED, HDR, Header, MAX_PAYLOAD, Op};
+use crate::wire::{F_ACK_NOW, F_ACK_REQ, F_SOLICITED, HDR, Header, MAX_PAYLOAD, Op};
 use rmr_api::{Access, DtoCompletion, DtoOp, EpState, Event, Status};
 use smallvec::SmallVec;
 use std::io::{self, Read};
@@ -81,6 +81,9 @@ pub(crate) struct RxState {
     /// Next expected request sequence number.
     expect: u64,
     ack_wanted: bool,
+    /// The acknowledgement wanted must not wait for the ack delay (the
+    /// initiator waits for it: `F_ACK_NOW`).
+    ack_now: bool,
     rx_bytes: u64,
     /// The last read in this pass did not fill the space it was given: the
     /// socket was empty then, so the pass ends without a read that would
@@ -130,6 +133,7 @@ impl RxState {
             phase: Phase::Header,
             expect: 1,
             ack_wanted: false,
+            ack_now: false,
             rx_bytes: 0,
             short: false,
         }
@@ -229,7 +233,7 @@ impl EpShared {
     /// The peer asked for an acknowledgement of what was handled so far.
     fn ack_requested(&self, rx: &mut RxState) -> Result<(), End> {
         rx.ack_wanted = false;
-        if self.ia.cfg.ack_delay.is_zero() {
+        if self.ia.cfg.ack_delay.is_zero() || std::mem::take(&mut rx.ack_now) {
             let mut w = true;
             self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))
         } else {
@@ -406,6 +410,9 @@ impl EpShared {
             rx.expect += 1;
             if h.flags & F_ACK_REQ != 0 {
                 rx.ack_wanted = true;
+            }
+            if h.flags & F_ACK_NOW != 0 {
+                rx.ack_now = true;
             }
         }
         match op {

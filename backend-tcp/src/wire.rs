@@ -105,6 +105,9 @@ impl Op {
 pub const F_ACK_REQ: u8 = 1;
 /// Flag: the send is solicited.
 pub const F_SOLICITED: u8 = 2;
+/// Flag: the initiator waits for this DTO: acknowledge it at once, not
+/// after the acknowledgement delay (with [`F_ACK_REQ`]).
+pub const F_ACK_NOW: u8 = 4;
 
 /// A decoded header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

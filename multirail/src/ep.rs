@@ -315,7 +315,13 @@ impl Core {
                     rail.ep.post_send(&sges, w.cookie, f)
                 }
                 (Kind::Write, Some((Ok(c), o))) => {
-                    let f = if w.silent { DtoFlags::SUPPRESS } else { DtoFlags::empty() };
+                    let f = if w.silent {
+                        DtoFlags::SUPPRESS
+                    } else if w.cookie & PROBE_BIT != 0 {
+                        DtoFlags::URGENT
+                    } else {
+                        DtoFlags::empty()
+                    };
                     rail.ep.post_rdma_write(&sges, c, *o, w.cookie, f)
                 }
                 (Kind::Read, Some((Ok(c), o))) => {
@@ -416,15 +422,21 @@ impl Core {
         }
     }
 
-    /// A probe on `rail` if it carries silent stripes and has none in
-    /// flight: a zero-length signalled write to where its last silent
-    /// stripe went. Whoever waits for the rail's completions (a fence, a
-    /// full window, a completed DTO held behind a silent one) asks for one.
-    fn probe(&self, st: &mut State, rail: usize) -> Option<Work> {
+    /// A probe on `rail` if it carries silent stripes (with `any`, any DTO
+    /// not yet completed) and has none in flight: a zero-length signalled
+    /// write to where its last write went, posted URGENT so the peer
+    /// acknowledges it at once. Whoever waits for the rail's completions (a
+    /// fence, a full window, a completed DTO held behind a silent one) asks
+    /// for one; the completion of a DTO that is not silent comes anyway, but
+    /// only after the peer's acknowledgement delay unless a probe hurries it.
+    fn probe(&self, st: &mut State, rail: usize, any: bool) -> Option<Work> {
         if st.probe[rail].is_some() || st.ended[rail] {
             return None;
         }
-        st.silent[rail].back()?;
+        let open = !st.silent[rail].is_empty() || (any && st.completed[rail] < st.posted[rail]);
+        if !open {
+            return None;
+        }
         let (ctx, off) = st.probe_at[rail]?;
         st.posted[rail] += 1;
         let seq = st.posted[rail];
@@ -445,12 +457,13 @@ impl Core {
     fn probe_waiting(&self, st: &mut State, need: &[u64]) -> SmallVec<[Work; 8]> {
         let waiting: SmallVec<[usize; 8]> =
             (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
-        waiting.into_iter().filter_map(|r| self.probe(st, r)).collect()
+        waiting.into_iter().filter_map(|r| self.probe(st, r, true)).collect()
     }
 
-    /// Probes every rail that carries silent stripes.
-    fn probe_all(&self, st: &mut State) -> SmallVec<[Work; 8]> {
-        (0..self.rails.len()).filter_map(|r| self.probe(st, r)).collect()
+    /// Probes every rail that carries silent stripes (with `any`, every
+    /// rail with a DTO not yet completed: a poster waits for a free slot).
+    fn probe_all(&self, st: &mut State, any: bool) -> SmallVec<[Work; 8]> {
+        (0..self.rails.len()).filter_map(|r| self.probe(st, r, any)).collect()
     }
 
     /// A DTO posted on `rail` as number `seq` completed successfully: every
@@ -625,13 +638,13 @@ impl Core {
                 }
                 // What blocks may be silent stripes: have their rails report.
                 let mut st = self.lock();
-                let probes = self.probe_all(&mut st);
+                let probes = self.probe_all(&mut st, true);
                 if !probes.is_empty() {
                     self.issue(probes);
                 }
                 drop(st);
                 if !self.poll_rails() {
-                    std::thread::yield_now();
+                    self.await_rails(Duration::from_millis(10));
                 }
             }
         }
@@ -642,7 +655,7 @@ impl Core {
             _ => return Err(Error::NotConnected),
         }
         if st.reqs.len() >= self.max_dtos {
-            let probes = self.probe_all(&mut st);
+            let probes = self.probe_all(&mut st, true);
             if !probes.is_empty() {
                 self.issue(probes);
             }
@@ -765,7 +778,7 @@ impl Core {
             }
             self.release(st, evs);
             if st.reqs.iter().skip(1).any(|r| r.remaining == 0) {
-                works.extend(self.probe_all(st));
+                works.extend(self.probe_all(st, false));
             }
             return works;
         }
@@ -868,7 +881,7 @@ impl Core {
         // (Every rail with silent stripes: those behind the oldest DTO may
         // sit on other rails, and one round of probes clears them all.)
         if held {
-            works.extend(self.probe_all(st));
+            works.extend(self.probe_all(st, false));
         }
         works
     }
@@ -1033,6 +1046,21 @@ impl Core {
         }
         self.handle(&mut batch);
         true
+    }
+
+    /// Waits (at most `max`) until a rail has an event to harvest, driving
+    /// the rails' sockets meanwhile: how a post blocked by a fence or a full
+    /// window waits without rail threads. Spinning first, as a waiter on the
+    /// EVD would, then blocking in `poll` on every rail at once; without the
+    /// EVD's help (not a multirail EVD), a yield.
+    fn await_rails(&self, max: Duration) {
+        let ready = || self.rails.iter().any(|r| !r.evd.is_empty()) || self.has_failed();
+        match self.user.request.as_any().downcast_ref::<MrEvd>() {
+            Some(m) => {
+                m.q.drive_until_spin(Some(max), m.q.spin_time(), &ready);
+            }
+            None => std::thread::yield_now(),
+        }
     }
 
     fn drain_rail(&self, i: usize, batch: &mut Vec<(usize, Event)>) {

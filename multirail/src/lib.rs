@@ -35,7 +35,12 @@
 //!   sooner, a zero-length write to where the rail's last write went makes
 //!   the rail report (`attr().notes`: `silent`, `probes`).
 //! - Ordering: two-sided traffic uses the control rail (the lowest live
-//!   rail) and waits until every stripe posted before it completed.
+//!   rail) and waits until every stripe posted before it completed. A fence
+//!   (or a poster facing a full window) probes the rails it waits on with an
+//!   [`rmr_api::DtoFlags::URGENT`] zero-length write, so that a peer that
+//!   delays its acknowledgements (the TCP backend) answers at once; without
+//!   rail threads, the blocked poster drives the rails' sockets itself while
+//!   it waits.
 //! - Failover: a broken rail's unfinished stripes are re-issued on the
 //!   survivors and an [`rmr_api::Event::AsyncError`] names the lost rail.
 //!

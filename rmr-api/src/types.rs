@@ -75,6 +75,12 @@ bitset! {
         SOLICITED = 2;
         /// Do not start this DTO before every earlier RDMA read of the EP completed.
         BARRIER_FENCE = 4;
+        /// A hint: the initiator is about to wait for this DTO (a fence, a
+        /// full window), so complete it as soon as the transport can. The TCP
+        /// backend then asks the peer to acknowledge at once instead of after
+        /// its acknowledgement delay; transports that acknowledge in hardware
+        /// ignore it.
+        URGENT = 8;
     }
 }
 
