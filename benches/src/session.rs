@@ -24,6 +24,18 @@ const SEND_BIT: u64 = 1 << 40;
 /// How long any single wait may last before the run is declared stuck.
 pub(crate) const STUCK: Duration = Duration::from_secs(120);
 
+/// How long a wait may see nothing before the session reports itself stuck
+/// (`RMR_BENCH_STUCK_S`, default [`STUCK`]); read once, not per message.
+fn stuck_after() -> Duration {
+    static S: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *S.get_or_init(|| {
+        std::env::var("RMR_BENCH_STUCK_S")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(STUCK, Duration::from_secs)
+    })
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 enum Kind {
@@ -221,10 +233,7 @@ impl Conn {
     /// (notify → ack, ping → write back + pong) on the way.
     fn next(&mut self) -> Result<Ctrl> {
         loop {
-            let stuck = std::env::var("RMR_BENCH_STUCK_S")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .map_or(STUCK, Duration::from_secs);
+            let stuck = stuck_after();
             let ev = self.evd.wait(Some(stuck), 1);
             if matches!(ev, Err(Error::Timeout)) {
                 for (k, v) in self.ep.attr().notes {
