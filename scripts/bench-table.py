@@ -30,6 +30,14 @@ def find(rows, **kw):
 def f(x, p=0):
     return "-" if x is None else f"{x:.{p}f}"
 
+def med(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+def ratios(rows_a, rows_b, k="mbps"):
+    """Each round's ratio b/a (rows in round order), comma separated."""
+    return ", ".join(f"{b[k] / a[k]:.2f}" for a, b in zip(rows_a, rows_b) if a.get(k) and b.get(k)) or "-"
+
 eq = load("equal")
 sizes = sorted({r["size"] for r in eq if r["test"] == "bw"})
 print("### Two equal rails, 1 Gbit/s each: RDMA write bandwidth (Mbit/s, median)\n")
@@ -74,15 +82,18 @@ for s in sorted({r["size"] for r in eq if r["test"] == "bibw"}):
     r = f(e["pinned"] / a["mbps"], 2) if e["pinned"] and a.get("mbps") else "-"
     print(f"| {h(s)} | {f(a.get('mbps'))} | {f(e['inline'])} | {f(e['fork-join'])} | {f(e['pinned'])} | {r} |")
 
-print("\n### Write + notify half round trip (us, median)\n")
-print("| size | raw TCP ping-pong | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail |")
-print("|---|---|---|---|---|---|---|")
+lrounds = len([r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == 8])
+print(f"\n### Write + notify half round trip (us, median; figures are medians of {lrounds} interleaved rounds)\n")
+print("| size | raw TCP ping-pong | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail (median) | pinned / 1 rail (each round) |")
+print("|---|---|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
-    one = find(eq, test="lat", rails=1, size=s) or {}
-    i = find(eq, test="lat", rails=2, engine="inline", size=s) or {}
-    p = find(eq, test="lat", rails=2, engine="pinned", size=s) or {}
-    r = f(p["lat_us"] / one["lat_us"], 2) if p.get("lat_us") and one.get("lat_us") else "-"
-    print(f"| {h(s)} | {f(one.get('raw_lat_us'), 1)} | {f(one.get('lat_us'), 1)} | {f(one.get('ratio_raw'), 2)} | {f(i.get('lat_us'), 1)} | {f(p.get('lat_us'), 1)} | {r} |")
+    one = [r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == s]
+    i = [r for r in eq if r["test"] == "lat" and r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
+    p = [r for r in eq if r["test"] == "lat" and r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
+    rm = med(b["lat_us"] / a["lat_us"] for a, b in zip(one, p) if a.get("lat_us") and b.get("lat_us"))
+    print(f"| {h(s)} | {f(med(r.get('raw_lat_us') for r in one), 1)} | {f(med(r.get('lat_us') for r in one), 1)} | "
+          f"{f(med(r.get('ratio_raw') for r in one), 2)} | {f(med(r.get('lat_us') for r in i), 1)} | "
+          f"{f(med(r.get('lat_us') for r in p), 1)} | {f(rm, 2)} | {ratios(one, p, 'lat_us')} |")
 
 print("\n### Time breakdown, two rails (us per sample of 20 writes + notify)\n")
 print("| size | engine | Mbit/s | in post calls | waiting for the reply |")
@@ -92,16 +103,18 @@ for r in eq:
         print(f"| {h(r['size'])} | {r['engine']} | {f(r.get('mbps'))} | {f(r.get('post_us'))} | {f(r.get('wait_us'))} |")
 
 un = load("unshaped")
-print("\n### Two unshaped rails (CPU-bound, 2 cores): Mbit/s\n")
-print("| size | raw 1 stream | rmr 1 rail | raw 2 streams | 2 rails inline | 2 rails pinned | inline / 1 rail | pinned / 1 rail |")
+rounds = len([r for r in un if r["rails"] == 1 and r["size"] == max((x["size"] for x in un), default=0)])
+
+print(f"\n### Two unshaped rails (CPU-bound, 2 cores): Mbit/s, median of {rounds} interleaved rounds\n")
+print("| size | raw 1 stream | rmr 1 rail | raw 2 streams | 2 rails inline | 2 rails pinned | inline / 1 rail (each round) | pinned / 1 rail (each round) |")
 print("|---|---|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in un}):
-    one = find(un, rails=1, size=s) or {}
-    i = find(un, rails=2, engine="inline", size=s) or {}
-    p = find(un, rails=2, engine="pinned", size=s) or {}
-    o = one.get("mbps")
-    print(f"| {h(s)} | {f(one.get('raw_mbps'))} | {f(o)} | {f(i.get('raw_mbps'))} | {f(i.get('mbps'))} | {f(p.get('mbps'))} | "
-          f"{f(i['mbps'] / o, 2) if i.get('mbps') and o else '-'} | {f(p['mbps'] / o, 2) if p.get('mbps') and o else '-'} |")
+    one = [r for r in un if r["rails"] == 1 and r["size"] == s]
+    i = [r for r in un if r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
+    p = [r for r in un if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
+    print(f"| {h(s)} | {f(med(r.get('raw_mbps') for r in one))} | {f(med(r.get('mbps') for r in one))} | "
+          f"{f(med(r.get('raw_mbps') for r in i))} | {f(med(r.get('mbps') for r in i))} | {f(med(r.get('mbps') for r in p))} | "
+          f"{ratios(one, i)} | {ratios(one, p)} |")
 
 ue = load("uneven")
 print("\n### Rails of 4:1 speed (400 + 100 Mbit/s), pinned engine: Mbit/s\n")

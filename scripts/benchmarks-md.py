@@ -56,12 +56,16 @@ def g(r, k):
 
 # --- TCP backend, one rail
 for name, rows in (("shaped 1 Gbit/s", eq), ("unshaped", un)):
-    r = find(rows, test="bw", rails=1, size=1 << 20)
-    if g(r, "ratio_raw"):
-        verdict(f"TCP one rail, 1 MiB RDMA write / raw TCP ({name})", f"{r['ratio_raw']:.2f}", r["ratio_raw"] >= 0.9, ">= 0.90")
-r = find(eq, test="lat", rails=1, size=8)
-if g(r, "ratio_raw"):
-    verdict("TCP one rail, 8 B write+notify half round trip / raw TCP ping-pong", f"{r['ratio_raw']:.2f} ({r['lat_us']:.1f} vs {r['raw_lat_us']:.1f} us)", r["ratio_raw"] <= 1.2, "<= 1.2")
+    rs = sorted(r["ratio_raw"] for r in rows if r["test"] == "bw" and r["rails"] == 1 and r["size"] == 1 << 20 and r.get("ratio_raw"))
+    if rs:
+        v = rs[len(rs) // 2]
+        more = f" (median of {len(rs)} rounds)" if len(rs) > 1 else ""
+        verdict(f"TCP one rail, 1 MiB RDMA write / raw TCP ({name}){more}", f"{v:.2f}", v >= 0.9, ">= 0.90")
+rs = sorted((r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == 8 and r.get("ratio_raw")), key=lambda r: r["ratio_raw"])
+if rs:
+    r = rs[len(rs) // 2]
+    more = f"; median of {len(rs)} rounds" if len(rs) > 1 else ""
+    verdict("TCP one rail, 8 B write+notify half round trip / raw TCP ping-pong", f"{r['ratio_raw']:.2f} ({r['lat_us']:.1f} vs {r['raw_lat_us']:.1f} us{more})", r["ratio_raw"] <= 1.2, "<= 1.2")
 
 # --- multirail, equal shaped rails
 one = {r["size"]: r["mbps"] for r in eq if r["test"] == "bw" and r["rails"] == 1}
@@ -80,11 +84,15 @@ sz = [s for s in sorted(pin) if s >= 4 << 10 and s in inl]
 if sz:
     worst = min(pin[s]["mbps"] / inl[s]["mbps"] for s in sz)
     verdict("pinned / inline, every size >= 4 KiB (worst)", f"{worst:.2f}", worst >= 0.98, ">= 1 (within noise: 0.98)")
-o = find(un, test="bw", rails=1, size=1 << 20)
-p = find(un, test="bw", rails=2, engine="pinned", size=1 << 20)
-if o and p:
-    v = p["mbps"] / o["mbps"]
-    verdict("2 unshaped rails (CPU-bound, 2 cores), 1 MiB / one rail", f"{v:.2f}", v >= 1.4, ">= 1.4")
+# Unshaped: interleaved rounds (one rail, then two), each round's ratio
+# against its own one-rail figure; the verdict takes the median.
+ones = [r for r in un if r["test"] == "bw" and r["rails"] == 1 and r["size"] == 1 << 20]
+pins = [r for r in un if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["size"] == 1 << 20]
+ratios = sorted(p["mbps"] / o["mbps"] for o, p in zip(ones, pins))
+if ratios:
+    v = ratios[len(ratios) // 2]
+    verdict(f"2 unshaped rails (CPU-bound, 2 cores), 1 MiB / one rail (median of {len(ratios)} rounds: "
+            + ", ".join(f"{x:.2f}" for x in ratios) + ")", f"{v:.2f}", v >= 1.4, ">= 1.4")
 r0 = [r for r in ue if r["rails"] == 1 and r["size"] == 4 << 20]
 ad = find(ue, rails=2, policy="adaptive", size=4 << 20)
 ev = find(ue, rails=2, policy="even", size=4 << 20)
@@ -95,11 +103,20 @@ if len(r0) == 2 and ad:
     verdict("rails of 4:1, adaptive, 4 MiB / sum of both rails", f"{v:.2f}", v >= 0.9, ">= 0.90")
     if ev:
         verdict("rails of 4:1, even / (2 x slow rail)", f"{ev['mbps'] / (2 * slow):.2f}", ev["mbps"] <= 2.05 * slow, "<= 1 (bounded)")
-lat1 = {r["size"]: r["lat_us"] for r in eq if r["test"] == "lat" and r["rails"] == 1}
-latp = {r["size"]: r["lat_us"] for r in eq if r["test"] == "lat" and r["rails"] == 2 and r["engine"] == "pinned"}
-if lat1 and latp:
-    worst = max(latp[s] / lat1[s] for s in latp if s in lat1)
-    verdict("small messages 8 B..4 KiB, 2 rails / one rail latency (worst size)", f"{worst:.2f}", worst <= 1.1, "<= 1.10")
+# Latency: interleaved rounds; per size, the median of each round's
+# 2-rail / 1-rail ratio; the verdict takes the worst size.
+per = {}
+for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
+    one = [r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == s]
+    pin_ = [r for r in eq if r["test"] == "lat" and r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
+    rs = sorted(b["lat_us"] / a["lat_us"] for a, b in zip(one, pin_))
+    if rs:
+        per[s] = rs[len(rs) // 2]
+if per:
+    ws = max(per, key=per.get)
+    worst = per[ws]
+    n = len([r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == ws])
+    verdict(f"small messages 8 B..4 KiB, 2 rails / one rail latency (worst size, {ws} B; median of {n} rounds)", f"{worst:.2f}", worst <= 1.1, "<= 1.10")
 
 # --- barrier
 for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
@@ -141,7 +158,11 @@ per rail, each rate-limited with `tbf` on both ends; "raw TCP" is
 the same run. Bandwidth follows the uDAPL multirail paper: per sample, 20
 RDMA writes with SUPPRESS and one notifying send; the peer's reply marks
 the data visible; Mbit/s = 20 x size / elapsed, median over samples.
-Latency is a write+notify ping-pong, half the round trip, median.
+Latency is a write+notify ping-pong, half the round trip, median. The
+lab's latency rows and its unshaped (CPU-bound) rows swing from run to run
+on this shared 2-CPU machine, so the lab measures them in three interleaved
+rounds (one rail, then two, three times) and reports medians, with each
+round's ratio against its own one-rail figure shown beside them.
 
 ## Against the design's targets
 """)
