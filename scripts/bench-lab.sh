@@ -26,8 +26,9 @@ server 198.18.0.2,198.18.1.2
   for e in inline fork-join pinned; do
     client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES" --baseline
   done
-  # Where striping starts to pay: always stripe vs never stripe (whole DTOs
-  # spread over the rails by least outstanding bytes), small sizes.
+  # Where striping starts to pay: always stripe vs never stripe (whole DTOs,
+  # which stay on the control rail until a threshold's worth is in flight
+  # there: with 1G, one rail carries them all), small sizes.
   for th in 1K 1G; do
     client --rails 198.18.0.2,198.18.1.2 --engine pinned --threshold $th --test bw --sizes 2K,4K,8K,16K,32K
   done
