@@ -111,8 +111,11 @@ struct Req {
     imm: Option<u64>,
     local: Segs,
     remote: Option<(RmrContext, u64)>,
-    stripes: SmallVec<[StripeRec; 4]>,
-    times: SmallVec<[(usize, f64); 8]>,
+    /// One inline (a whole DTO); a striped DTO's go to the heap. Kept
+    /// small: requests move in and out of the queue on every post.
+    stripes: SmallVec<[StripeRec; 1]>,
+    /// Stripe times for the adaptive weights (striped DTOs only).
+    times: Vec<(usize, f64)>,
 }
 
 struct RecvReq {
@@ -223,6 +226,10 @@ pub(crate) struct Core {
 }
 
 type UserEvents = SmallVec<[(u8, Event); 4]>;
+/// Work for the rails: inline room for a whole DTO and one probe (a striped
+/// DTO's stripes spill to the heap, nothing beside its bytes); a `Work` is
+/// a few hundred bytes and these move on every post.
+type Works = SmallVec<[Work; 2]>;
 const TO_REQ: u8 = 0;
 const TO_RECV: u8 = 1;
 const TO_CONN: u8 = 2;
@@ -356,7 +363,7 @@ impl Core {
 
     /// Hands a batch of work to the engine. Called with the state lock held,
     /// so each rail sees its work in posting order.
-    fn issue(&self, works: SmallVec<[Work; 8]>) {
+    fn issue(&self, works: Works) {
         match self.cfg.engine {
             Engine::Pinned => {
                 // A lone stripe (a small or ordered DTO) on a rail whose thread has nothing
@@ -454,7 +461,7 @@ impl Core {
 
     /// Probes the rails a fence still waits on (`need[r]` DTOs of rail `r`
     /// to have completed).
-    fn probe_waiting(&self, st: &mut State, need: &[u64]) -> SmallVec<[Work; 8]> {
+    fn probe_waiting(&self, st: &mut State, need: &[u64]) -> Works {
         let waiting: SmallVec<[usize; 8]> =
             (0..self.rails.len()).filter(|&r| need[r] > st.completed[r]).collect();
         waiting.into_iter().filter_map(|r| self.probe(st, r, true)).collect()
@@ -462,7 +469,7 @@ impl Core {
 
     /// Probes every rail that carries silent stripes (with `any`, every
     /// rail with a DTO not yet completed: a poster waits for a free slot).
-    fn probe_all(&self, st: &mut State, any: bool) -> SmallVec<[Work; 8]> {
+    fn probe_all(&self, st: &mut State, any: bool) -> Works {
         (0..self.rails.len()).filter_map(|r| self.probe(st, r, any)).collect()
     }
 
@@ -493,7 +500,7 @@ impl Core {
         rail: usize,
         status: Status,
         evs: &mut UserEvents,
-    ) -> SmallVec<[Work; 8]> {
+    ) -> Works {
         let mut works = SmallVec::new();
         st.probe[rail] = None;
         while let Some(sl) = st.silent[rail].pop_front() {
@@ -504,7 +511,7 @@ impl Core {
     }
 
     /// Plans and records request `id`'s stripes, returning their work.
-    fn launch(&self, st: &mut State, id: u64) -> SmallVec<[Work; 8]> {
+    fn launch(&self, st: &mut State, id: u64) -> Works {
         let idx = (id - st.front_id) as usize;
         let (kind, bytes) = (st.reqs[idx].kind, st.reqs[idx].bytes);
         let plan: SmallVec<[Stripe; 8]> = if kind.ordered() {
@@ -673,7 +680,7 @@ impl Core {
             local: segs,
             remote,
             stripes: SmallVec::new(),
-            times: SmallVec::new(),
+            times: Vec::new(),
         });
         // Fence: ordered operations wait for earlier stripes on other rails;
         // BARRIER_FENCE waits for every earlier stripe.
@@ -726,7 +733,7 @@ impl Core {
     }
 
     /// Releases deferred (fenced) requests whose fences are satisfied.
-    fn release_deferred(&self, st: &mut State) -> SmallVec<[Work; 8]> {
+    fn release_deferred(&self, st: &mut State) -> Works {
         let mut works = SmallVec::new();
         while let Some(d) = st.deferred.front() {
             if d.need.iter().zip(&st.completed).any(|(n, c)| c < n) {
@@ -761,7 +768,7 @@ impl Core {
         rail: usize,
         c: &DtoCompletion,
         evs: &mut UserEvents,
-    ) -> SmallVec<[Work; 8]> {
+    ) -> Works {
         let mut works = SmallVec::new();
         // A completion that is not the rail's end (success, or an error the
         // peer reported in order) tells that every silent stripe posted
@@ -816,7 +823,9 @@ impl Core {
             let w = st.planner.weights()[rail];
             if let Some(t) = st.rate[rail].time_for(1).map(|per_byte| w * per_byte) {
                 let req = &mut st.reqs[(id - st.front_id) as usize];
-                req.times.push((rail, t));
+                if req.stripes.len() > 1 {
+                    req.times.push((rail, t));
+                }
             }
             let req = &mut st.reqs[(id - st.front_id) as usize];
             if c.imm.is_some() {
@@ -886,12 +895,7 @@ impl Core {
         works
     }
 
-    fn on_recv(
-        &self,
-        st: &mut State,
-        c: &DtoCompletion,
-        evs: &mut UserEvents,
-    ) -> SmallVec<[Work; 8]> {
+    fn on_recv(&self, st: &mut State, c: &DtoCompletion, evs: &mut UserEvents) -> Works {
         let id = c.cookie & !RECV_BIT;
         if id < st.recv_front {
             return SmallVec::new();
@@ -923,13 +927,7 @@ impl Core {
     }
 
     /// Handles one event from rail `rail`'s EVD.
-    fn on_event(
-        &self,
-        st: &mut State,
-        rail: usize,
-        ev: Event,
-        evs: &mut UserEvents,
-    ) -> SmallVec<[Work; 8]> {
+    fn on_event(&self, st: &mut State, rail: usize, ev: Event, evs: &mut UserEvents) -> Works {
         match ev {
             Event::Dto(c) if c.cookie & RECV_BIT != 0 => self.on_recv(st, &c, evs),
             Event::Dto(c) => self.on_stripe(st, rail, &c, evs),
@@ -1004,7 +1002,7 @@ impl Core {
         for (rail, cookie, status) in failed {
             batch.push((rail, Event::Dto(self.dto(cookie, DtoOp::RdmaWrite, status, 0))));
         }
-        let mut works: SmallVec<[Work; 8]> = SmallVec::new();
+        let mut works: Works = SmallVec::new();
         for (rail, ev) in batch.drain(..) {
             works.extend(self.on_event(&mut st, rail, ev, &mut evs));
         }
