@@ -233,7 +233,8 @@ impl EpShared {
     /// The peer asked for an acknowledgement of what was handled so far.
     fn ack_requested(&self, rx: &mut RxState) -> Result<(), End> {
         rx.ack_wanted = false;
-        if self.ia.cfg.ack_delay.is_zero() || std::mem::take(&mut rx.ack_now) {
+        let now = std::mem::take(&mut rx.ack_now);
+        if now || self.ia.cfg.ack_delay.is_zero() {
             let mut w = true;
             self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))
         } else {

@@ -10,9 +10,7 @@ use std::path::PathBuf;
 use support::rig;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    rmr_api::conformance::regression_inputs(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions").join(target),
-    )
+    rmr_api::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 #[test]

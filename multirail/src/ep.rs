@@ -643,7 +643,9 @@ impl Core {
                 if !blocked || start.elapsed() > Duration::from_secs(30) {
                     break;
                 }
-                // What blocks may be silent stripes: have their rails report.
+                // Have the rails it waits on report now (silent stripes
+                // complete no other way; the others not before the peer's
+                // acknowledgement delay).
                 let mut st = self.lock();
                 let probes = self.probe_all(&mut st, true);
                 if !probes.is_empty() {

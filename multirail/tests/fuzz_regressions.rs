@@ -5,12 +5,9 @@
 #[path = "support/mr_rig.rs"]
 mod mr_rig;
 
-use std::path::PathBuf;
-
 #[test]
 fn replay_mr_psp() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions/mr_psp");
-    let files = rmr_api::conformance::regression_inputs(dir);
+    let files = rmr_api::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), "mr_psp");
     assert!(!files.is_empty());
     let rig = mr_rig::MrRig::new();
     for (p, data) in files {

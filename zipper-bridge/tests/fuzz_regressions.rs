@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    rmr_api::conformance::regression_inputs(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz-regressions").join(target),
-    )
+    rmr_api::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 #[test]

@@ -301,12 +301,14 @@ pub fn checksum(b: &[u8]) -> u64 {
         .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
 }
 
-/// The files kept in a fuzz target's regression folder (`dir`), sorted by
-/// name, with their bytes: what every crate's `tests/fuzz_regressions.rs`
-/// replays. Panics (with the folder's name) when it cannot be read.
-pub fn regression_inputs(dir: impl AsRef<std::path::Path>) -> Vec<(std::path::PathBuf, Vec<u8>)> {
-    let dir = dir.as_ref();
-    let mut v: Vec<_> = std::fs::read_dir(dir)
+/// The files kept in fuzz target `target`'s regression folder
+/// (`<crate_dir>/fuzz-regressions/<target>`; pass
+/// `env!("CARGO_MANIFEST_DIR")`), sorted by name, with their bytes: what
+/// every crate's `tests/fuzz_regressions.rs` replays. Panics (with the
+/// folder's name) when it cannot be read.
+pub fn regression_inputs(crate_dir: &str, target: &str) -> Vec<(std::path::PathBuf, Vec<u8>)> {
+    let dir = std::path::Path::new(crate_dir).join("fuzz-regressions").join(target);
+    let mut v: Vec<_> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path())
         .filter(|p| p.is_file())
