@@ -87,7 +87,6 @@ struct StripeRec {
     rail: usize,
     off: u64,
     len: u64,
-    t0: Instant,
     done: bool,
     /// Its place among the DTOs posted on its rail (`State::posted`).
     seq: u64,
@@ -223,9 +222,17 @@ pub(crate) struct Core {
     harvest: Mutex<()>,
     /// Stripes whose rail post failed, to be handled like error completions.
     failed: Mutex<Vec<(usize, u64, Status)>>,
+    /// `failed` may be non-empty (saves its lock on every harvest).
+    has_failed: AtomicBool,
+    /// The policy is adaptive: stripes feed the rails' rate estimates.
+    adaptive: bool,
+    /// Every rail EVD is a [`SoftEvd`] (its `len` tells whether to harvest).
+    soft_rails: bool,
 }
 
 type UserEvents = SmallVec<[(u8, Event); 4]>;
+/// Rail events harvested together (a waiter usually finds one).
+type Batch = SmallVec<[(usize, Event); 4]>;
 /// Work for the rails: inline room for a whole DTO and one probe (a striped
 /// DTO's stripes spill to the heap, nothing beside its bytes); a `Work` is
 /// a few hundred bytes and these move on every post.
@@ -269,6 +276,15 @@ impl Core {
     }
 
     fn deliver(&self, evs: UserEvents) {
+        let _ = self.deliver_taking(evs, None);
+    }
+
+    /// Delivers user events; the first one bound for `take` (the queue of
+    /// the EVD the calling waiter waits on) while that queue is empty is
+    /// handed back instead of queued: the waiter returns it at once (it is
+    /// the oldest event of that EVD — harvests are serialised).
+    fn deliver_taking(&self, evs: UserEvents, take: Option<&SoftEvd>) -> Option<Event> {
+        let mut taken = None;
         for (to, ev) in evs {
             let evd = match to {
                 TO_REQ => &self.user.request,
@@ -276,9 +292,14 @@ impl Core {
                 _ => &self.user.conn,
             };
             if let Some(m) = evd.as_any().downcast_ref::<MrEvd>() {
-                m.q.push(ev);
+                if taken.is_none() && take.is_some_and(|t| std::ptr::eq(t, &*m.q) && t.is_empty()) {
+                    taken = Some(ev);
+                } else {
+                    m.q.push(ev);
+                }
             }
         }
+        taken
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
@@ -298,56 +319,77 @@ impl Core {
     }
 
     fn fail(&self, w: &Work, e: &Error) {
-        self.failed.lock().unwrap_or_else(|e| e.into_inner()).push((
-            w.rail,
-            w.cookie,
-            post_status(e),
-        ));
+        self.fail_on(w.rail, w.cookie, e);
+    }
+
+    /// A post of `cookie` on `rail` failed: it completes with the error
+    /// at the next harvest (a broken rail's stripes fail over from there).
+    fn fail_on(&self, rail: usize, cookie: u64, e: &Error) {
+        self.failed.lock().unwrap_or_else(|e| e.into_inner()).push((rail, cookie, post_status(e)));
+        self.has_failed.store(true, Ordering::Release);
     }
 
     /// Posts one unit of work on its rail (in the calling thread).
     fn post_work(&self, w: &Work) -> Result<()> {
-        let rail = &self.rails[w.rail];
+        self.post_on(w.rail, w.kind, &w.local, w.remote.as_ref(), w.cookie, w.silent)
+    }
+
+    /// Posts a DTO's `local` segments on `rail` (remote target already
+    /// offset to the stripe), retrying a full rail queue for a while.
+    fn post_on(
+        &self,
+        rail: usize,
+        kind: Kind,
+        local: &[(Arc<MrLmrInner>, u64, u64)],
+        remote: Option<&(RmrContext, u64)>,
+        cookie: u64,
+        silent: bool,
+    ) -> Result<()> {
+        let ep = &self.rails[rail].ep;
         let sges: SmallVec<[Sge<'_>; 4]> =
-            w.local.iter().map(|(l, o, n)| Sge::new(&*l.rails[w.rail], *o, *n)).collect();
-        let remote = w.remote.map(|(c, o)| (c.rail(w.rail), o));
-        let start = Instant::now();
+            local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
+        let remote = remote.map(|(c, o)| (c.rail(rail), *o));
+        let mut start = None;
         loop {
-            let r = match (w.kind, &remote) {
+            let r = match (kind, &remote) {
                 (Kind::Send { solicited }, _) => {
                     let mut f = if solicited { DtoFlags::SOLICITED } else { DtoFlags::empty() };
-                    if w.silent {
+                    if silent {
                         f |= DtoFlags::SUPPRESS;
                     }
-                    rail.ep.post_send(&sges, w.cookie, f)
+                    ep.post_send(&sges, cookie, f)
                 }
                 (Kind::Write, Some((Ok(c), o))) => {
-                    let f = if w.silent {
+                    let f = if silent {
                         DtoFlags::SUPPRESS
-                    } else if w.cookie & PROBE_BIT != 0 {
+                    } else if cookie & PROBE_BIT != 0 {
                         DtoFlags::URGENT
                     } else {
                         DtoFlags::empty()
                     };
-                    rail.ep.post_rdma_write(&sges, c, *o, w.cookie, f)
+                    ep.post_rdma_write(&sges, c, *o, cookie, f)
                 }
                 (Kind::Read, Some((Ok(c), o))) => {
-                    rail.ep.post_rdma_read(&sges, c, *o, w.cookie, DtoFlags::empty())
+                    ep.post_rdma_read(&sges, c, *o, cookie, DtoFlags::empty())
                 }
                 (Kind::WriteImm(imm), Some((Ok(c), o))) => {
-                    rail.ep.post_rdma_write_imm(&sges, c, *o, imm, w.cookie, DtoFlags::empty())
+                    ep.post_rdma_write_imm(&sges, c, *o, imm, cookie, DtoFlags::empty())
                 }
                 (Kind::FetchAdd(add), Some((Ok(c), o))) => {
-                    rail.ep.post_fetch_add(sges[0], c, *o, add, w.cookie, DtoFlags::empty())
+                    ep.post_fetch_add(sges[0], c, *o, add, cookie, DtoFlags::empty())
                 }
                 (Kind::CmpSwap(cmp, swp), Some((Ok(c), o))) => {
-                    rail.ep.post_cmp_swap(sges[0], c, *o, cmp, swp, w.cookie, DtoFlags::empty())
+                    ep.post_cmp_swap(sges[0], c, *o, cmp, swp, cookie, DtoFlags::empty())
                 }
                 (_, Some((Err(e), _))) => return Err(Error::invalid(e.to_string())),
                 (_, None) => return Err(Error::invalid("remote operation without a target")),
             };
             match r {
-                Err(Error::QueueFull) if start.elapsed() < Duration::from_secs(30) => {
+                // The clock is read only when the rail is full.
+                Err(Error::QueueFull)
+                    if start.get_or_insert_with(Instant::now).elapsed()
+                        < Duration::from_secs(30) =>
+                {
                     std::thread::yield_now();
                 }
                 other => return other,
@@ -405,7 +447,10 @@ impl Core {
                     }
                 });
                 let f = fails.into_inner().unwrap_or_else(|e| e.into_inner());
-                self.failed.lock().unwrap_or_else(|e| e.into_inner()).extend(f);
+                if !f.is_empty() {
+                    self.failed.lock().unwrap_or_else(|e| e.into_inner()).extend(f);
+                    self.has_failed.store(true, Ordering::Release);
+                }
             }
             _ => {
                 for w in &works {
@@ -512,6 +557,22 @@ impl Core {
 
     /// Plans and records request `id`'s stripes, returning their work.
     fn launch(&self, st: &mut State, id: u64) -> Works {
+        let (plan, silent) = self.record(st, id);
+        let req = &st.reqs[(id - st.front_id) as usize];
+        plan.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut w = Self::stripe_work(req, id, i, s);
+                w.silent = silent;
+                w
+            })
+            .collect()
+    }
+
+    /// Plans request `id` and records its stripes as posted. Returns the
+    /// plan (empty: no rail left, the request failed) and whether its one
+    /// stripe goes silent.
+    fn record(&self, st: &mut State, id: u64) -> (SmallVec<[Stripe; 8]>, bool) {
         let idx = (id - st.front_id) as usize;
         let (kind, bytes) = (st.reqs[idx].kind, st.reqs[idx].bytes);
         let plan: SmallVec<[Stripe; 8]> = if kind.ordered() {
@@ -523,14 +584,14 @@ impl Core {
         } else {
             st.planner.plan(bytes)
         };
-        let mut works = SmallVec::new();
         if plan.is_empty() {
             let req = &mut st.reqs[idx];
             req.status = Status::Broken;
             req.remaining = 0;
-            return works;
+            return (plan, false);
         }
-        let now = Instant::now();
+        // Rail rates feed only the adaptive weights: no clock otherwise.
+        let now = self.adaptive.then(Instant::now);
         // A send, or a write of at most SILENT_WRITE_MAX bytes, that the user
         // suppressed goes silent on its rail (no completion, no
         // acknowledgement of its own), as on one rail, once the rail knows
@@ -545,7 +606,7 @@ impl Core {
         }
         let small = match kind {
             Kind::Send { .. } => true,
-            Kind::Write => st.reqs[idx].bytes <= SILENT_WRITE_MAX,
+            Kind::Write => bytes <= SILENT_WRITE_MAX,
             _ => false,
         };
         let silent = plan.len() == 1
@@ -554,8 +615,10 @@ impl Core {
             && st.probe_at[plan[0].rail].is_some()
             && st.silent[plan[0].rail].len() < MAX_SILENT;
         for (i, s) in plan.iter().enumerate() {
-            let out = st.planner.outstanding()[s.rail];
-            st.rate[s.rail].posted(out, now);
+            if let Some(now) = now {
+                let out = st.planner.outstanding()[s.rail];
+                st.rate[s.rail].posted(out, now);
+            }
             if !silent {
                 st.planner.posted(s.rail, s.len);
             }
@@ -565,21 +628,23 @@ impl Core {
                 st.silent[s.rail].push_back(Silent { id, idx: i, seq });
                 st.silent_posted += 1;
             }
-            let req = &mut st.reqs[idx];
-            req.stripes.push(StripeRec {
+            st.reqs[idx].stripes.push(StripeRec {
                 rail: s.rail,
                 off: s.offset,
                 len: s.len,
-                t0: now,
                 done: false,
                 seq,
             });
-            let mut w = Self::stripe_work(req, id, i, s);
-            w.silent = silent;
-            works.push(w);
         }
         st.reqs[idx].remaining = plan.len();
-        works
+        (plan, silent)
+    }
+
+    /// Whether the caller may post a lone stripe on `rail` itself: always
+    /// without rail threads; with them, when the rail's thread has nothing
+    /// queued (else the stripe would overtake its queue).
+    fn direct(&self, rail: usize) -> bool {
+        self.cfg.engine != Engine::Pinned || self.rails[rail].pending.load(Ordering::Acquire) == 0
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -703,7 +768,31 @@ impl Core {
                 return Ok(());
             }
         }
-        let works = self.launch(&mut st, id);
+        let (plan, silent) = self.record(&mut st, id);
+        if let [s] = plan[..] {
+            if self.direct(s.rail) {
+                // A lone whole stripe (every small or ordered DTO) goes out from
+                // the caller, straight from the request: no work item, no hand-off.
+                let req = st.reqs.back().expect("the request just queued");
+                let cookie = id << 8;
+                if let Err(e) =
+                    self.post_on(s.rail, kind, &req.local, req.remote.as_ref(), cookie, silent)
+                {
+                    self.fail_on(s.rail, cookie, &e);
+                }
+                return Ok(());
+            }
+        }
+        let req = &st.reqs[(id - st.front_id) as usize];
+        let works: Works = plan
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut w = Self::stripe_work(req, id, i, s);
+                w.silent = silent;
+                w
+            })
+            .collect();
         let mut evs = UserEvents::new();
         if works.is_empty() {
             self.release(&mut st, &mut evs);
@@ -819,14 +908,16 @@ impl Core {
         if c.status.is_ok() {
             let s = &mut req.stripes[idx];
             s.done = true;
-            st.rate[rail].completed(slen, Instant::now());
-            // BSS assumes stripes proportional to weights: t = w / rate keeps
-            // its fixed point at the rate ratio whatever rounding did to the stripe.
-            let w = st.planner.weights()[rail];
-            if let Some(t) = st.rate[rail].time_for(1).map(|per_byte| w * per_byte) {
-                let req = &mut st.reqs[(id - st.front_id) as usize];
-                if req.stripes.len() > 1 {
-                    req.times.push((rail, t));
+            if self.adaptive {
+                st.rate[rail].completed(slen, Instant::now());
+                // BSS assumes stripes proportional to weights: t = w / rate keeps
+                // its fixed point at the rate ratio whatever rounding did to the stripe.
+                let w = st.planner.weights()[rail];
+                if let Some(t) = st.rate[rail].time_for(1).map(|per_byte| w * per_byte) {
+                    let req = &mut st.reqs[(id - st.front_id) as usize];
+                    if req.stripes.len() > 1 {
+                        req.times.push((rail, t));
+                    }
                 }
             }
             let req = &mut st.reqs[(id - st.front_id) as usize];
@@ -847,7 +938,6 @@ impl Core {
                     let req = &mut st.reqs[(id - st.front_id) as usize];
                     let s = &mut req.stripes[idx];
                     s.rail = nr;
-                    s.t0 = Instant::now();
                     let stripe = Stripe { rail: nr, offset: soff, len: slen };
                     works.push(Self::stripe_work(req, id, idx, &stripe));
                     st.planner.posted(nr, slen);
@@ -996,11 +1086,20 @@ impl Core {
     }
 
     /// Processes a batch of rail events and post failures under one lock.
-    fn handle(&self, batch: &mut Vec<(usize, Event)>) {
+    fn handle(&self, batch: &mut Batch) {
+        let _ = self.handle_taking(batch, None);
+    }
+
+    /// [`Core::handle`], handing back an event for `take` (see
+    /// [`Core::deliver_taking`]).
+    fn handle_taking(&self, batch: &mut Batch, take: Option<&SoftEvd>) -> Option<Event> {
         let mut evs = UserEvents::new();
         let mut st = self.lock();
-        let failed: Vec<(usize, u64, Status)> =
-            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()));
+        let failed: Vec<(usize, u64, Status)> = if self.has_failed.swap(false, Ordering::AcqRel) {
+            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
+        } else {
+            Vec::new()
+        };
         for (rail, cookie, status) in failed {
             batch.push((rail, Event::Dto(self.dto(cookie, DtoOp::RdmaWrite, status, 0))));
         }
@@ -1014,7 +1113,7 @@ impl Core {
             self.issue(works);
         }
         drop(st);
-        self.deliver(evs);
+        self.deliver_taking(evs, take)
     }
 
     pub(crate) fn rail_evds(&self) -> impl Iterator<Item = &Arc<dyn Evd>> {
@@ -1030,22 +1129,31 @@ impl Core {
     /// past the rail threads for a waiter). Rails whose EVD only its rail
     /// thread may consume (not a [`SoftEvd`]) are left to it.
     pub(crate) fn poll_rails(&self) -> bool {
+        self.poll_rails_taking(None).0
+    }
+
+    /// [`Core::poll_rails`] for a waiter on the EVD whose queue is `take`:
+    /// also returns the event handed back to it (see [`Core::deliver_taking`]).
+    pub(crate) fn poll_rails_taking(&self, take: Option<&SoftEvd>) -> (bool, Option<Event>) {
+        // Every rail EVD a software one: nothing to do unless one holds events
+        // (a look at counters, no lock).
+        if self.soft_rails && !self.has_failed() && self.rails.iter().all(|r| r.evd.is_empty()) {
+            return (false, None);
+        }
         // Wait for a harvesting rail thread rather than skip: it handles only its
         // own rail, and events of the others must not be left behind.
         let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
-        let mut batch = Vec::new();
+        let mut batch = Batch::new();
         for (i, r) in self.rails.iter().enumerate() {
             if self.threaded() && r.evd.as_any().downcast_ref::<SoftEvd>().is_none() {
                 continue;
             }
             self.drain_rail(i, &mut batch);
         }
-        let has_failed = !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty();
-        if batch.is_empty() && !has_failed {
-            return false;
+        if batch.is_empty() && !self.has_failed() {
+            return (false, None);
         }
-        self.handle(&mut batch);
-        true
+        (true, self.handle_taking(&mut batch, take))
     }
 
     /// Waits (at most `max`) until a rail has an event to harvest, driving
@@ -1063,7 +1171,7 @@ impl Core {
         }
     }
 
-    fn drain_rail(&self, i: usize, batch: &mut Vec<(usize, Event)>) {
+    fn drain_rail(&self, i: usize, batch: &mut Batch) {
         let r = &self.rails[i];
         // A software rail EVD is driven by the waiter's poll (drive_through);
         // here its events are only collected. Others make progress in dequeue.
@@ -1094,7 +1202,7 @@ impl Core {
     }
 
     fn has_failed(&self) -> bool {
-        !self.failed.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        self.has_failed.load(Ordering::Acquire)
     }
 
     /// A pinned rail thread: posts its rail's work and pushes it out as the
@@ -1104,7 +1212,7 @@ impl Core {
     fn rail_thread(self: Arc<Self>, rail: usize, rx: crossbeam_channel::Receiver<Work>) {
         let cpu = crate::bind::bind_thread_to_core(rail, self.cfg.bind);
         *self.rails[rail].cpu.lock().unwrap_or_else(|e| e.into_inner()) = cpu;
-        let mut batch = Vec::new();
+        let mut batch = Batch::new();
         let evd = self.rails[rail].evd.clone();
         let soft = evd.as_any().downcast_ref::<SoftEvd>();
         const NAP_MIN: Duration = Duration::from_millis(1);
@@ -1220,6 +1328,7 @@ impl MrEp {
                 cpu: Mutex::new("not started".into()),
             });
         }
+        let soft_rails = rails.iter().all(|r| r.evd.as_any().downcast_ref::<SoftEvd>().is_some());
         let cfg = ia.cfg.clone();
         let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
         let attr = rmr_api::Ia::attr(ia);
@@ -1252,6 +1361,9 @@ impl MrEp {
             stop: AtomicBool::new(false),
             harvest: Mutex::new(()),
             failed: Mutex::default(),
+            has_failed: AtomicBool::new(false),
+            adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
+            soft_rails,
             cfg,
         };
         Ok(Arc::new(MrEp { core: Arc::new(core) }))

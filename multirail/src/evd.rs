@@ -54,7 +54,8 @@ impl MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
-        let start = Instant::now();
+        // The clock is read only once there is something to wait for.
+        let mut started: Option<Instant> = None;
         let mut idle = 0u32;
         loop {
             if self.q.len() >= threshold {
@@ -63,11 +64,16 @@ impl MrEvd {
                 }
             }
             let seen = self.q.poke_gen();
-            let (moved, threaded) = self.progress();
+            // A waiter for one event takes it straight from the harvest.
+            let (moved, threaded, taken) = self.progress(threshold == 1);
+            if let Some(e) = taken {
+                return Ok(e);
+            }
             if moved {
                 idle = 0;
                 continue;
             }
+            let start = *started.get_or_insert_with(Instant::now);
             if timeout.is_some_and(|t| start.elapsed() >= t) {
                 return Err(Error::Timeout);
             }
@@ -99,21 +105,26 @@ impl MrEvd {
     }
 
     /// Polls every attached EP's rails once. Returns (anything happened,
-    /// every attached EP has rail threads of its own).
-    fn progress(&self) -> (bool, bool) {
+    /// every attached EP has rail threads of its own, with `take` the
+    /// oldest event for this EVD if the harvest made one while it was
+    /// empty — handed over instead of queued).
+    fn progress(&self, take: bool) -> (bool, bool, Option<Event>) {
         if !self.has_polled.load(Ordering::Acquire) {
-            return (false, true);
+            return (false, true, None);
         }
         let cores: SmallVec<[Arc<Core>; 4]> = {
             let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
             p.iter().filter_map(Weak::upgrade).collect()
         };
-        let (mut any, mut threaded) = (false, true);
+        let (mut any, mut threaded, mut taken) = (false, true, None);
         for c in cores {
-            any |= c.poll_rails();
+            let t = (take && taken.is_none()).then_some(&*self.q);
+            let (moved, e) = c.poll_rails_taking(t);
+            any |= moved;
+            taken = taken.or(e);
             threaded &= c.threaded();
         }
-        (any, threaded)
+        (any, threaded, taken)
     }
 }
 
@@ -126,7 +137,7 @@ impl Evd for MrEvd {
     }
 
     fn dequeue(&self) -> Option<Event> {
-        let _ = self.progress();
+        let _ = self.progress(false);
         self.q.dequeue()
     }
 

@@ -279,8 +279,14 @@ impl Planner {
             }
             _ => {}
         }
+        if len < self.threshold || len < 2 * self.align {
+            if let Some(r) = self.whole_rail() {
+                out.push(whole(r));
+            }
+            return out;
+        }
         let batch = self.batch();
-        if len < self.threshold || batch.len() <= 1 || len < 2 * self.align {
+        if batch.len() <= 1 {
             if let Some(r) = self.whole_rail() {
                 out.push(whole(r));
             }
