@@ -24,7 +24,11 @@
 //! - Engines ([`Engine`]): `inline` (the caller posts every stripe and
 //!   polls every rail's EVD), `fork-join` (a rayon scope posts the stripes
 //!   of a DTO in parallel), `pinned` (one persistent thread per rail, fed by
-//!   a channel, bound to a core with hwloc).
+//!   a channel, bound to a core with hwloc). Whatever the engine, a DTO
+//!   that goes whole to one rail (every DTO below the stripe threshold, and
+//!   every ordered one) is posted by the caller itself when that rail has
+//!   no queued work, and a thread waiting for one event on a multirail EVD
+//!   takes it straight from the rail completions it harvests.
 //! - The completion filter: stripes' completions become one completion per
 //!   user DTO, in posting order; SUPPRESS is respected; stripe times feed
 //!   the adaptive weights. A send or a write of up to 1 KiB that the user
