@@ -286,20 +286,26 @@ impl Core {
     fn deliver_taking(&self, evs: UserEvents, take: Option<&SoftEvd>) -> Option<Event> {
         let mut taken = None;
         for (to, ev) in evs {
-            let evd = match to {
-                TO_REQ => &self.user.request,
-                TO_RECV => &self.user.recv,
-                _ => &self.user.conn,
-            };
-            if let Some(m) = evd.as_any().downcast_ref::<MrEvd>() {
-                if taken.is_none() && take.is_some_and(|t| std::ptr::eq(t, &*m.q) && t.is_empty()) {
-                    taken = Some(ev);
-                } else {
-                    m.q.push(ev);
-                }
-            }
+            let t = if taken.is_none() { take } else { None };
+            taken = taken.or(self.deliver_one(to, ev, t));
         }
         taken
+    }
+
+    /// Delivers one user event to its EVD, or hands it back for `take`
+    /// (see [`Core::deliver_taking`]).
+    fn deliver_one(&self, to: u8, ev: Event, take: Option<&SoftEvd>) -> Option<Event> {
+        let evd = match to {
+            TO_REQ => &self.user.request,
+            TO_RECV => &self.user.recv,
+            _ => &self.user.conn,
+        };
+        let m = evd.as_any().downcast_ref::<MrEvd>()?;
+        if take.is_some_and(|t| std::ptr::eq(t, &*m.q) && t.is_empty()) {
+            return Some(ev);
+        }
+        m.q.push(ev);
+        None
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
@@ -1003,19 +1009,26 @@ impl Core {
                 }
             }
         }
-        if let Some(slot) = st.recvs.get_mut(i) {
-            if let Some(r) = slot.take() {
-                let mut u = *c;
-                u.ep = self.id;
-                u.cookie = r.cookie;
-                evs.push((TO_RECV, Event::Dto(u)));
-            }
+        if let Some(ev) = self.recv_done(st, c) {
+            evs.push((TO_RECV, ev));
         }
+        SmallVec::new()
+    }
+
+    /// Receive `c` completed (for good): its user completion.
+    fn recv_done(&self, st: &mut State, c: &DtoCompletion) -> Option<Event> {
+        let i = (c.cookie & !RECV_BIT).checked_sub(st.recv_front)? as usize;
+        let ev = st.recvs.get_mut(i).and_then(Option::take).map(|r| {
+            let mut u = *c;
+            u.ep = self.id;
+            u.cookie = r.cookie;
+            Event::Dto(u)
+        });
         while st.recvs.front().is_some_and(Option::is_none) {
             st.recvs.pop_front();
             st.recv_front += 1;
         }
-        SmallVec::new()
+        ev
     }
 
     /// Handles one event from rail `rail`'s EVD.
@@ -1093,13 +1106,23 @@ impl Core {
     /// [`Core::handle`], handing back an event for `take` (see
     /// [`Core::deliver_taking`]).
     fn handle_taking(&self, batch: &mut Batch, take: Option<&SoftEvd>) -> Option<Event> {
+        // A ping-pong's usual harvest, one receive that completed: it changes
+        // no request and releases no fence.
+        if let [(_, Event::Dto(c))] = batch[..] {
+            if c.cookie & RECV_BIT != 0 && c.status.is_ok() && !self.has_failed() {
+                batch.clear();
+                let ev = self.recv_done(&mut self.lock(), &c)?;
+                return self.deliver_one(TO_RECV, ev, take);
+            }
+        }
         let mut evs = UserEvents::new();
         let mut st = self.lock();
-        let failed: Vec<(usize, u64, Status)> = if self.has_failed.swap(false, Ordering::AcqRel) {
-            std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
-        } else {
-            Vec::new()
-        };
+        let failed: Vec<(usize, u64, Status)> =
+            if self.has_failed() && self.has_failed.swap(false, Ordering::AcqRel) {
+                std::mem::take(&mut *self.failed.lock().unwrap_or_else(|e| e.into_inner()))
+            } else {
+                Vec::new()
+            };
         for (rail, cookie, status) in failed {
             batch.push((rail, Event::Dto(self.dto(cookie, DtoOp::RdmaWrite, status, 0))));
         }
