@@ -40,12 +40,13 @@ server 198.18.0.2,198.18.1.2
     client --rails 198.18.0.2,198.18.1.2 --engine $e --test bibw --sizes 64K,1M
   done
   # Latency swings run to run on a shared 2-CPU machine (one rail's 8 B
-  # took 7.4 to 10.3 us in back-to-back runs): three interleaved rounds,
-  # each 2-rail figure against its own round's one-rail figure.
-  for round in 1 2 3; do
-    client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --baseline
+  # took 7.3 to 12.4 us in back-to-back runs, as neighbours load the host):
+  # many short interleaved rounds, each 2-rail figure against its own
+  # round's one-rail figure, the median of those ratios reported.
+  for round in $(seq "${LAT_ROUNDS:-9}"); do
+    client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --iters 4000 --baseline
     for e in inline pinned; do
-      client --rails 198.18.0.2,198.18.1.2 --engine $e --test lat --sizes 8,64,512,4K
+      client --rails 198.18.0.2,198.18.1.2 --engine $e --test lat --sizes 8,64,512,4K --iters 4000
     done
   done
   client --rails 198.18.0.2,198.18.1.2 --engine inline --test breakdown --sizes 16K,1M

@@ -160,9 +160,10 @@ RDMA writes with SUPPRESS and one notifying send; the peer's reply marks
 the data visible; Mbit/s = 20 x size / elapsed, median over samples.
 Latency is a write+notify ping-pong, half the round trip, median. The
 lab's latency rows and its unshaped (CPU-bound) rows swing from run to run
-on this shared 2-CPU machine, so the lab measures them in three interleaved
-rounds (one rail, then two, three times) and reports medians, with each
-round's ratio against its own one-rail figure shown beside them.
+on this shared 2-CPU machine, so the lab measures them in interleaved
+rounds (one rail, then two; three rounds of the unshaped rows, nine short
+ones of the latency rows) and reports medians, with each round's ratio
+against its own one-rail figure shown beside them.
 
 ## Against the design's targets
 """)
