@@ -14,7 +14,7 @@
 
 use crate::evd::MrEvd;
 use crate::objects::{MrIa, MrLmr, MrLmrInner, MrPz};
-use crate::planner::{Planner, Stripe};
+use crate::planner::{Planner, Stripe, Stripes};
 use crate::psp::header;
 use crate::{Engine, MrConfig};
 use rmr_api::{
@@ -240,6 +240,18 @@ type Works = SmallVec<[Work; 2]>;
 const TO_REQ: u8 = 0;
 const TO_RECV: u8 = 1;
 const TO_CONN: u8 = 2;
+
+/// A rail post rejected the caller's input (segments, target): the error
+/// goes back to the caller, as our own checks would have sent it.
+fn is_input_error(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Protection(_)
+            | Error::OutOfBounds { .. }
+            | Error::InvalidArgument(_)
+            | Error::Unsupported(_)
+    )
+}
 
 /// The completion status a failed rail post turns into.
 fn post_status(e: &Error) -> Status {
@@ -563,7 +575,7 @@ impl Core {
 
     /// Plans and records request `id`'s stripes, returning their work.
     fn launch(&self, st: &mut State, id: u64) -> Works {
-        let (plan, silent) = self.record(st, id);
+        let (plan, silent) = self.record(st, id, None);
         let req = &st.reqs[(id - st.front_id) as usize];
         plan.iter()
             .enumerate()
@@ -575,13 +587,15 @@ impl Core {
             .collect()
     }
 
-    /// Plans request `id` and records its stripes as posted. Returns the
-    /// plan (empty: no rail left, the request failed) and whether its one
-    /// stripe goes silent.
-    fn record(&self, st: &mut State, id: u64) -> (SmallVec<[Stripe; 8]>, bool) {
+    /// Plans request `id` (whole on `chosen` if the planner already placed
+    /// it) and records its stripes as posted. Returns the plan (empty: no
+    /// rail left, the request failed) and whether its one stripe goes silent.
+    fn record(&self, st: &mut State, id: u64, chosen: Option<usize>) -> (Stripes, bool) {
         let idx = (id - st.front_id) as usize;
         let (kind, bytes) = (st.reqs[idx].kind, st.reqs[idx].bytes);
-        let plan: SmallVec<[Stripe; 8]> = if kind.ordered() {
+        let plan: Stripes = if let Some(r) = chosen {
+            smallvec::smallvec![Stripe { rail: r, offset: 0, len: bytes }]
+        } else if kind.ordered() {
             st.planner
                 .control_rail()
                 .map(|r| Stripe { rail: r, offset: 0, len: bytes })
@@ -596,30 +610,51 @@ impl Core {
             req.remaining = 0;
             return (plan, false);
         }
-        // Rail rates feed only the adaptive weights: no clock otherwise.
-        let now = self.adaptive.then(Instant::now);
-        // A send, or a write of at most SILENT_WRITE_MAX bytes, that the user
-        // suppressed goes silent on its rail (no completion, no
-        // acknowledgement of its own), as on one rail, once the rail knows
-        // where a probe may go. Its bytes do not count as in flight for the
-        // planner (few, and their end is learnt late).
-        if matches!(kind, Kind::Write) {
-            if let Some((c, o)) = st.reqs[idx].remote {
-                for s in &plan {
-                    st.probe_at[s.rail] = Some((c, o + s.offset));
-                }
-            }
-        }
+        let req = &st.reqs[idx];
+        let silent = plan.len() == 1
+            && self.goes_silent(st, plan[0].rail, kind, bytes, req.signalled, req.remote.is_some());
+        self.note_stripes(st, id, &plan, silent);
+        (plan, silent)
+    }
+
+    /// Whether a whole DTO on `rail` goes silent: a send, or a write of at
+    /// most SILENT_WRITE_MAX bytes, that the user suppressed goes silent on
+    /// its rail (no completion, no acknowledgement of its own), as on one
+    /// rail, once the rail knows where a probe may go (a write tells it).
+    fn goes_silent(
+        &self,
+        st: &State,
+        rail: usize,
+        kind: Kind,
+        bytes: u64,
+        signalled: bool,
+        has_remote: bool,
+    ) -> bool {
         let small = match kind {
             Kind::Send { .. } => true,
             Kind::Write => bytes <= SILENT_WRITE_MAX,
             _ => false,
         };
-        let silent = plan.len() == 1
-            && small
-            && !st.reqs[idx].signalled
-            && st.probe_at[plan[0].rail].is_some()
-            && st.silent[plan[0].rail].len() < MAX_SILENT;
+        small
+            && !signalled
+            && (st.probe_at[rail].is_some() || matches!(kind, Kind::Write) && has_remote)
+            && st.silent[rail].len() < MAX_SILENT
+    }
+
+    /// Records the stripes of request `id` (the last one queued or a
+    /// deferred one) as posted. A silent stripe's bytes do not count as in
+    /// flight for the planner (few, and their end is learnt late).
+    fn note_stripes(&self, st: &mut State, id: u64, plan: &[Stripe], silent: bool) {
+        let idx = (id - st.front_id) as usize;
+        if matches!(st.reqs[idx].kind, Kind::Write) {
+            if let Some((c, o)) = st.reqs[idx].remote {
+                for s in plan {
+                    st.probe_at[s.rail] = Some((c, o + s.offset));
+                }
+            }
+        }
+        // Rail rates feed only the adaptive weights: no clock otherwise.
+        let now = self.adaptive.then(Instant::now);
         for (i, s) in plan.iter().enumerate() {
             if let Some(now) = now {
                 let out = st.planner.outstanding()[s.rail];
@@ -643,7 +678,31 @@ impl Core {
             });
         }
         st.reqs[idx].remaining = plan.len();
-        (plan, silent)
+    }
+
+    /// The rail a DTO goes to whole, now and from the caller, if it can:
+    /// no fence, no deferred request ahead, an ordered DTO's fence already
+    /// clear, a DTO the planner does not stripe, a rail whose thread has
+    /// nothing queued.
+    /// Returns (that rail if it can go now, the rail the planner placed an
+    /// unordered DTO on — the general path must not place it twice).
+    fn direct_rail(
+        &self,
+        st: &mut State,
+        kind: Kind,
+        bytes: u64,
+        full: bool,
+    ) -> (Option<usize>, Option<usize>) {
+        if full || !st.deferred.is_empty() {
+            return (None, None);
+        }
+        if kind.ordered() {
+            let Some(ctl) = st.planner.control_rail() else { return (None, None) };
+            let clear = (0..self.rails.len()).all(|r| r == ctl || st.completed[r] >= st.posted[r]);
+            return ((clear && self.direct(ctl)).then_some(ctl), None);
+        }
+        let placed = st.planner.whole(bytes);
+        (placed.filter(|&r| self.direct(r)), placed)
     }
 
     /// Whether the caller may post a lone stripe on `rail` itself: always
@@ -666,15 +725,34 @@ impl Core {
             Kind::Read | Kind::FetchAdd(_) | Kind::CmpSwap(..) => Access::LOCAL_WRITE,
             _ => Access::empty(),
         };
-        let bytes = check_local_sges(local, self.pz_id, need, self.max_sges)?;
+        // The segments are checked (check_local_sges) before anything is
+        // recorded — by the rail's own post when the DTO goes whole to a rail
+        // at once (the rail's LMRs mirror ours: same bounds and access, in
+        // the rail PZ of our PZ), here otherwise.
+        if local.len() > self.max_sges {
+            return Err(Error::invalid(format!(
+                "{} segments, at most {}",
+                local.len(),
+                self.max_sges
+            )));
+        }
+        let mut bytes = 0u64;
         let mut segs = Segs::new();
         for s in local {
             let l = s.lmr.as_any().downcast_ref::<MrLmr>().ok_or_else(|| {
                 Error::Protection("a multirail EP needs LMRs of its multirail PZ".into())
             })?;
+            bytes = bytes
+                .checked_add(s.len)
+                .ok_or_else(|| Error::invalid("segment lengths overflow"))?;
             if s.len > 0 {
                 segs.push((l.inner.clone(), s.offset, s.len));
             }
+        }
+        // A zero-length segment reaches no rail: check everything here.
+        let rail_checks = segs.len() == local.len();
+        if !rail_checks {
+            check_local_sges(local, self.pz_id, need, self.max_sges)?;
         }
         if matches!(kind, Kind::FetchAdd(_) | Kind::CmpSwap(..)) {
             if bytes != 8 {
@@ -705,13 +783,15 @@ impl Core {
         // post polls the rails until its fence clears, a post into a full
         // window polls until a slot frees (the paper's non-threaded engine).
         if self.cfg.engine != Engine::Pinned {
-            let start = Instant::now();
+            let mut start = None;
             loop {
                 let st = self.lock();
                 let blocked = st.reqs.len() >= self.max_dtos
                     || ((kind.ordered() || full) && self.fenced(&st, full));
                 drop(st);
-                if !blocked || start.elapsed() > Duration::from_secs(30) {
+                if !blocked
+                    || start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)
+                {
                     break;
                 }
                 // Have the rails it waits on report now (silent stripes
@@ -742,10 +822,44 @@ impl Core {
             return Err(Error::QueueFull);
         }
         let id = st.front_id + st.reqs.len() as u64;
+        let signalled = !flags.contains(DtoFlags::SUPPRESS);
+        let (direct, placed) = self.direct_rail(&mut st, kind, bytes, full);
+        if let Some(rail) = direct.filter(|_| rail_checks) {
+            // A lone whole stripe (every small or ordered DTO) goes out from the
+            // caller at once, no work item, no hand-off; recorded once the rail
+            // took it (a rejected post leaves no trace).
+            let silent = self.goes_silent(&st, rail, kind, bytes, signalled, remote.is_some());
+            let rc = id << 8;
+            let posted = match self.post_on(rail, kind, &segs, remote.as_ref(), rc, silent) {
+                Err(e) if is_input_error(&e) => return Err(e),
+                r => r,
+            };
+            st.reqs.push_back(Req {
+                cookie,
+                kind,
+                signalled,
+                bytes,
+                remaining: usize::MAX,
+                status: Status::Success,
+                imm: None,
+                local: segs,
+                remote,
+                stripes: SmallVec::new(),
+                times: Vec::new(),
+            });
+            self.note_stripes(&mut st, id, &[Stripe { rail, offset: 0, len: bytes }], silent);
+            if let Err(e) = posted {
+                self.fail_on(rail, rc, &e);
+            }
+            return Ok(());
+        }
+        if rail_checks {
+            check_local_sges(local, self.pz_id, need, self.max_sges)?;
+        }
         st.reqs.push_back(Req {
             cookie,
             kind,
-            signalled: !flags.contains(DtoFlags::SUPPRESS),
+            signalled,
             bytes,
             remaining: usize::MAX,
             status: Status::Success,
@@ -774,7 +888,7 @@ impl Core {
                 return Ok(());
             }
         }
-        let (plan, silent) = self.record(&mut st, id);
+        let (plan, silent) = self.record(&mut st, id, placed);
         if let [s] = plan[..] {
             if self.direct(s.rail) {
                 // A lone whole stripe (every small or ordered DTO) goes out from
@@ -1593,7 +1707,8 @@ impl Ep for MrEp {
 
     fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
         let c = &self.core;
-        check_local_sges(local, c.pz_id, Access::LOCAL_WRITE, c.max_sges)?;
+        // The rail checks the segments (its LMRs mirror ours: same bounds and
+        // access, in the rail PZ of our PZ) before anything is recorded.
         let mut segs = Segs::new();
         for s in local {
             let l = s

@@ -254,35 +254,41 @@ impl Planner {
         }
     }
 
+    /// Whether a DTO of `len` bytes goes whole to one rail (the policy never
+    /// stripes, or it is below the threshold).
+    fn goes_whole(&self, len: u64) -> bool {
+        matches!(self.policy, Policy::Single | Policy::RoundRobin)
+            || len < self.threshold
+            || len < 2 * self.align
+    }
+
+    /// The rail a whole DTO goes to under the policy (advances round-robin).
+    fn whole_target(&mut self) -> Option<usize> {
+        match self.policy {
+            Policy::Single => self.control_rail(),
+            Policy::RoundRobin => {
+                let n = self.alive.len();
+                let r = (0..n).map(|i| (self.rr + i) % n).find(|&r| self.alive[r])?;
+                self.rr = r + 1;
+                Some(r)
+            }
+            _ => self.whole_rail(),
+        }
+    }
+
+    /// The rail of a DTO of `len` bytes when it goes whole, as [`Planner::plan`]
+    /// would place it (and with the same effect on round-robin); `None` when
+    /// it may be striped or no rail is alive.
+    pub fn whole(&mut self, len: u64) -> Option<usize> {
+        if self.goes_whole(len) { self.whole_target() } else { None }
+    }
+
     /// Plans one DTO of `len` bytes. Empty when no rail is alive.
     pub fn plan(&mut self, len: u64) -> Stripes {
         let mut out = Stripes::new();
         let whole = |rail: usize| Stripe { rail, offset: 0, len };
-        match self.policy {
-            Policy::Single => {
-                if let Some(r) = self.control_rail() {
-                    out.push(whole(r));
-                }
-                return out;
-            }
-            Policy::RoundRobin => {
-                let n = self.alive.len();
-                for i in 0..n {
-                    let r = (self.rr + i) % n;
-                    if self.alive[r] {
-                        self.rr = r + 1;
-                        out.push(whole(r));
-                        break;
-                    }
-                }
-                return out;
-            }
-            _ => {}
-        }
-        if len < self.threshold || len < 2 * self.align {
-            if let Some(r) = self.whole_rail() {
-                out.push(whole(r));
-            }
+        if self.goes_whole(len) {
+            out.extend(self.whole_target().map(whole));
             return out;
         }
         let batch = self.batch();
