@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+type Cores = SmallVec<[Arc<Core>; 4]>;
+
 /// An EVD of the multirail provider.
 #[derive(Default)]
 pub struct MrEvd {
@@ -22,6 +24,8 @@ pub struct MrEvd {
     blind: AtomicBool,
     /// Application threads inside [`Evd::wait`] (they harvest the rails).
     waiters: AtomicUsize,
+    /// Bumped whenever `polled` changes (a waiter keeps its list until then).
+    polled_gen: AtomicUsize,
 }
 
 impl MrEvd {
@@ -46,6 +50,7 @@ impl MrEvd {
                 self.q.drive_through(evd);
             }
         }
+        self.polled_gen.fetch_add(1, Ordering::AcqRel);
         self.has_polled.store(true, Ordering::Release);
     }
 
@@ -57,7 +62,12 @@ impl MrEvd {
         // The clock is read only once there is something to wait for.
         let mut started: Option<Instant> = None;
         let mut idle = 0u32;
+        // The endpoints reporting here, looked up again only when they change.
+        let (mut seen_gen, mut cores) = self.cores();
         loop {
+            if self.polled_gen.load(Ordering::Acquire) != seen_gen {
+                (seen_gen, cores) = self.cores();
+            }
             if self.q.len() >= threshold {
                 if let Some(e) = self.q.dequeue() {
                     return Ok(e);
@@ -65,7 +75,7 @@ impl MrEvd {
             }
             let seen = self.q.poke_gen();
             // A waiter for one event takes it straight from the harvest.
-            let (moved, threaded, taken) = self.progress(threshold == 1);
+            let (moved, threaded, taken) = self.progress_on(&cores, threshold == 1);
             if let Some(e) = taken {
                 return Ok(e);
             }
@@ -112,10 +122,18 @@ impl MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return (false, true, None);
         }
-        let cores: SmallVec<[Arc<Core>; 4]> = {
-            let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-            p.iter().filter_map(Weak::upgrade).collect()
-        };
+        self.progress_on(&self.cores().1, take)
+    }
+
+    /// The endpoints that report here, with the `polled` generation read first.
+    fn cores(&self) -> (usize, Cores) {
+        let g = self.polled_gen.load(Ordering::Acquire);
+        let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
+        (g, p.iter().filter_map(Weak::upgrade).collect())
+    }
+
+    /// [`MrEvd::progress`] over `cores`.
+    fn progress_on(&self, cores: &[Arc<Core>], take: bool) -> (bool, bool, Option<Event>) {
         let (mut any, mut threaded, mut taken) = (false, true, None);
         for c in cores {
             let t = (take && taken.is_none()).then_some(&*self.q);

@@ -715,6 +715,10 @@ impl SoftEvd {
     }
 
     fn pop(&self, threshold: usize) -> Option<Event> {
+        // Too few events: no lock (a waiter woken by a poke looks here first).
+        if self.queued.load(Ordering::Acquire) < threshold.max(1) {
+            return None;
+        }
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         if q.len() < threshold.max(1) {
             return None;
