@@ -117,6 +117,32 @@ struct Req {
     times: Vec<(usize, f64)>,
 }
 
+impl Req {
+    /// A user DTO not yet planned.
+    fn new(
+        cookie: u64,
+        kind: Kind,
+        signalled: bool,
+        bytes: u64,
+        local: Segs,
+        remote: Option<(RmrContext, u64)>,
+    ) -> Self {
+        Req {
+            cookie,
+            kind,
+            signalled,
+            bytes,
+            remaining: usize::MAX,
+            status: Status::Success,
+            imm: None,
+            local,
+            remote,
+            stripes: SmallVec::new(),
+            times: Vec::new(),
+        }
+    }
+}
+
 struct RecvReq {
     cookie: u64,
     local: Segs,
@@ -834,19 +860,7 @@ impl Core {
                 Err(e) if is_input_error(&e) => return Err(e),
                 r => r,
             };
-            st.reqs.push_back(Req {
-                cookie,
-                kind,
-                signalled,
-                bytes,
-                remaining: usize::MAX,
-                status: Status::Success,
-                imm: None,
-                local: segs,
-                remote,
-                stripes: SmallVec::new(),
-                times: Vec::new(),
-            });
+            st.reqs.push_back(Req::new(cookie, kind, signalled, bytes, segs, remote));
             self.note_stripes(&mut st, id, &[Stripe { rail, offset: 0, len: bytes }], silent);
             if let Err(e) = posted {
                 self.fail_on(rail, rc, &e);
@@ -856,19 +870,7 @@ impl Core {
         if rail_checks {
             check_local_sges(local, self.pz_id, need, self.max_sges)?;
         }
-        st.reqs.push_back(Req {
-            cookie,
-            kind,
-            signalled,
-            bytes,
-            remaining: usize::MAX,
-            status: Status::Success,
-            imm: None,
-            local: segs,
-            remote,
-            stripes: SmallVec::new(),
-            times: Vec::new(),
-        });
+        st.reqs.push_back(Req::new(cookie, kind, signalled, bytes, segs, remote));
         // Fence: ordered operations wait for earlier stripes on other rails;
         // BARRIER_FENCE waits for every earlier stripe.
         let ctl = st.planner.control_rail().unwrap_or(0);

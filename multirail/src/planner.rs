@@ -395,6 +395,28 @@ mod tests {
         }
 
         #[test]
+        fn whole_agrees_with_plan(
+            rails in 1usize..6, policy in policies(), lens in proptest::collection::vec(0u64..(1 << 20), 1..12),
+            threshold in 0u64..(64 << 10), align_pow in 0u32..13, dead in 0usize..6,
+        ) {
+            // The direct path places a DTO with `whole`, the others with `plan`:
+            // the same rail (and round-robin state) whenever `whole` answers.
+            let mut a = Planner::new(rails, policy, threshold, 1 << align_pow);
+            if dead < rails && rails > 1 { a.rail_failed(dead); }
+            let mut b = a.clone();
+            for len in lens {
+                let s = b.plan(len);
+                match a.whole(len) {
+                    Some(r) => {
+                        prop_assert_eq!(s.len(), 1);
+                        prop_assert_eq!((s[0].rail, s[0].offset, s[0].len), (r, 0, len));
+                    }
+                    None => { a = b.clone(); }
+                }
+            }
+        }
+
+        #[test]
         fn adaptive_weights_stay_positive_and_sum(
             speeds in proptest::collection::vec(1.0f64..100.0, 2..5),
             rounds in 1usize..60, alpha in 0.05f64..1.0,
