@@ -599,9 +599,10 @@ impl Core {
         works
     }
 
-    /// Plans and records request `id`'s stripes, returning their work.
-    fn launch(&self, st: &mut State, id: u64) -> Works {
-        let (plan, silent) = self.record(st, id, None);
+    /// Plans (whole on `chosen` if the planner already placed it) and
+    /// records request `id`'s stripes, returning their work.
+    fn launch(&self, st: &mut State, id: u64, chosen: Option<usize>) -> Works {
+        let (plan, silent) = self.record(st, id, chosen);
         let req = &st.reqs[(id - st.front_id) as usize];
         plan.iter()
             .enumerate()
@@ -775,11 +776,8 @@ impl Core {
                 segs.push((l.inner.clone(), s.offset, s.len));
             }
         }
-        // A zero-length segment reaches no rail: check everything here.
+        // A zero-length segment reaches no rail: such a DTO is checked here.
         let rail_checks = segs.len() == local.len();
-        if !rail_checks {
-            check_local_sges(local, self.pz_id, need, self.max_sges)?;
-        }
         if matches!(kind, Kind::FetchAdd(_) | Kind::CmpSwap(..)) {
             if bytes != 8 {
                 return Err(Error::invalid("an atomic's result segment must be 8 bytes"));
@@ -867,9 +865,7 @@ impl Core {
             }
             return Ok(());
         }
-        if rail_checks {
-            check_local_sges(local, self.pz_id, need, self.max_sges)?;
-        }
+        check_local_sges(local, self.pz_id, need, self.max_sges)?;
         st.reqs.push_back(Req::new(cookie, kind, signalled, bytes, segs, remote));
         // Fence: ordered operations wait for earlier stripes on other rails;
         // BARRIER_FENCE waits for every earlier stripe.
@@ -890,31 +886,7 @@ impl Core {
                 return Ok(());
             }
         }
-        let (plan, silent) = self.record(&mut st, id, placed);
-        if let [s] = plan[..] {
-            if self.direct(s.rail) {
-                // A lone whole stripe (every small or ordered DTO) goes out from
-                // the caller, straight from the request: no work item, no hand-off.
-                let req = st.reqs.back().expect("the request just queued");
-                let cookie = id << 8;
-                if let Err(e) =
-                    self.post_on(s.rail, kind, &req.local, req.remote.as_ref(), cookie, silent)
-                {
-                    self.fail_on(s.rail, cookie, &e);
-                }
-                return Ok(());
-            }
-        }
-        let req = &st.reqs[(id - st.front_id) as usize];
-        let works: Works = plan
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let mut w = Self::stripe_work(req, id, i, s);
-                w.silent = silent;
-                w
-            })
-            .collect();
+        let works = self.launch(&mut st, id, placed);
         let mut evs = UserEvents::new();
         if works.is_empty() {
             self.release(&mut st, &mut evs);
@@ -969,7 +941,7 @@ impl Core {
                 }
             }
             let d = st.deferred.pop_front().expect("front");
-            works.extend(self.launch(st, d.id));
+            works.extend(self.launch(st, d.id, None));
         }
         works
     }
