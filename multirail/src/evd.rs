@@ -59,6 +59,9 @@ impl MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
+        // Frames the rails hold for batching (the user's last posts) go out
+        // first: the peer's answer, and so this wait, depend on them.
+        self.q.flush_writes();
         // The clock is read only once there is something to wait for.
         let mut started: Option<Instant> = None;
         let mut idle = 0u32;

@@ -182,6 +182,10 @@ pub struct SoftEvd {
     drivers: RwLock<Vec<Weak<dyn Driver>>>,
     through: RwLock<Vec<Weak<dyn Evd>>>,
     has_drivers: AtomicBool,
+    /// The flattened, deduplicated driver list a waiter last built, with
+    /// the [`DRIVERS_GEN`] it was built at (rebuilt only when some EVD's
+    /// drivers changed).
+    cached: Mutex<(u64, WeakDrivers)>,
     /// Waiters blocked in `poll(2)`; pushes and pokes wake them through `efd`.
     poll_waiters: AtomicUsize,
     efd: OnceLock<Option<OwnedFd>>,
@@ -201,6 +205,11 @@ impl Default for SoftEvd {
 }
 
 type Drivers = SmallVec<[Arc<dyn Driver>; 4]>;
+type WeakDrivers = SmallVec<[Weak<dyn Driver>; 4]>;
+
+/// Bumped whenever any EVD's drivers change (a driver added or removed, an
+/// EVD driven through): waiters rebuild their cached driver lists.
+static DRIVERS_GEN: AtomicU64 = AtomicU64::new(1);
 
 /// Which drivers a waiter drives next.
 enum Ready {
@@ -239,6 +248,7 @@ impl SoftEvd {
             drivers: RwLock::new(Vec::new()),
             through: RwLock::new(Vec::new()),
             has_drivers: AtomicBool::new(false),
+            cached: Mutex::new((0, SmallVec::new())),
             poll_waiters: AtomicUsize::new(0),
             efd: OnceLock::new(),
             poke_waiters: AtomicUsize::new(0),
@@ -260,6 +270,7 @@ impl SoftEvd {
             v.push(Arc::downgrade(d));
         }
         self.has_drivers.store(true, Ordering::Release);
+        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
         drop(v);
         // A waiter already blocked must learn about the new descriptor.
         self.wake_pollers();
@@ -269,6 +280,7 @@ impl SoftEvd {
     pub fn remove_driver(&self, d: &dyn Driver) {
         let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), d as *const _));
+        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
     }
 
     /// Makes waiters on this EVD also drive every driver of `other` (one
@@ -285,6 +297,7 @@ impl SoftEvd {
             v.push(Arc::downgrade(other));
         }
         self.has_drivers.store(true, Ordering::Release);
+        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
     }
 
     fn own_drivers(&self, out: &mut Drivers) {
@@ -292,11 +305,25 @@ impl SoftEvd {
         out.extend(v.iter().filter_map(Weak::upgrade));
     }
 
+    /// The drivers a waiter here drives: this EVD's own and those of the
+    /// EVDs it drives through, each once. Built once and kept (weakly) until
+    /// some EVD's drivers change: a wait does not walk the lists each time.
     fn drivers(&self) -> Drivers {
-        let mut out = Drivers::new();
         if !self.has_drivers.load(Ordering::Acquire) {
-            return out;
+            return Drivers::new();
         }
+        let g = DRIVERS_GEN.load(Ordering::Acquire);
+        let mut c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if c.0 == g {
+            return c.1.iter().filter_map(Weak::upgrade).collect();
+        }
+        let out = self.build_drivers();
+        *c = (g, out.iter().map(Arc::downgrade).collect());
+        out
+    }
+
+    fn build_drivers(&self) -> Drivers {
+        let mut out = Drivers::new();
         self.own_drivers(&mut out);
         let t = self.through.read().unwrap_or_else(|p| p.into_inner());
         for e in t.iter().filter_map(Weak::upgrade) {
@@ -388,7 +415,7 @@ impl SoftEvd {
         } else {
             Ready::Some((0..drivers.len()).map(|i| i >= 64 || idle & 1 << i == 0).collect())
         };
-        let res = loop {
+        let res = 'wait: loop {
             if done() {
                 break true;
             }
@@ -408,6 +435,11 @@ impl SoftEvd {
                         } else {
                             self.idle.fetch_or(1 << i, Ordering::Relaxed);
                         }
+                    }
+                    // What this driver did may be what the waiter waits for:
+                    // it returns now, not after a read on every other socket.
+                    if m && several && done() {
+                        break 'wait true;
                     }
                 }
             }
@@ -953,6 +985,37 @@ mod tests {
         assert!(evd.flush_writes());
         assert_eq!(ob.flushed.load(Ordering::Relaxed), 3);
         assert_eq!(ob.drives.load(Ordering::Relaxed), 0, "no reads, no timers: a flush only");
+    }
+
+    /// The driver list a waiter keeps follows every change, on this EVD and
+    /// on those it drives through, and never keeps a dropped driver alive.
+    #[test]
+    fn cached_driver_list_follows_changes() {
+        let ids = |e: &SoftEvd| -> Vec<*const ()> {
+            e.drivers().iter().map(|d| Arc::as_ptr(d) as *const ()).collect()
+        };
+        let top = SoftEvd::new(16);
+        let rail = Arc::new(SoftEvd::new(16));
+        let rail_dyn: Arc<dyn Evd> = rail.clone();
+        let (a, b) = (Arc::new(Outbox::default()), Arc::new(Outbox::default()));
+        let (da, db): (Arc<dyn Driver>, Arc<dyn Driver>) = (a.clone(), b.clone());
+        let (pa, pb) = (Arc::as_ptr(&a) as *const (), Arc::as_ptr(&b) as *const ());
+        top.add_driver(&da);
+        assert_eq!(ids(&top), [pa]);
+        top.drive_through(&rail_dyn);
+        rail.add_driver(&db);
+        // A driver registered on both counts once.
+        rail.add_driver(&da);
+        assert_eq!(ids(&top), [pa, pb]);
+        assert_eq!(ids(&top), [pa, pb], "the kept list, unchanged");
+        top.remove_driver(&*da);
+        assert_eq!(ids(&top), [pb, pa], "still driven through the rail");
+        rail.remove_driver(&*da);
+        assert_eq!(ids(&top), [pb]);
+        // Dropped without being removed: the kept list holds it weakly.
+        drop((db, b));
+        assert!(ids(&top).is_empty());
+        assert!(!top.flush_writes());
     }
 
     #[test]
