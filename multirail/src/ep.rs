@@ -1203,6 +1203,14 @@ impl Core {
                 return self.deliver_one(TO_RECV, ev, take);
             }
         }
+        self.handle_all(batch, take)
+    }
+
+    /// The general case of [`Core::handle_taking`]. Kept out of line: its
+    /// frame (request, stripe and work bookkeeping) is large, and the lone
+    /// receive above should not pay for it.
+    #[inline(never)]
+    fn handle_all(&self, batch: &mut Batch, take: Option<&SoftEvd>) -> Option<Event> {
         let mut evs = UserEvents::new();
         let mut st = self.lock();
         let failed: Vec<(usize, u64, Status)> =
