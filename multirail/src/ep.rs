@@ -803,34 +803,9 @@ impl Core {
             None => None,
         };
         let full = flags.contains(DtoFlags::BARRIER_FENCE);
-        // Without rail threads nobody makes progress but the caller: a fenced
-        // post polls the rails until its fence clears, a post into a full
-        // window polls until a slot frees (the paper's non-threaded engine).
+        // Without rail threads nobody makes progress but the caller.
         if self.cfg.engine != Engine::Pinned {
-            let mut start = None;
-            loop {
-                let st = self.lock();
-                let blocked = st.reqs.len() >= self.max_dtos
-                    || ((kind.ordered() || full) && self.fenced(&st, full));
-                drop(st);
-                if !blocked
-                    || start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)
-                {
-                    break;
-                }
-                // Have the rails it waits on report now (silent stripes
-                // complete no other way; the others not before the peer's
-                // acknowledgement delay).
-                let mut st = self.lock();
-                let probes = self.probe_all(&mut st, true);
-                if !probes.is_empty() {
-                    self.issue(probes);
-                }
-                drop(st);
-                if !self.poll_rails() {
-                    self.await_rails(Duration::from_millis(10));
-                }
-            }
+            self.wait_room(kind, full);
         }
         let mut st = self.lock();
         match st.conn {
@@ -866,7 +841,30 @@ impl Core {
             return Ok(());
         }
         check_local_sges(local, self.pz_id, need, self.max_sges)?;
-        st.reqs.push_back(Req::new(cookie, kind, signalled, bytes, segs, remote));
+        self.post_queued(
+            st,
+            Req::new(cookie, kind, signalled, bytes, segs, remote),
+            id,
+            full,
+            placed,
+        );
+        Ok(())
+    }
+
+    /// The general post (out of line: the lone whole DTO above, every small
+    /// message, stays compact): records request `id`, defers it behind a
+    /// fence or plans, records and hands out its stripes.
+    #[inline(never)]
+    fn post_queued(
+        &self,
+        mut st: MutexGuard<'_, State>,
+        req: Req,
+        id: u64,
+        full: bool,
+        placed: Option<usize>,
+    ) {
+        let kind = req.kind;
+        st.reqs.push_back(req);
         // Fence: ordered operations wait for earlier stripes on other rails;
         // BARRIER_FENCE waits for every earlier stripe.
         let ctl = st.planner.control_rail().unwrap_or(0);
@@ -883,7 +881,7 @@ impl Core {
                 if !probes.is_empty() {
                     self.issue(probes);
                 }
-                return Ok(());
+                return;
             }
         }
         let works = self.launch(&mut st, id, placed);
@@ -894,7 +892,38 @@ impl Core {
         self.issue(works);
         drop(st);
         self.deliver(evs);
-        Ok(())
+    }
+
+    /// Without rail threads nobody makes progress but the caller: a fenced
+    /// post polls the rails until its fence clears, a post into a full
+    /// window polls until a slot frees (the paper's non-threaded engine).
+    /// Out of line: the common post finds room at once.
+    #[inline(never)]
+    fn wait_room(&self, kind: Kind, full: bool) {
+        let mut start = None;
+        loop {
+            let st = self.lock();
+            let blocked = st.reqs.len() >= self.max_dtos
+                || ((kind.ordered() || full) && self.fenced(&st, full));
+            drop(st);
+            if !blocked
+                || start.get_or_insert_with(Instant::now).elapsed() > Duration::from_secs(30)
+            {
+                break;
+            }
+            // Have the rails it waits on report now (silent stripes
+            // complete no other way; the others not before the peer's
+            // acknowledgement delay).
+            let mut st = self.lock();
+            let probes = self.probe_all(&mut st, true);
+            if !probes.is_empty() {
+                self.issue(probes);
+            }
+            drop(st);
+            if !self.poll_rails() {
+                self.await_rails(Duration::from_millis(10));
+            }
+        }
     }
 
     /// Whether an ordered (or fully fenced) post would have to wait now.
