@@ -8,6 +8,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out}; mkdir -p "$OUT"
+# The sources measured (commit, and a digest of uncommitted changes). Each
+# part rebuilds (it also runs alone), so sources edited during the run would
+# be measured by the later parts only: the run records what it started
+# from, and says so if that changed by the end.
+rev() { echo "$(git describe --always --abbrev=7 --dirty 2>/dev/null || echo unknown) $(git diff HEAD 2>/dev/null | sha1sum | cut -c1-8)"; }
+START=$(rev)
+echo "${START%% *}" > "$OUT/commit"
 scripts/setup.sh
 cargo build --release -q -p rmr-bench -p zipper-bridge -p rmr-examples --examples
 scripts/bench-lab.sh "$OUT/lab"
@@ -21,4 +28,8 @@ scripts/bench-zipper.sh 1gbit 1gbit "$OUT/zipper.jsonl" | tee "$OUT/zipper.log"
 sed -n '/^zipper bridge, links/,$p' "$OUT/zipper.log" > "$OUT/zipper.txt"
 target/release/examples/dsm --sweep 1,2,4 | tee "$OUT/dsm.txt"
 target/release/rmr-bench demo | tee "$OUT/demo.txt"
+if [ "$(rev)" != "$START" ]; then
+  echo "bench-all: the sources changed during the run (from ${START%% *}): its parts measured different code" >&2
+  echo "${START%% *}, sources changed during the run" > "$OUT/commit"
+fi
 echo "bench-all: done; python3 scripts/benchmarks-md.py $OUT > BENCHMARKS.md"

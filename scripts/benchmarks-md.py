@@ -132,7 +132,12 @@ for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
         worst = max(pts)
         verdict(f"RDMA barrier / send-recv barrier on {label}, >= 8 processes (worst)", f"{worst:.2f}", worst <= 0.7, "<= 0.70")
 
-head = sh("git rev-parse --short HEAD")
+# The sources the run measured (scripts/bench-all.sh records them).
+try:
+    head = open(os.path.join(OUT, "commit")).read().strip()
+except OSError:
+    head = sh("git rev-parse --short HEAD") + ", not recorded by the run"
+
 nproc = sh("nproc")
 kernel = sh("uname -r")
 mem = sh("awk '/MemTotal/ {printf \"%.0f GiB\", $2/1048576}' /proc/meminfo")
