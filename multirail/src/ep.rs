@@ -725,8 +725,7 @@ impl Core {
         }
         if kind.ordered() {
             let Some(ctl) = st.planner.control_rail() else { return (None, None) };
-            let clear = (0..self.rails.len()).all(|r| r == ctl || st.completed[r] >= st.posted[r]);
-            return ((clear && self.direct(ctl)).then_some(ctl), None);
+            return ((!self.fenced(st, false) && self.direct(ctl)).then_some(ctl), None);
         }
         let placed = st.planner.whole(bytes);
         (placed.filter(|&r| self.direct(r)), placed)
