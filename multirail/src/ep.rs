@@ -1214,6 +1214,30 @@ impl Core {
         }
     }
 
+    /// A rail EVD's sink (see [`SoftEvd::set_sink`]): a successful receive
+    /// pushed while that EVD holds nothing, nobody harvests and the state is
+    /// free is translated and delivered to the user's EVD right away —
+    /// nothing queued or being handled can precede it (receives complete
+    /// only on the control rail, in order). Anything else, or a busy lock,
+    /// goes the usual way. Called under the rail EVD's queue lock; takes
+    /// its own locks only by trying.
+    fn sink(&self, ev: Event) -> Option<Event> {
+        let c = match ev {
+            Event::Dto(c) if c.cookie & RECV_BIT != 0 && c.status.is_ok() => c,
+            ev => return Some(ev),
+        };
+        if self.has_failed() {
+            return Some(ev);
+        }
+        let Ok(_h) = self.harvest.try_lock() else { return Some(ev) };
+        let Ok(mut st) = self.st.try_lock() else { return Some(ev) };
+        // A receive already settled (none): dropped, as a harvest would.
+        let u = self.recv_done(&mut st, &c)?;
+        drop(st);
+        self.deliver_one(TO_RECV, u, None);
+        None
+    }
+
     /// Processes a batch of rail events and post failures under one lock.
     fn handle(&self, batch: &mut Batch) {
         let _ = self.handle_taking(batch, None);
@@ -1425,6 +1449,22 @@ impl Core {
 
     /// Makes the logical connection live.
     fn start(self: &Arc<Self>, peer_pd: Vec<u8>) -> Result<()> {
+        // A receive that completes on a rail while nothing else waits there
+        // becomes the user's event at once, in the thread that drove it.
+        for r in &self.rails {
+            if let Some(s) = r.evd.as_any().downcast_ref::<SoftEvd>() {
+                let me = Arc::downgrade(self);
+                s.set_sink(Box::new(move |ev| {
+                    if !matches!(&ev, Event::Dto(c) if c.cookie & RECV_BIT != 0) {
+                        return Some(ev);
+                    }
+                    match me.upgrade() {
+                        Some(c) => c.sink(ev),
+                        None => Some(ev),
+                    }
+                }));
+            }
+        }
         match self.cfg.engine {
             Engine::Pinned => {
                 for r in 0..self.rails.len() {

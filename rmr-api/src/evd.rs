@@ -192,6 +192,8 @@ pub struct SoftEvd {
     /// Helpers in [`SoftEvd::wait_poke_flushing`], woken by pokes only.
     poke_waiters: AtomicUsize,
     poke_efd: OnceLock<Option<OwnedFd>>,
+    /// Takes events pushed while the queue is empty (see [`SoftEvd::set_sink`]).
+    sink: OnceLock<Box<Sink>>,
     /// Drivers (by index, the first 64) whose last drive found nothing:
     /// a new wait skips them until `poll` reports them (a hint only; a
     /// wrong bit costs one `poll`, never an event).
@@ -205,6 +207,9 @@ impl Default for SoftEvd {
 }
 
 type Drivers = SmallVec<[Arc<dyn Driver>; 4]>;
+
+/// What [`SoftEvd::set_sink`] takes: an event, and `None` when it took it.
+pub type Sink = dyn Fn(Event) -> Option<Event> + Send + Sync;
 type WeakDrivers = SmallVec<[Weak<dyn Driver>; 4]>;
 
 /// Bumped whenever any EVD's drivers change (a driver added or removed, an
@@ -253,6 +258,7 @@ impl SoftEvd {
             efd: OnceLock::new(),
             poke_waiters: AtomicUsize::new(0),
             poke_efd: OnceLock::new(),
+            sink: OnceLock::new(),
         }
     }
 
@@ -735,10 +741,29 @@ impl SoftEvd {
         }
     }
 
+    /// Lets `sink` take the events pushed here while nothing is queued: it
+    /// is called with the event, under this EVD's queue lock, and returns
+    /// `None` when it took it (or `Some(event)` to queue it as usual). For a
+    /// layer whose own queue is fed from this one (multirail): an event it
+    /// can translate at once goes straight to its queue, with no hand-off
+    /// through this one. The sink must not block (try-locks only) and must
+    /// not push here. One sink per EVD; returns false if one was set.
+    pub fn set_sink(&self, sink: Box<Sink>) -> bool {
+        self.sink.set(sink).is_ok()
+    }
+
     /// Appends an event (backends call this; events are never dropped:
     /// the capacity only bounds software events).
     pub fn push(&self, ev: Event) {
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        // Nothing queued ahead of it: the sink may take it (order is kept).
+        let ev = match self.sink.get() {
+            Some(sink) if q.is_empty() => match sink(ev) {
+                None => return,
+                Some(ev) => ev,
+            },
+            _ => ev,
+        };
         q.push_back(ev);
         self.queued.store(q.len(), Ordering::SeqCst);
         drop(q);
@@ -1016,6 +1041,34 @@ mod tests {
         drop((db, b));
         assert!(ids(&top).is_empty());
         assert!(!top.flush_writes());
+    }
+
+    /// A sink takes events only while nothing is queued ahead of them, and
+    /// what it gives back is queued as usual.
+    #[test]
+    fn sink_takes_only_when_nothing_waits() {
+        let evd = SoftEvd::new(16);
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let t = taken.clone();
+        assert!(evd.set_sink(Box::new(move |ev| match ev {
+            Event::Software(v) if v % 2 == 0 => {
+                t.lock().unwrap().push(v);
+                None
+            }
+            ev => Some(ev),
+        })));
+        assert!(!evd.set_sink(Box::new(Some)), "one sink per EVD");
+        evd.push(Event::Software(2));
+        assert_eq!(evd.len(), 0, "taken");
+        evd.push(Event::Software(3));
+        assert_eq!(evd.len(), 1, "given back, queued");
+        evd.push(Event::Software(4));
+        assert_eq!(evd.len(), 2, "an event queued ahead: not offered");
+        assert!(matches!(evd.dequeue(), Some(Event::Software(3))));
+        assert!(matches!(evd.dequeue(), Some(Event::Software(4))));
+        evd.push(Event::Software(6));
+        assert_eq!(*taken.lock().unwrap(), [2, 6]);
+        assert!(evd.dequeue().is_none());
     }
 
     #[test]

@@ -65,7 +65,8 @@ pub mod conformance;
 
 pub use error::{Error, Result};
 pub use evd::{
-    Driver, Evd, Interest, SoftEvd, WaitOn, cpus_idle, doorbell_deferred, with_deferred_doorbell,
+    Driver, Evd, Interest, Sink, SoftEvd, WaitOn, cpus_idle, doorbell_deferred,
+    with_deferred_doorbell,
 };
 pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
 pub use memory::{MemRegion, REGION_ALIGN};
