@@ -216,6 +216,12 @@ type WeakDrivers = SmallVec<[Weak<dyn Driver>; 4]>;
 /// EVD driven through): waiters rebuild their cached driver lists.
 static DRIVERS_GEN: AtomicU64 = AtomicU64::new(1);
 
+/// Event waiters blocked in `poll(2)` on any [`SoftEvd`] of the process:
+/// while there are none, [`SoftEvd::wake`] has no observer to wake and
+/// skips looking them up (a frame held on a multirail rail, posted by a
+/// spinning waiter, costs no lock).
+static POLLERS: AtomicUsize = AtomicUsize::new(0);
+
 /// Which drivers a waiter drives next.
 enum Ready {
     All,
@@ -373,7 +379,10 @@ impl SoftEvd {
         self.wake_pollers();
         // Waiters of EVDs that drive through this one (see `drive_through`,
         // paired with `observe`) poll these drivers too.
-        if self.has_observers.load(Ordering::Acquire) {
+        // (A poller announces itself in POLLERS before it reads its drivers'
+        // interest, and the caller changed that interest before this load:
+        // either it is seen here or it sees the change.)
+        if self.has_observers.load(Ordering::Acquire) && POLLERS.load(Ordering::SeqCst) > 0 {
             let o = self.observers.read().unwrap_or_else(|p| p.into_inner());
             for e in o.iter().filter_map(Weak::upgrade) {
                 e.wake_pollers();
@@ -436,10 +445,14 @@ impl SoftEvd {
                     which[i] = m;
                     moved |= m;
                     if several && i < 64 {
-                        if m {
-                            self.idle.fetch_and(!(1 << i), Ordering::Relaxed);
-                        } else {
-                            self.idle.fetch_or(1 << i, Ordering::Relaxed);
+                        // Written only when it changes (no locked
+                        // instruction per drive).
+                        let bit = 1u64 << i;
+                        let was_idle = self.idle.load(Ordering::Relaxed) & bit != 0;
+                        if m && was_idle {
+                            self.idle.fetch_and(!bit, Ordering::Relaxed);
+                        } else if !m && !was_idle {
+                            self.idle.fetch_or(bit, Ordering::Relaxed);
                         }
                     }
                     // What this driver did may be what the waiter waits for:
@@ -496,11 +509,18 @@ impl SoftEvd {
         } else {
             (Some(&self.poll_waiters), self.efd())
         };
+        let counted = waiters.is_some() && !writes_only;
+        if counted {
+            POLLERS.fetch_add(1, Ordering::SeqCst);
+        }
         if let Some(w) = waiters {
             w.fetch_add(1, Ordering::SeqCst);
             // Re-check after announcing ourselves: a push in between wrote the eventfd.
             if done() {
                 w.fetch_sub(1, Ordering::SeqCst);
+                if counted {
+                    POLLERS.fetch_sub(1, Ordering::SeqCst);
+                }
                 return Ready::All;
             }
         }
@@ -573,6 +593,9 @@ impl SoftEvd {
         drop(fds);
         if let Some(w) = waiters {
             w.fetch_sub(1, Ordering::SeqCst);
+        }
+        if counted {
+            POLLERS.fetch_sub(1, Ordering::SeqCst);
         }
         if woke {
             if let Some(e) = efd {
