@@ -390,8 +390,16 @@ impl Core {
         silent: bool,
     ) -> Result<()> {
         let ep = &self.rails[rail].ep;
-        let sges: SmallVec<[Sge<'_>; 4]> =
-            local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
+        // One segment (every small message): no collection.
+        let one: [Sge<'_>; 1];
+        let many: SmallVec<[Sge<'_>; 4]>;
+        let sges: &[Sge<'_>] = if let [(l, o, n)] = local {
+            one = [Sge::new(&*l.rails[rail], *o, *n)];
+            &one
+        } else {
+            many = local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
+            &many
+        };
         let remote = remote.map(|(c, o)| (c.rail(rail), *o));
         let mut start = None;
         loop {
@@ -401,7 +409,7 @@ impl Core {
                     if silent {
                         f |= DtoFlags::SUPPRESS;
                     }
-                    ep.post_send(&sges, cookie, f)
+                    ep.post_send(sges, cookie, f)
                 }
                 (Kind::Write, Some((Ok(c), o))) => {
                     let f = if silent {
@@ -411,13 +419,13 @@ impl Core {
                     } else {
                         DtoFlags::empty()
                     };
-                    ep.post_rdma_write(&sges, c, *o, cookie, f)
+                    ep.post_rdma_write(sges, c, *o, cookie, f)
                 }
                 (Kind::Read, Some((Ok(c), o))) => {
-                    ep.post_rdma_read(&sges, c, *o, cookie, DtoFlags::empty())
+                    ep.post_rdma_read(sges, c, *o, cookie, DtoFlags::empty())
                 }
                 (Kind::WriteImm(imm), Some((Ok(c), o))) => {
-                    ep.post_rdma_write_imm(&sges, c, *o, imm, cookie, DtoFlags::empty())
+                    ep.post_rdma_write_imm(sges, c, *o, imm, cookie, DtoFlags::empty())
                 }
                 (Kind::FetchAdd(add), Some((Ok(c), o))) => {
                     ep.post_fetch_add(sges[0], c, *o, add, cookie, DtoFlags::empty())
@@ -442,9 +450,17 @@ impl Core {
     }
 
     fn post_recv_on(&self, rail: usize, id: u64, local: &Segs) -> Result<()> {
+        let ep = &self.rails[rail].ep;
+        if let [(l, o, n)] = &local[..] {
+            return ep.post_recv(
+                &[Sge::new(&*l.rails[rail], *o, *n)],
+                RECV_BIT | id,
+                DtoFlags::empty(),
+            );
+        }
         let sges: SmallVec<[Sge<'_>; 4]> =
             local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
-        self.rails[rail].ep.post_recv(&sges, RECV_BIT | id, DtoFlags::empty())
+        ep.post_recv(&sges, RECV_BIT | id, DtoFlags::empty())
     }
 
     /// Hands a batch of work to the engine. Called with the state lock held,
@@ -707,6 +723,32 @@ impl Core {
         st.reqs[idx].remaining = plan.len();
     }
 
+    /// Records request `id` (the next one), already posted whole on `rail`:
+    /// [`Core::note_stripes`] for one stripe, its record complete before it
+    /// is queued (the post of every small message comes here).
+    fn record_whole(&self, st: &mut State, id: u64, mut req: Req, rail: usize, silent: bool) {
+        debug_assert_eq!(id, st.front_id + st.reqs.len() as u64);
+        if let (Kind::Write, Some(at)) = (req.kind, req.remote) {
+            st.probe_at[rail] = Some(at);
+        }
+        if self.adaptive {
+            let out = st.planner.outstanding()[rail];
+            st.rate[rail].posted(out, Instant::now());
+        }
+        if !silent {
+            st.planner.posted(rail, req.bytes);
+        }
+        st.posted[rail] += 1;
+        let seq = st.posted[rail];
+        if silent {
+            st.silent[rail].push_back(Silent { id, idx: 0, seq });
+            st.silent_posted += 1;
+        }
+        req.stripes.push(StripeRec { rail, off: 0, len: req.bytes, done: false, seq });
+        req.remaining = 1;
+        st.reqs.push_back(req);
+    }
+
     /// The rail a DTO goes to whole, now and from the caller, if it can:
     /// no fence, no deferred request ahead, an ordered DTO's fence already
     /// clear, a DTO the planner does not stripe, a rail whose thread has
@@ -832,8 +874,8 @@ impl Core {
                 Err(e) if is_input_error(&e) => return Err(e),
                 r => r,
             };
-            st.reqs.push_back(Req::new(cookie, kind, signalled, bytes, segs, remote));
-            self.note_stripes(&mut st, id, &[Stripe { rail, offset: 0, len: bytes }], silent);
+            let req = Req::new(cookie, kind, signalled, bytes, segs, remote);
+            self.record_whole(&mut st, id, req, rail, silent);
             if let Err(e) = posted {
                 self.fail_on(rail, rc, &e);
             }
