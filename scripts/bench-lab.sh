@@ -42,12 +42,17 @@ server 198.18.0.2,198.18.1.2
   # Latency swings run to run on a shared 2-CPU machine (one rail's 8 B
   # took 7.3 to 12.4 us in back-to-back runs, as neighbours load the host):
   # many short interleaved rounds, each 2-rail figure against its own
-  # round's one-rail figure, the median of those ratios reported.
-  for round in $(seq "${LAT_ROUNDS:-9}"); do
-    client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --iters 4000 --baseline
-    for e in inline pinned; do
-      client --rails 198.18.0.2,198.18.1.2 --engine $e --test lat --sizes 8,64,512,4K --iters 4000
-    done
+  # round's one-rail figure, the median of those ratios reported. The
+  # pinned run sits next to the one-rail run, which goes first in odd
+  # rounds and last in even ones: a drift within a round favours neither.
+  lat_one() { client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --iters 3000 --baseline; }
+  lat_two() { client --rails 198.18.0.2,198.18.1.2 --engine "$1" --test lat --sizes 8,64,512,4K --iters 3000; }
+  for round in $(seq "${LAT_ROUNDS:-12}"); do
+    if [ $((round % 2)) = 1 ]; then
+      lat_one; lat_two pinned; lat_two inline
+    else
+      lat_two inline; lat_two pinned; lat_one
+    fi
   done
   client --rails 198.18.0.2,198.18.1.2 --engine inline --test breakdown --sizes 16K,1M
   client --rails 198.18.0.2,198.18.1.2 --engine pinned --test breakdown --sizes 16K,1M

@@ -166,9 +166,11 @@ the data visible; Mbit/s = 20 x size / elapsed, median over samples.
 Latency is a write+notify ping-pong, half the round trip, median. The
 lab's latency rows and its unshaped (CPU-bound) rows swing from run to run
 on this shared 2-CPU machine, so the lab measures them in interleaved
-rounds (one rail, then two; three rounds of the unshaped rows, nine short
-ones of the latency rows) and reports medians, with each round's ratio
-against its own one-rail figure shown beside them.
+rounds (three rounds of the unshaped rows, one rail then two; twelve
+short ones of the latency rows, the two-rail pinned run next to the
+one-rail run, which goes first in odd rounds and last in even ones) and
+reports medians, with each round's ratio against its own one-rail figure
+shown beside them.
 
 ## Against the design's targets
 """)
