@@ -24,7 +24,7 @@ use rmr_api::{
 use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -254,6 +254,8 @@ pub(crate) struct Core {
     adaptive: bool,
     /// Every rail EVD is a [`SoftEvd`] (its `len` tells whether to harvest).
     soft_rails: bool,
+    /// Receives delivered by [`Core::sink`] (diagnostics: `attr().notes`).
+    recv_direct: AtomicU64,
 }
 
 type UserEvents = SmallVec<[(u8, Event); 4]>;
@@ -1277,6 +1279,7 @@ impl Core {
         let u = self.recv_done(&mut st, &c)?;
         drop(st);
         self.deliver_one(TO_RECV, u, None);
+        self.recv_direct.fetch_add(1, Ordering::Relaxed);
         None
     }
 
@@ -1593,6 +1596,7 @@ impl MrEp {
             has_failed: AtomicBool::new(false),
             adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
             soft_rails,
+            recv_direct: AtomicU64::new(0),
             cfg,
         };
         Ok(Arc::new(MrEp { core: Arc::new(core) }))
@@ -1680,6 +1684,7 @@ impl Ep for MrEp {
             let st = c.lock();
             notes.push(("silent".into(), st.silent_posted.to_string()));
             notes.push(("probes".into(), st.probes_posted.to_string()));
+            notes.push(("recv_direct".into(), c.recv_direct.load(Ordering::Relaxed).to_string()));
             notes.push((
                 "state".into(),
                 format!(
