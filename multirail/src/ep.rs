@@ -701,19 +701,7 @@ impl Core {
         // Rail rates feed only the adaptive weights: no clock otherwise.
         let now = self.adaptive.then(Instant::now);
         for (i, s) in plan.iter().enumerate() {
-            if let Some(now) = now {
-                let out = st.planner.outstanding()[s.rail];
-                st.rate[s.rail].posted(out, now);
-            }
-            if !silent {
-                st.planner.posted(s.rail, s.len);
-            }
-            st.posted[s.rail] += 1;
-            let seq = st.posted[s.rail];
-            if silent {
-                st.silent[s.rail].push_back(Silent { id, idx: i, seq });
-                st.silent_posted += 1;
-            }
+            let seq = Self::book_stripe(st, id, i, s.rail, s.len, silent, now);
             st.reqs[idx].stripes.push(StripeRec {
                 rail: s.rail,
                 off: s.offset,
@@ -725,6 +713,35 @@ impl Core {
         st.reqs[idx].remaining = plan.len();
     }
 
+    /// Books stripe `idx` of request `id` (`len` bytes) as posted on `rail`:
+    /// the rail's rate estimate (with `now`, adaptive only), its bytes in
+    /// flight (not for a silent stripe), its DTO count and silent list.
+    /// Returns the stripe's place among the DTOs posted on its rail.
+    fn book_stripe(
+        st: &mut State,
+        id: u64,
+        idx: usize,
+        rail: usize,
+        len: u64,
+        silent: bool,
+        now: Option<Instant>,
+    ) -> u64 {
+        if let Some(now) = now {
+            let out = st.planner.outstanding()[rail];
+            st.rate[rail].posted(out, now);
+        }
+        if !silent {
+            st.planner.posted(rail, len);
+        }
+        st.posted[rail] += 1;
+        let seq = st.posted[rail];
+        if silent {
+            st.silent[rail].push_back(Silent { id, idx, seq });
+            st.silent_posted += 1;
+        }
+        seq
+    }
+
     /// Records request `id` (the next one), already posted whole on `rail`:
     /// [`Core::note_stripes`] for one stripe, its record complete before it
     /// is queued (the post of every small message comes here).
@@ -733,19 +750,8 @@ impl Core {
         if let (Kind::Write, Some(at)) = (req.kind, req.remote) {
             st.probe_at[rail] = Some(at);
         }
-        if self.adaptive {
-            let out = st.planner.outstanding()[rail];
-            st.rate[rail].posted(out, Instant::now());
-        }
-        if !silent {
-            st.planner.posted(rail, req.bytes);
-        }
-        st.posted[rail] += 1;
-        let seq = st.posted[rail];
-        if silent {
-            st.silent[rail].push_back(Silent { id, idx: 0, seq });
-            st.silent_posted += 1;
-        }
+        let now = self.adaptive.then(Instant::now);
+        let seq = Self::book_stripe(st, id, 0, rail, req.bytes, silent, now);
         req.stripes.push(StripeRec { rail, off: 0, len: req.bytes, done: false, seq });
         req.remaining = 1;
         st.reqs.push_back(req);
