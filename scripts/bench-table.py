@@ -116,6 +116,20 @@ for s in sorted({r["size"] for r in un}):
           f"{f(med(r.get('raw_mbps') for r in i))} | {f(med(r.get('mbps') for r in i))} | {f(med(r.get('mbps') for r in p))} | "
           f"{ratios(one, i)} | {ratios(one, p)} |")
 
+if any(r.get("cpus") is not None for r in un):
+    print(f"\n### The same runs: busy CPUs (of 2, both ends together, from /proc/stat) and Mbit/s per busy CPU, medians\n")
+    print("| size | raw 1 stream | rmr 1 rail | raw 2 streams | 2 rails inline | 2 rails pinned |")
+    print("|---|---|---|---|---|---|")
+    def cpu(rows, k="cpus", m="mbps"):
+        c = med(r.get(k) for r in rows)
+        e = med(r[m] / r[k] for r in rows if r.get(k) and r.get(m))
+        return f"{f(c, 2)} ({f(e)})"
+    for s in sorted({r["size"] for r in un}):
+        one = [r for r in un if r["rails"] == 1 and r["size"] == s]
+        i = [r for r in un if r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
+        p = [r for r in un if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
+        print(f"| {h(s)} | {cpu(one, 'raw_cpus', 'raw_mbps')} | {cpu(one)} | {cpu(i, 'raw_cpus', 'raw_mbps')} | {cpu(i)} | {cpu(p)} |")
+
 ue = load("uneven")
 print("\n### Rails of 4:1 speed (400 + 100 Mbit/s), pinned engine: Mbit/s\n")
 print("| size | raw rail 0 | raw rail 1 | raw sum | even | adaptive | weighted:4,1 | adaptive / raw sum | even / (2 x slow rail) |")

@@ -170,7 +170,10 @@ rounds (three rounds of the unshaped rows, one rail then two; twelve
 short ones of the latency rows, the two-rail pinned run next to the
 one-rail run, which goes first in odd rounds and last in even ones) and
 reports medians, with each round's ratio against its own one-rail figure
-shown beside them.
+shown beside them. The unshaped rows also say how busy the machine's CPUs
+were during each run (both ends together, from `/proc/stat`) and what a
+busy CPU carried (Mbit/s per busy CPU): whether a run was bound by the
+CPUs, and what each transport costs on the same cores.
 
 ## Against the design's targets
 """)

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod barrier;
+mod cpu;
 mod demo;
 mod raw;
 mod row;
@@ -355,8 +356,10 @@ pub(crate) fn run_client(
         };
         match a.test.as_str() {
             "bw" | "breakdown" => {
+                let meter = cpu::CpuMeter::start();
                 let (s, (post, wait)) =
                     conn.bw_loop(size, iters, warmup).unwrap_or_else(|e| die(e));
+                row.cpus = meter.busy_cpus();
                 row.mbps = Some(s.median);
                 row.mbps_min = Some(s.min);
                 row.mbps_max = Some(s.max);
@@ -365,8 +368,10 @@ pub(crate) fn run_client(
                     row.wait_us = Some(wait);
                 }
                 if a.baseline && peers.len() == n {
+                    let meter = cpu::CpuMeter::start();
                     let r = raw::bandwidth(&peers, c.port + 20, size, iters, warmup)
                         .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
+                    row.raw_cpus = meter.busy_cpus();
                     row.raw_mbps = Some(r.median);
                     row.ratio_raw = Some(s.median / r.median);
                 }

@@ -37,6 +37,11 @@ pub(crate) struct Row {
     pub(crate) raw_mbps: Option<f64>,
     /// Raw TCP ping-pong half round trip, microseconds.
     pub(crate) raw_lat_us: Option<f64>,
+    /// Machine-wide busy CPUs (average) over the rmr bandwidth run,
+    /// warm-up included; in the lab both ends share the machine.
+    pub(crate) cpus: Option<f64>,
+    /// The same over the raw TCP baseline's run.
+    pub(crate) raw_cpus: Option<f64>,
     /// rmr / raw TCP (bandwidth), or raw / rmr latency expressed as rmr/raw.
     pub(crate) ratio_raw: Option<f64>,
 }
@@ -69,6 +74,8 @@ impl Row {
         opt("raw_mbps", self.raw_mbps);
         opt("raw_lat_us", self.raw_lat_us);
         opt("ratio_raw", self.ratio_raw);
+        opt("cpus", self.cpus);
+        opt("raw_cpus", self.raw_cpus);
         Value::Object(m)
     }
 

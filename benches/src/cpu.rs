@@ -1,0 +1,68 @@
+//! How busy the machine's CPUs were over a measurement, from `/proc/stat`.
+//!
+//! The lab runs client and server on one host, so the machine-wide figure
+//! covers both ends of a transfer: it tells whether a run was bound by the
+//! CPUs (all of them busy) or by something else, and what a gigabit costs
+//! in CPU time (`Mbit/s` divided by busy CPUs), which is how transports
+//! that share the same cores are compared fairly.
+
+use std::time::Instant;
+
+/// Jiffies since boot: (busy, total) over all CPUs.
+fn jiffies() -> Option<(u64, u64)> {
+    let s = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = s.lines().next().filter(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
+    // user nice system idle iowait irq softirq steal (guest time is
+    // already in user); idle and iowait are not busy.
+    if v.len() < 8 {
+        return None;
+    }
+    let total: u64 = v[..8].iter().sum();
+    Some((total - v[3] - v[4], total))
+}
+
+/// A running measurement of machine-wide CPU use.
+pub(crate) struct CpuMeter {
+    start: Option<(u64, u64)>,
+    at: Instant,
+}
+
+impl CpuMeter {
+    /// Starts measuring now.
+    pub(crate) fn start() -> CpuMeter {
+        CpuMeter { start: jiffies(), at: Instant::now() }
+    }
+
+    /// Average number of busy CPUs since [`CpuMeter::start`] (between 0 and
+    /// the CPU count); `None` without `/proc/stat` or when too little time
+    /// passed for its tick to tell (under 50 ms).
+    pub(crate) fn busy_cpus(&self) -> Option<f64> {
+        let (b0, t0) = self.start?;
+        let (b1, t1) = jiffies()?;
+        if self.at.elapsed().as_millis() < 50 || t1 <= t0 {
+            return None;
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        Some((b1 - b0) as f64 / (t1 - t0) as f64 * cpus)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_busy_thread_shows_as_about_one_cpu() {
+        let m = CpuMeter::start();
+        let t = Instant::now();
+        let mut x = 0u64;
+        while t.elapsed().as_millis() < 300 {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        let busy = m.busy_cpus().expect("/proc/stat is readable on Linux");
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        // This thread alone keeps one CPU busy; others may add to it.
+        assert!(busy >= 0.5 && busy <= cpus + 0.01, "busy CPUs {busy} of {cpus}");
+    }
+}
