@@ -11,9 +11,9 @@ cargo build --release -q -p rmr-bench
 B=$PWD/target/release/rmr-bench
 SIZES=${SIZES:-4K,16K,64K,256K,1M,4M}
 
-server() { # rails...
+server() { # rails [command prefix, e.g. "taskset -c 1"]
   pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; sleep 0.3
-  ip netns exec $P-b "$B" server --rails "$1" --idle 30 2>>"$OUT/server.log" &
+  ${2:-} ip netns exec $P-b "$B" server --rails "$1" --idle 30 >>"$OUT/server.log" 2>&1 &
   sleep 0.5
 }
 client() { ip netns exec $P-a "$B" client --json "$@" 2>>"$OUT/client.log"; }
@@ -39,14 +39,20 @@ server 198.18.0.2,198.18.1.2
   for e in inline fork-join pinned; do
     client --rails 198.18.0.2,198.18.1.2 --engine $e --test bibw --sizes 64K,1M
   done
+  client --rails 198.18.0.2,198.18.1.2 --engine inline --test breakdown --sizes 16K,1M
+  client --rails 198.18.0.2,198.18.1.2 --engine pinned --test breakdown --sizes 16K,1M
   # Latency swings run to run on a shared 2-CPU machine (one rail's 8 B
-  # took 7.3 to 12.4 us in back-to-back runs, as neighbours load the host):
-  # many short interleaved rounds, each 2-rail figure against its own
-  # round's one-rail figure, the median of those ratios reported. The
+  # took 7.3 to 12.4 us in back-to-back runs, as neighbours load the host,
+  # and where the scheduler puts the two ends decides a run): the client
+  # runs on CPU 0 and the server on CPU 1, as a benchmark pins one rank per
+  # core, in many short interleaved rounds, each 2-rail figure against its
+  # own round's one-rail figure, the median of those ratios reported. The
   # pinned run sits next to the one-rail run, which goes first in odd
   # rounds and last in even ones: a drift within a round favours neither.
-  lat_one() { client --rails 198.18.0.2 --test lat --sizes 8,64,512,4K --iters 3000 --baseline; }
-  lat_two() { client --rails 198.18.0.2,198.18.1.2 --engine "$1" --test lat --sizes 8,64,512,4K --iters 3000; }
+  server 198.18.0.2,198.18.1.2 "taskset -c 1"
+  lat() { taskset -c 0 ip netns exec $P-a "$B" client --json --test lat --sizes 8,64,512,4K --iters 3000 "$@" 2>>"$OUT/client.log"; }
+  lat_one() { lat --rails 198.18.0.2 --baseline; }
+  lat_two() { lat --rails 198.18.0.2,198.18.1.2 --engine "$1"; }
   for round in $(seq "${LAT_ROUNDS:-12}"); do
     if [ $((round % 2)) = 1 ]; then
       lat_one; lat_two pinned; lat_two inline
@@ -54,8 +60,6 @@ server 198.18.0.2,198.18.1.2
       lat_two inline; lat_two pinned; lat_one
     fi
   done
-  client --rails 198.18.0.2,198.18.1.2 --engine inline --test breakdown --sizes 16K,1M
-  client --rails 198.18.0.2,198.18.1.2 --engine pinned --test breakdown --sizes 16K,1M
 } | tee "$OUT/equal.jsonl"
 
 echo "== the same 1 Gbit/s rail through libfabric (ofi:tcp) beside the tcp backend"

@@ -163,7 +163,8 @@ per rail, each rate-limited with `tbf` on both ends; "raw TCP" is
 the same run. Bandwidth follows the uDAPL multirail paper: per sample, 20
 RDMA writes with SUPPRESS and one notifying send; the peer's reply marks
 the data visible; Mbit/s = 20 x size / elapsed, median over samples.
-Latency is a write+notify ping-pong, half the round trip, median. The
+Latency is a write+notify ping-pong, half the round trip, median, with
+the client on CPU 0 and the server on CPU 1. The
 lab's latency rows and its unshaped (CPU-bound) rows swing from run to run
 on this shared 2-CPU machine, so the lab measures them in interleaved
 rounds (three rounds of the unshaped rows, one rail then two; twelve
