@@ -31,9 +31,61 @@ const DEEP_AFTER: u32 = 16;
 /// How long an orderly disconnect waits for the peer's answer.
 const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
 
-fn now_ns() -> u64 {
+fn base() -> Instant {
     static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    *BASE.get_or_init(Instant::now)
+}
+
+fn now_ns() -> u64 {
+    base().elapsed().as_nanos() as u64
+}
+
+/// A deadline that the threads driving an EP read on every pass without a
+/// lock: nanoseconds after [`base`], 0 for none.
+struct Deadline(AtomicU64);
+
+impl Deadline {
+    const fn none() -> Deadline {
+        Deadline(AtomicU64::new(0))
+    }
+
+    fn ns(t: Instant) -> u64 {
+        (t.saturating_duration_since(base()).as_nanos() as u64).max(1)
+    }
+
+    fn at(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(base() + Duration::from_nanos(ns)),
+        }
+    }
+
+    fn set(&self, t: Instant) {
+        self.0.store(Self::ns(t), Ordering::Release);
+    }
+
+    /// Sets it unless one is set already; returns whether it did.
+    fn set_if_none(&self, t: Instant) -> bool {
+        self.0.compare_exchange(0, Self::ns(t), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    fn clear(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+
+    /// Whether it is set and has passed (no clock read when unset).
+    fn passed(&self) -> bool {
+        let d = self.0.load(Ordering::Acquire);
+        d != 0 && now_ns() >= d
+    }
+
+    /// Clears it if it has passed; returns whether this call did.
+    fn take_passed(&self) -> bool {
+        let d = self.0.load(Ordering::Acquire);
+        d != 0
+            && now_ns() >= d
+            && self.0.compare_exchange(d, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
 }
 
 /// A send-side DTO waiting for its acknowledgement or response.
@@ -77,11 +129,11 @@ pub(crate) struct EpShared {
     pub(crate) local_disconnect: AtomicBool,
     /// The receive side waits for a posted receive until this deadline.
     stalled: AtomicBool,
-    stall_until: Mutex<Option<Instant>>,
+    stall_until: Deadline,
     /// An orderly disconnect gives up waiting for the peer at this time.
-    disconnect_until: Mutex<Option<Instant>>,
+    disconnect_until: Deadline,
     /// A delayed acknowledgement is due at this time.
-    ack_due: Mutex<Option<Instant>>,
+    ack_due: Deadline,
     /// Threads driving this EP now, waits begun, and when the last one left.
     active: AtomicUsize,
     waits: AtomicU64,
@@ -374,10 +426,7 @@ impl EpShared {
             self.rx_done.load(Ordering::SeqCst),
             self.acked_sent.load(Ordering::SeqCst),
             self.acked_rcvd.load(Ordering::SeqCst),
-            self.ack_due
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .map(|d| d.saturating_duration_since(Instant::now())),
+            self.ack_due.at().map(|d| d.saturating_duration_since(Instant::now())),
             self.stalled.load(Ordering::SeqCst),
             self.active.load(Ordering::SeqCst),
             self.deep.load(Ordering::SeqCst),
@@ -394,10 +443,7 @@ impl EpShared {
 
     /// Schedules an acknowledgement `delay` from now (unless one is due sooner).
     pub(crate) fn arm_ack(&self, delay: Duration) {
-        let mut d = self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
-        if d.is_none() {
-            *d = Some(Instant::now() + delay);
-            drop(d);
+        if self.ack_due.set_if_none(Instant::now() + delay) {
             self.timer_armed();
         }
     }
@@ -415,14 +461,7 @@ impl EpShared {
 
     /// Sends the delayed acknowledgement once due, if no frame carried it.
     pub(crate) fn ack_timer(&self) -> bool {
-        let due = {
-            let mut d = self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
-            match *d {
-                Some(t) if Instant::now() >= t => d.take(),
-                _ => None,
-            }
-        };
-        if due.is_none() {
+        if !self.ack_due.take_passed() {
             return false;
         }
         let mut w = true;
@@ -433,14 +472,14 @@ impl EpShared {
     }
 
     pub(crate) fn stall(&self, until: Instant) {
-        *self.stall_until.lock().unwrap_or_else(|e| e.into_inner()) = Some(until);
+        self.stall_until.set(until);
         self.stalled.store(true, Ordering::SeqCst);
         self.timer_armed();
     }
 
     pub(crate) fn unstall(&self) {
         if self.stalled.swap(false, Ordering::SeqCst) {
-            *self.stall_until.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.stall_until.clear();
         }
     }
 
@@ -600,8 +639,7 @@ impl EpShared {
             Err(_) => self.shutdown_stream(),
         }
         // A peer that never answers must not keep the EP forever.
-        *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(Instant::now() + DISCONNECT_WAIT);
+        self.disconnect_until.set(Instant::now() + DISCONNECT_WAIT);
         self.kick();
         Ok(())
     }
@@ -624,11 +662,7 @@ impl Driver for EpShared {
         };
         moved |= self.drive_rx();
         moved |= self.ack_timer();
-        let overdue = self
-            .disconnect_until
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some_and(|d| Instant::now() >= d);
+        let overdue = self.disconnect_until.passed();
         if overdue && !self.ended.load(Ordering::Acquire) {
             self.finish(End::Orderly);
             moved = true;
@@ -658,13 +692,8 @@ impl Driver for EpShared {
         let stalled = self.stalled.load(Ordering::SeqCst);
         let (queued, held) = tx.pending();
         let interest = Interest { read: !stalled && !self.tx_backlogged(), write: queued || held };
-        let stall = if stalled {
-            *self.stall_until.lock().unwrap_or_else(|e| e.into_inner())
-        } else {
-            None
-        };
-        let disc = *self.disconnect_until.lock().unwrap_or_else(|e| e.into_inner());
-        let ack = *self.ack_due.lock().unwrap_or_else(|e| e.into_inner());
+        let stall = if stalled { self.stall_until.at() } else { None };
+        let (disc, ack) = (self.disconnect_until.at(), self.ack_due.at());
         let deadline = [stall, disc, ack, tx.deferred_due()].into_iter().flatten().min();
         let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
         WaitOn { fd, deadline }
@@ -712,9 +741,9 @@ impl TcpEp {
                 ended: AtomicBool::new(false),
                 local_disconnect: AtomicBool::new(false),
                 stalled: AtomicBool::new(false),
-                stall_until: Mutex::new(None),
-                disconnect_until: Mutex::new(None),
-                ack_due: Mutex::new(None),
+                stall_until: Deadline::none(),
+                disconnect_until: Deadline::none(),
+                ack_due: Deadline::none(),
                 active: AtomicUsize::new(0),
                 waits: AtomicU64::new(0),
                 left_at: AtomicU64::new(0),
