@@ -84,7 +84,7 @@ impl Row {
         let f =
             |v: Option<f64>, w: usize| v.map_or(format!("{:>w$}", "-"), |x| format!("{x:>w$.1}"));
         format!(
-            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {} {} {} {} {} {}",
+            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {} {} {} {} {} {} {}",
             self.test,
             self.backend,
             self.rails,
@@ -92,6 +92,7 @@ impl Row {
             self.policy,
             human(self.size),
             f(self.mbps, 9),
+            self.cpus.map_or(format!("{:>5}", "-"), |x| format!("{x:>5.2}")),
             f(self.lat_us, 8),
             f(self.post_us, 8),
             f(self.wait_us, 8),
@@ -103,7 +104,7 @@ impl Row {
     /// Header matching [`Row::line`].
     pub(crate) fn header() -> String {
         format!(
-            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {:>9} {:>8} {:>8} {:>8} {:>9} {:>6}",
+            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {:>9} {:>5} {:>8} {:>8} {:>8} {:>9} {:>6}",
             "test",
             "back",
             "rl",
@@ -111,6 +112,7 @@ impl Row {
             "policy",
             "size",
             "Mbit/s",
+            "cpus",
             "lat_us",
             "post_us",
             "wait_us",
