@@ -24,7 +24,7 @@ use rmr_api::{
 use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -176,6 +176,8 @@ struct State {
     /// Silent stripes and probes posted (diagnostics: `attr().notes`).
     silent_posted: u64,
     probes_posted: u64,
+    /// Receives delivered by [`Core::sink`] (diagnostics: `attr().notes`).
+    recv_direct: u64,
     ended: SmallVec<[bool; 8]>,
     broken: bool,
     /// Per-rail service-rate estimate for adaptive striping.
@@ -254,8 +256,6 @@ pub(crate) struct Core {
     adaptive: bool,
     /// Every rail EVD is a [`SoftEvd`] (its `len` tells whether to harvest).
     soft_rails: bool,
-    /// Receives delivered by [`Core::sink`] (diagnostics: `attr().notes`).
-    recv_direct: AtomicU64,
 }
 
 type UserEvents = SmallVec<[(u8, Event); 4]>;
@@ -1283,9 +1283,9 @@ impl Core {
         let Ok(mut st) = self.st.try_lock() else { return Some(ev) };
         // A receive already settled (none): dropped, as a harvest would.
         let u = self.recv_done(&mut st, &c)?;
+        st.recv_direct += 1;
         drop(st);
         self.deliver_one(TO_RECV, u, None);
-        self.recv_direct.fetch_add(1, Ordering::Relaxed);
         None
     }
 
@@ -1592,6 +1592,7 @@ impl MrEp {
                 probe_at: smallvec::smallvec![None; n],
                 silent_posted: 0,
                 probes_posted: 0,
+                recv_direct: 0,
                 ended: smallvec::smallvec![false; n],
                 broken: false,
                 rate: smallvec::smallvec![RailRate::new(); n],
@@ -1602,7 +1603,6 @@ impl MrEp {
             has_failed: AtomicBool::new(false),
             adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
             soft_rails,
-            recv_direct: AtomicU64::new(0),
             cfg,
         };
         Ok(Arc::new(MrEp { core: Arc::new(core) }))
@@ -1690,7 +1690,7 @@ impl Ep for MrEp {
             let st = c.lock();
             notes.push(("silent".into(), st.silent_posted.to_string()));
             notes.push(("probes".into(), st.probes_posted.to_string()));
-            notes.push(("recv_direct".into(), c.recv_direct.load(Ordering::Relaxed).to_string()));
+            notes.push(("recv_direct".into(), st.recv_direct.to_string()));
             notes.push((
                 "state".into(),
                 format!(
