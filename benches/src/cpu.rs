@@ -8,8 +8,10 @@
 
 use std::time::Instant;
 
-/// Jiffies since boot: (busy, total) over all CPUs.
-fn jiffies() -> Option<(u64, u64)> {
+/// Jiffies since boot over all online CPUs: (busy, total, CPUs counted).
+/// The CPU count comes from the same file (the `cpuN` lines), not from this
+/// thread's affinity mask, which a `taskset` narrows.
+fn jiffies() -> Option<(u64, u64, usize)> {
     let s = std::fs::read_to_string("/proc/stat").ok()?;
     let line = s.lines().next().filter(|l| l.starts_with("cpu "))?;
     let v: Vec<u64> = line.split_whitespace().skip(1).filter_map(|x| x.parse().ok()).collect();
@@ -19,12 +21,18 @@ fn jiffies() -> Option<(u64, u64)> {
         return None;
     }
     let total: u64 = v[..8].iter().sum();
-    Some((total - v[3] - v[4], total))
+    let cpus = s
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("cpu"))
+        .filter(|l| l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .count();
+    Some((total - v[3] - v[4], total, cpus.max(1)))
 }
 
 /// A running measurement of machine-wide CPU use.
 pub(crate) struct CpuMeter {
-    start: Option<(u64, u64)>,
+    start: Option<(u64, u64, usize)>,
     at: Instant,
 }
 
@@ -38,13 +46,12 @@ impl CpuMeter {
     /// the CPU count); `None` without `/proc/stat` or when too little time
     /// passed for its tick to tell (under 50 ms).
     pub(crate) fn busy_cpus(&self) -> Option<f64> {
-        let (b0, t0) = self.start?;
-        let (b1, t1) = jiffies()?;
+        let (b0, t0, _) = self.start?;
+        let (b1, t1, cpus) = jiffies()?;
         if self.at.elapsed().as_millis() < 50 || t1 <= t0 {
             return None;
         }
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        Some((b1 - b0) as f64 / (t1 - t0) as f64 * cpus)
+        Some((b1 - b0) as f64 / (t1 - t0) as f64 * cpus as f64)
     }
 }
 
@@ -61,7 +68,8 @@ mod tests {
             x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
         }
         let busy = m.busy_cpus().expect("/proc/stat is readable on Linux");
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        let cpus = jiffies().expect("/proc/stat").2 as f64;
+        assert!(cpus >= 1.0);
         // This thread alone keeps one CPU busy; others may add to it.
         assert!(busy >= 0.5 && busy <= cpus + 0.01, "busy CPUs {busy} of {cpus}");
     }
