@@ -134,19 +134,21 @@ pub fn doorbell_deferred() -> bool {
 
 /// Whether a spinning waiter would not take a CPU someone else needs: the
 /// kernel's count of runnable threads (`/proc/loadavg`, read at most every
-/// 10 ms) exceeds the CPUs this process may use by at most one (a spinner
-/// and its peer, plus one). Spinning on a busy
-/// machine delays the very peer whose answer the spinner waits for (on two
-/// cores with other work, a spinning ping-pong is several times slower than
-/// a blocking one), so then waiters block at once.
+/// 10 ms) exceeds the machine's online CPUs by at most one (a spinner and
+/// its peer, plus one). Spinning on a busy machine delays the very peer
+/// whose answer the spinner waits for (on two cores with other work, a
+/// spinning ping-pong is several times slower than a blocking one), so
+/// then waiters block at once.
+///
+/// The count is machine-wide, so it is weighed against the machine's CPUs,
+/// not against the ones this process may use: two ranks pinned one per
+/// core are two runnable spinners on two CPUs, not a crowd on one.
 pub fn cpus_idle() -> bool {
     use std::sync::atomic::AtomicU8;
     static CHECKED: AtomicU64 = AtomicU64::new(0);
     static IDLE: AtomicU8 = AtomicU8::new(1);
     static BASE: OnceLock<(Instant, usize)> = OnceLock::new();
-    let (base, cpus) = *BASE.get_or_init(|| {
-        (Instant::now(), std::thread::available_parallelism().map_or(1, |n| n.get()))
-    });
+    let (base, cpus) = *BASE.get_or_init(|| (Instant::now(), online_cpus()));
     let now = base.elapsed().as_millis() as u64 + 1;
     let last = CHECKED.load(Ordering::Relaxed);
     if now.saturating_sub(last) >= 10
@@ -159,6 +161,25 @@ pub fn cpus_idle() -> bool {
         IDLE.store(u8::from(running.is_none_or(|r| r <= cpus + 1)), Ordering::Relaxed);
     }
     IDLE.load(Ordering::Relaxed) == 1
+}
+
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
+/// that cannot be read, the CPUs this process may use.
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|l| count_cpu_list(&l))
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The number of CPUs in a kernel CPU list such as "0-3,8,10-11".
+fn count_cpu_list(list: &str) -> Option<usize> {
+    list.trim().split(',').try_fold(0usize, |n, r| {
+        let (a, b) = r.split_once('-').unwrap_or((r, r));
+        let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+        Some(n + b.checked_sub(a)? + 1)
+    })
 }
 
 /// How long a waiter spins before it sleeps: short enough that an idle
@@ -931,6 +952,18 @@ impl Evd for SoftEvd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_lists_are_counted_and_bad_ones_refused() {
+        assert_eq!(count_cpu_list("0-1\n"), Some(2));
+        assert_eq!(count_cpu_list("0-3,8,10-11"), Some(7));
+        assert_eq!(count_cpu_list("5"), Some(1));
+        assert_eq!(count_cpu_list("3-1"), None);
+        assert_eq!(count_cpu_list("x"), None);
+        // This machine's own list counts at least the CPUs this process may use.
+        let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(online_cpus() >= mine);
+    }
 
     #[test]
     fn threshold_and_timeout() {
