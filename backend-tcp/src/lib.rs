@@ -91,8 +91,11 @@
 //!   wait for an outgoing frame to ride on (0: at once). A DTO posted with
 //!   [`rmr_api::DtoFlags::URGENT`] is acknowledged at once whatever this says
 //!   (the multirail layer's fence probes use it).
-//! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins (driving, and
-//!   yielding the CPU between looks) before it blocks in `poll(2)`.
+//! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins at least (driving,
+//!   and yielding the CPU between looks) before it blocks in `poll(2)`; the
+//!   spin grows to twice the EVD's recent waits, at most 1 ms, so that a
+//!   ping-pong keeps spinning where a sleeping thread wakes slowly (0: never
+//!   spin). See [`rmr_api::SoftEvd::spin_time`].
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]

@@ -54,7 +54,14 @@ impl MrEvd {
         self.has_polled.store(true, Ordering::Release);
     }
 
-    fn wait_inner(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+    /// The wait; `started` is when it first found nothing to take, left
+    /// `None` where the queue's own wait times itself.
+    fn wait_inner(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        started: &mut Option<Instant>,
+    ) -> Result<Event> {
         let threshold = threshold.max(1);
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
@@ -63,7 +70,6 @@ impl MrEvd {
         // first: the peer's answer, and so this wait, depend on them.
         self.q.flush_writes();
         // The clock is read only once there is something to wait for.
-        let mut started: Option<Instant> = None;
         let mut idle = 0u32;
         // The endpoints reporting here, looked up again only when they change.
         let (mut seen_gen, mut cores) = self.cores();
@@ -106,7 +112,8 @@ impl MrEvd {
                 }
             }
             if threaded {
-                // Rail threads will deliver.
+                // Rail threads will deliver (the queue's wait times itself).
+                *started = None;
                 return self.q.wait(left, threshold);
             }
             if idle < 4000 {
@@ -152,8 +159,14 @@ impl MrEvd {
 impl Evd for MrEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         self.waiters.fetch_add(1, Ordering::SeqCst);
-        let r = self.wait_inner(timeout, threshold);
+        let mut started = None;
+        let r = self.wait_inner(timeout, threshold, &mut started);
         self.waiters.fetch_sub(1, Ordering::SeqCst);
+        // What this wait took sizes the next ones' spin (a timeout teaches
+        // that spinning would not have caught it).
+        if let Some(s) = started {
+            self.q.note_wait(if r.is_ok() { s.elapsed() } else { Duration::MAX });
+        }
         r
     }
 

@@ -182,9 +182,19 @@ fn count_cpu_list(list: &str) -> Option<usize> {
     })
 }
 
-/// How long a waiter spins before it sleeps: short enough that an idle
-/// process costs nothing, long enough that a ping-pong never sleeps.
+/// How long a waiter spins before it sleeps, at least: short enough that an
+/// idle process costs nothing, long enough that a ping-pong between two
+/// spinning peers never sleeps.
 const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// The longest a waiter's spin grows to (see [`SoftEvd::spin_time`]). Where
+/// waking a sleeping thread costs ~100 µs (a virtual CPU halted by its
+/// host), a ping-pong whose two ends both sleep takes two wake-ups per round
+/// trip: each end's wait then outlasts a fixed 50 µs spin, so both keep
+/// sleeping, ten times slower than when both spin. A spin that grows to
+/// twice the recent waits breaks that; waits longer than this (a peer
+/// computing, an idle server) teach it nothing and it shrinks back.
+const MAX_SPIN: Duration = Duration::from_millis(1);
 
 /// A software EVD: a queue with a condition variable, and optionally
 /// [`Driver`]s that its waiters drive (see the module docs). Waiters spin
@@ -215,6 +225,9 @@ pub struct SoftEvd {
     poke_efd: OnceLock<Option<OwnedFd>>,
     /// Takes events pushed while the queue is empty (see [`SoftEvd::set_sink`]).
     sink: OnceLock<Box<Sink>>,
+    /// Recent waits, in ns (a moving average; waits beyond [`MAX_SPIN`]
+    /// count as zero): what [`SoftEvd::spin_time`] grows to cover.
+    recent_wait: AtomicU64,
     /// Drivers (by index, the first 64) whose last drive found nothing:
     /// a new wait skips them until `poll` reports them (a hint only; a
     /// wrong bit costs one `poll`, never an event).
@@ -272,6 +285,7 @@ impl SoftEvd {
             waiters: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             idle: AtomicU64::new(0),
+            recent_wait: AtomicU64::new(0),
             capacity,
             spin,
             pokes: AtomicU64::new(0),
@@ -289,9 +303,31 @@ impl SoftEvd {
         }
     }
 
-    /// How long a waiter spins (driving) before it blocks (`RMR_EVD_SPIN_US`).
+    /// How long a waiter spins (driving) before it blocks: `RMR_EVD_SPIN_US`
+    /// (50 µs; 0 never spins), grown to twice the recent waits this EVD saw
+    /// (see [`SoftEvd::note_wait`]), at most 1 ms. A ping-pong keeps
+    /// spinning however slowly its peer wakes; a process whose waits are long
+    /// spins no more than the base. Spinning still stops at once when the
+    /// machine's CPUs are all taken (see [`cpus_idle`]).
     pub fn spin_time(&self) -> Duration {
-        self.spin
+        if self.spin.is_zero() {
+            return Duration::ZERO;
+        }
+        let grown = Duration::from_nanos(self.recent_wait.load(Ordering::Relaxed) * 2);
+        self.spin.max(grown.min(MAX_SPIN))
+    }
+
+    /// Records how long a wait on this EVD took, to size later spins (see
+    /// [`SoftEvd::spin_time`]). Waits longer than the longest spin count as
+    /// zero: spinning would not have caught them. A layer that waits on
+    /// this EVD through its own loop (a multirail EVD) reports its waits
+    /// here; the EVD's own waits report themselves.
+    pub fn note_wait(&self, waited: Duration) {
+        let sample = if waited > MAX_SPIN { 0 } else { waited.as_nanos() as u64 };
+        let old = self.recent_wait.load(Ordering::Relaxed);
+        // Weight 1/4 to the newest: a few slow round trips are enough to grow
+        // the spin past them; one long wait alone does not undo it.
+        self.recent_wait.store((3 * old + sample) / 4, Ordering::Relaxed);
     }
 
     /// Registers a driver: waiters on this EVD will drive it. Held weakly;
@@ -837,8 +873,11 @@ impl SoftEvd {
     /// progress thread: `done` checks the memory. On an EVD without drivers
     /// it waits for events with the same bound.
     pub fn drive_until(&self, timeout: Option<Duration>, done: &dyn Fn() -> bool) -> bool {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        self.block_until(deadline, self.spin, done)
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let ok = self.block_until(deadline, self.spin_time(), done);
+        self.note_wait(if ok { start.elapsed() } else { Duration::MAX });
+        ok
     }
 
     /// Dequeues the oldest event without driving anything (for a layer that
@@ -896,14 +935,20 @@ impl SoftEvd {
 impl Evd for SoftEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let threshold = threshold.max(1);
-        let deadline = timeout.map(|t| Instant::now() + t);
+        if let Some(e) = self.pop(threshold) {
+            return Ok(e);
+        }
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
         loop {
             let done = || self.queued.load(Ordering::SeqCst) >= threshold;
-            let ok = self.block_until(deadline, self.spin, &done);
+            let ok = self.block_until(deadline, self.spin_time(), &done);
             if let Some(e) = self.pop(threshold) {
+                self.note_wait(start.elapsed());
                 return Ok(e);
             }
             if !ok {
+                self.note_wait(Duration::MAX);
                 return Err(Error::Timeout);
             }
         }
@@ -963,6 +1008,45 @@ mod tests {
         // This machine's own list counts at least the CPUs this process may use.
         let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert!(online_cpus() >= mine);
+    }
+
+    #[test]
+    fn spin_grows_to_cover_recent_waits_and_shrinks_after_long_ones() {
+        let e = SoftEvd::new(4);
+        let base = e.spin_time();
+        if base.is_zero() {
+            // RMR_EVD_SPIN_US=0: never spins, whatever the waits were.
+            e.note_wait(Duration::from_micros(200));
+            assert!(e.spin_time().is_zero());
+            return;
+        }
+        // Round trips of 200 us (two peers that both slept): within a few
+        // waits the spin outlasts them, so the next ones are caught spinning.
+        for _ in 0..8 {
+            e.note_wait(Duration::from_micros(200));
+        }
+        let grown = e.spin_time();
+        assert!(grown > Duration::from_micros(200), "{grown:?}");
+        assert!(grown <= MAX_SPIN.max(base), "{grown:?}");
+        // Never past the cap, however slow the waits just under it.
+        for _ in 0..32 {
+            e.note_wait(MAX_SPIN);
+        }
+        assert_eq!(e.spin_time(), MAX_SPIN.max(base));
+        // Waits longer than any spin (an idle server, a peer computing)
+        // bring it back to the base: spinning would not have caught them.
+        for _ in 0..64 {
+            e.note_wait(Duration::from_millis(20));
+        }
+        assert_eq!(e.spin_time(), base);
+        // A timed-out wait counts as a long one.
+        e.note_wait(Duration::from_micros(300));
+        assert!(e.spin_time() > base);
+        assert!(matches!(e.wait(Some(Duration::from_millis(1)), 1), Err(Error::Timeout)));
+        for _ in 0..64 {
+            assert!(matches!(e.wait(Some(Duration::ZERO), 1), Err(Error::Timeout)));
+        }
+        assert_eq!(e.spin_time(), base);
     }
 
     #[test]
