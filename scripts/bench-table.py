@@ -83,7 +83,7 @@ for s in sorted({r["size"] for r in eq if r["test"] == "bibw"}):
     print(f"| {h(s)} | {f(a.get('mbps'))} | {f(e['inline'])} | {f(e['fork-join'])} | {f(e['pinned'])} | {r} |")
 
 lrounds = len([r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == 8])
-print(f"\n### Write + notify half round trip (us, median; figures are medians of {lrounds} interleaved rounds)\n")
+print(f"\n### Write + notify half round trip (us, median; figures are medians of {lrounds} rounds, each pinning its two-rail run to a one-rail run taking turns with it in one client, `--paired`)\n")
 print("| size | raw TCP ping-pong | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail (median) | pinned / 1 rail (each round) |")
 print("|---|---|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):

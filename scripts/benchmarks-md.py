@@ -103,7 +103,7 @@ if len(r0) == 2 and ad:
     verdict("rails of 4:1, adaptive, 4 MiB / sum of both rails", f"{v:.2f}", v >= 0.9, ">= 0.90")
     if ev:
         verdict("rails of 4:1, even / (2 x slow rail)", f"{ev['mbps'] / (2 * slow):.2f}", ev["mbps"] <= 2.05 * slow, "<= 1 (bounded)")
-# Latency: interleaved rounds; per size, the median of each round's
+# Latency: paired rounds; per size, the median of each round's
 # 2-rail / 1-rail ratio; the verdict takes the worst size.
 per = {}
 for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
@@ -116,7 +116,7 @@ if per:
     ws = max(per, key=per.get)
     worst = per[ws]
     n = len([r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == ws])
-    verdict(f"small messages 8 B..4 KiB, 2 rails / one rail latency (worst size, {ws} B; median of {n} rounds)", f"{worst:.2f}", worst <= 1.1, "<= 1.10")
+    verdict(f"small messages 8 B..4 KiB, 2 rails / one rail latency (worst size, {ws} B; median of {n} paired rounds)", f"{worst:.2f}", worst <= 1.1, "<= 1.10")
 
 # --- barrier
 for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
@@ -166,12 +166,13 @@ the data visible; Mbit/s = 20 x size / elapsed, median over samples.
 Latency is a write+notify ping-pong, half the round trip, median, with
 the client on CPU 0 and the server on CPU 1. The
 lab's latency rows and its unshaped (CPU-bound) rows swing from run to run
-on this shared 2-CPU machine, so the lab measures them in interleaved
-rounds (three rounds of the unshaped rows, one rail then two; twelve
-short ones of the latency rows, the two-rail pinned run next to the
-one-rail run, which goes first in odd rounds and last in even ones) and
-reports medians, with each round's ratio against its own one-rail figure
-shown beside them. The unshaped rows also say how busy the machine's CPUs
+on this shared 2-CPU machine, so the lab measures them in rounds (three
+rounds of the unshaped rows, one rail then two; eight of the latency
+rows) and reports medians, with each round's ratio against its own
+one-rail figure shown beside them. Each latency round is *paired*
+(`rmr-bench client --paired`): one client opens the two-rail session and
+a one-rail session to the same server, and the two take turns every 100
+round trips, so a slow spell of the host weighs on both alike. The unshaped rows also say how busy the machine's CPUs
 were during each run (both ends together, from `/proc/stat`) and what a
 busy CPU carried (Mbit/s per busy CPU): whether a run was bound by the
 CPUs, and what each transport costs on the same cores.

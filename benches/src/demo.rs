@@ -61,6 +61,7 @@ fn client(
         iters,
         warmup: None,
         baseline: false,
+        paired: false,
         json: true,
     }
 }

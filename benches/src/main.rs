@@ -155,6 +155,14 @@ pub(crate) struct ClientArgs {
     /// Also measure raw TCP on the same links (the server's raw port) and report ratios.
     #[arg(long)]
     baseline: bool,
+    /// With `--test lat` over several rails: also measure the first rail
+    /// alone (its own backend endpoint, as `--rails <first>` would) in the
+    /// same run, the two taking turns in blocks of 100 round trips, and
+    /// print both rows (`"paired": true`; the multirail row's `ratio_one` is
+    /// its latency over the one rail's). A shared, noisy host then weighs on
+    /// both alike, where separate runs minutes apart catch different moods.
+    #[arg(long)]
+    paired: bool,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -327,6 +335,7 @@ pub(crate) fn run_client(
     let mut conn = Conn::connect(&ia, &remote, port, max)
         .unwrap_or_else(|e| die(format!("connect {remote}:{port}: {e}")));
     let n = remote.split(',').count();
+    let mut one = a.paired.then(|| one_rail_conn(a, n, max));
     if !a.json && progress.is_none() {
         for (k, v) in conn.ep_notes() {
             eprintln!("# {k} = {v}");
@@ -382,6 +391,32 @@ pub(crate) fn run_client(
                 row.mbps_min = Some(s.min);
                 row.mbps_max = Some(s.max);
             }
+            "lat" if one.is_some() => {
+                let o = one.as_mut().expect("paired");
+                let (s1, s) = paired_lat(o, &mut conn, size, iters, warmup);
+                let mut r1 = Row {
+                    rails: 1,
+                    engine: "-".into(),
+                    policy: "-".into(),
+                    threshold: None,
+                    iters: s1.n as u64,
+                    lat_us: Some(s1.median),
+                    paired: true,
+                    ..row.clone()
+                };
+                if a.baseline && !peers.is_empty() {
+                    let r = raw::latency(peers[0], c.port + 20, size, iters, warmup)
+                        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
+                    r1.raw_lat_us = Some(r.median);
+                    r1.ratio_raw = Some(s1.median / r.median);
+                }
+                print_row(a, progress, quiet, &r1);
+                rows.push(r1);
+                row.iters = s.n as u64;
+                row.lat_us = Some(s.median);
+                row.ratio_one = Some(s.median / s1.median);
+                row.paired = true;
+            }
             "lat" => {
                 let s = conn.lat(size, iters, warmup).unwrap_or_else(|e| die(e));
                 row.lat_us = Some(s.median);
@@ -394,20 +429,79 @@ pub(crate) fn run_client(
             }
             t => die(format!("unknown test `{t}` (bw, bibw, lat, breakdown)")),
         }
-        if !quiet {
-            let line = if a.json { row.json().to_string() } else { row.line() };
-            match progress {
-                Some(pb) => pb.suspend(|| println!("{line}")),
-                None => println!("{line}"),
-            }
-        }
+        print_row(a, progress, quiet, &row);
         if let Some(pb) = progress {
             pb.inc(1);
         }
         rows.push(row);
     }
+    if let Some(o) = one {
+        o.bye();
+    }
     conn.bye();
     rows
+}
+
+/// Prints a row as it comes (JSON with `--json`), unless `quiet`.
+fn print_row(a: &ClientArgs, progress: Option<&indicatif::ProgressBar>, quiet: bool, row: &Row) {
+    if quiet {
+        return;
+    }
+    let line = if a.json { row.json().to_string() } else { row.line() };
+    match progress {
+        Some(pb) => pb.suspend(|| println!("{line}")),
+        None => println!("{line}"),
+    }
+}
+
+/// The one-rail session that `--paired` measures beside the multirail one:
+/// the first rail's own backend endpoint, to the server's one-rail port.
+fn one_rail_conn(a: &ClientArgs, n: usize, max: u64) -> Conn {
+    let c = &a.common;
+    if a.test != "lat" || n < 2 || c.world.is_some() {
+        die("--paired needs --test lat and two or more --rails (no --world)");
+    }
+    let local = a.local.first().cloned().unwrap_or_else(|| "0.0.0.0".into());
+    let ia = open_rails(&c.backend, &[local]).remove(0);
+    Conn::connect(&ia, &c.rails[0], c.port, max)
+        .unwrap_or_else(|e| die(format!("connect {}:{}: {e}", c.rails[0], c.port)))
+}
+
+/// Round trips in one turn of a paired latency run.
+const PAIRED_BLOCK: u64 = 100;
+
+/// Paired latency: `one` and `many` take turns, [`PAIRED_BLOCK`] round
+/// trips each (which goes first alternates), until each has `iters`
+/// samples; every turn starts with a few unrecorded round trips, as the
+/// idle side's peer may have fallen asleep meanwhile. Returns (one, many).
+fn paired_lat(
+    one: &mut Conn,
+    many: &mut Conn,
+    size: u64,
+    iters: u64,
+    warmup: u64,
+) -> (stats::Summary, stats::Summary) {
+    let turn_warmup = (PAIRED_BLOCK / 10).min(warmup.max(1));
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for c in [&mut *one, &mut *many] {
+        c.lat_samples(size, 0, warmup).unwrap_or_else(|e| die(e));
+    }
+    let mut one_first = true;
+    while (a.len() as u64) < iters {
+        let k = PAIRED_BLOCK.min(iters - a.len() as u64);
+        let run = |c: &mut Conn, v: &mut Vec<f64>| {
+            v.extend(c.lat_samples(size, k, turn_warmup).unwrap_or_else(|e| die(e)));
+        };
+        if one_first {
+            run(one, &mut a);
+            run(many, &mut b);
+        } else {
+            run(many, &mut b);
+            run(one, &mut a);
+        }
+        one_first = !one_first;
+    }
+    (stats::summarize(&mut a), stats::summarize(&mut b))
 }
 
 fn main() {
@@ -483,5 +577,65 @@ fn main() {
                 }
             }
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--paired` over two loopback rails, against an in-process server:
+    /// per size, a one-rail row and a two-rail row from the same run, each
+    /// with every sample it asked for, and the ratio between them.
+    #[test]
+    fn paired_latency_reports_both_rows_from_one_run() {
+        let port = 17890;
+        let common = |rails: &[&str]| Common {
+            backend: "tcp".into(),
+            rails: rails.iter().map(|s| s.to_string()).collect(),
+            port,
+            engine: "pinned".into(),
+            policy: "even".into(),
+            threshold: "8K".into(),
+            world: None,
+            rank: None,
+            bridges: None,
+        };
+        let rails = ["127.0.0.1", "127.0.0.2"];
+        let stop = Arc::new(AtomicBool::new(false));
+        let srv = {
+            let (c, s) = (common(&rails), stop.clone());
+            std::thread::spawn(move || run_server(&c, 60, false, s))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let args = ClientArgs {
+            common: common(&rails),
+            peer: None,
+            local: rails.iter().map(|s| s.to_string()).collect(),
+            test: "lat".into(),
+            sizes: vec!["8".into(), "4K".into()],
+            iters: Some(250),
+            warmup: Some(5),
+            baseline: false,
+            paired: true,
+            json: true,
+        };
+        let rows = run_client(&args, None, true);
+        stop.store(true, Ordering::Release);
+        let _ = srv.join();
+        assert_eq!(rows.len(), 4, "a one-rail and a two-rail row per size");
+        for pair in rows.chunks(2) {
+            let (one, two) = (&pair[0], &pair[1]);
+            assert_eq!((one.rails, two.rails), (1, 2));
+            assert_eq!(one.size, two.size);
+            assert!(one.paired && two.paired);
+            // Every sample asked for, recorded (the turns' warm-ups aside).
+            assert_eq!((one.iters, two.iters), (250, 250));
+            let (a, b) = (one.lat_us.expect("one rail"), two.lat_us.expect("two rails"));
+            assert!(a > 0.0 && b > 0.0);
+            let r = two.ratio_one.expect("ratio");
+            assert!((r - b / a).abs() < 1e-9, "{r} vs {b}/{a}");
+            assert!(one.json()["paired"] == serde_json::json!(true));
+        }
     }
 }

@@ -44,6 +44,11 @@ pub(crate) struct Row {
     pub(crate) raw_cpus: Option<f64>,
     /// rmr / raw TCP (bandwidth), or raw / rmr latency expressed as rmr/raw.
     pub(crate) ratio_raw: Option<f64>,
+    /// Measured with `--paired`: the one-rail row and the multirail row of
+    /// the same size come from one run, in alternating blocks.
+    pub(crate) paired: bool,
+    /// Multirail latency over the paired one-rail latency (`--paired`).
+    pub(crate) ratio_one: Option<f64>,
 }
 
 impl Row {
@@ -74,8 +79,12 @@ impl Row {
         opt("raw_mbps", self.raw_mbps);
         opt("raw_lat_us", self.raw_lat_us);
         opt("ratio_raw", self.ratio_raw);
+        opt("ratio_one", self.ratio_one);
         opt("cpus", self.cpus);
         opt("raw_cpus", self.raw_cpus);
+        if self.paired {
+            m.insert("paired".into(), json!(true));
+        }
         Value::Object(m)
     }
 

@@ -364,6 +364,15 @@ impl Conn {
     /// # Errors
     /// Transfer failures.
     pub(crate) fn lat(&mut self, size: u64, iters: u64, warmup: u64) -> Result<Summary> {
+        let mut v = self.lat_samples(size, iters, warmup)?;
+        Ok(summarize(&mut v))
+    }
+
+    /// [`Conn::lat`]'s samples (half round trips, microseconds), in order.
+    ///
+    /// # Errors
+    /// Transfer failures.
+    pub(crate) fn lat_samples(&mut self, size: u64, iters: u64, warmup: u64) -> Result<Vec<f64>> {
         let peer = self.peer.ok_or_else(|| Error::Protocol("no peer buffer".into()))?;
         let mut v = Vec::with_capacity(iters as usize);
         let lmr = self.data_lmr.clone();
@@ -382,7 +391,7 @@ impl Conn {
                 v.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
             }
         }
-        Ok(summarize(&mut v))
+        Ok(v)
     }
 
     /// Ends the session.
