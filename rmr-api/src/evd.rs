@@ -144,9 +144,26 @@ pub fn doorbell_deferred() -> bool {
 /// not against the ones this process may use: two ranks pinned one per
 /// core are two runnable spinners on two CPUs, not a crowd on one.
 pub fn cpus_idle() -> bool {
+    runnable_load() <= CPUS_PLUS_ONE
+}
+
+/// Whether no thread waits for a CPU at all (runnable threads at most the
+/// machine's CPUs): only then may a spin outlast its base (see
+/// [`SoftEvd::spin_time`]). An oversubscribed node (ranks sharing cores)
+/// keeps short spins; a long one would hold the core a peer needs.
+fn cpus_spare() -> bool {
+    runnable_load() == AT_MOST_CPUS
+}
+
+const AT_MOST_CPUS: u8 = 0;
+const CPUS_PLUS_ONE: u8 = 1;
+
+/// The machine's load from `/proc/loadavg` (read at most every 10 ms):
+/// [`AT_MOST_CPUS`] runnable threads, [`CPUS_PLUS_ONE`], or more (2).
+fn runnable_load() -> u8 {
     use std::sync::atomic::AtomicU8;
     static CHECKED: AtomicU64 = AtomicU64::new(0);
-    static IDLE: AtomicU8 = AtomicU8::new(1);
+    static LOAD: AtomicU8 = AtomicU8::new(0);
     static BASE: OnceLock<(Instant, usize)> = OnceLock::new();
     let (base, cpus) = *BASE.get_or_init(|| (Instant::now(), online_cpus()));
     let now = base.elapsed().as_millis() as u64 + 1;
@@ -158,9 +175,15 @@ pub fn cpus_idle() -> bool {
         let running = std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse::<usize>().ok());
-        IDLE.store(u8::from(running.is_none_or(|r| r <= cpus + 1)), Ordering::Relaxed);
+        let load = match running {
+            None => AT_MOST_CPUS,
+            Some(r) if r <= cpus => AT_MOST_CPUS,
+            Some(r) if r == cpus + 1 => CPUS_PLUS_ONE,
+            Some(_) => 2,
+        };
+        LOAD.store(load, Ordering::Relaxed);
     }
-    IDLE.load(Ordering::Relaxed) == 1
+    LOAD.load(Ordering::Relaxed)
 }
 
 /// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
@@ -187,7 +210,8 @@ fn count_cpu_list(list: &str) -> Option<usize> {
 /// spinning peers never sleeps.
 const DEFAULT_SPIN: Duration = Duration::from_micros(50);
 
-/// The longest a waiter's spin grows to (see [`SoftEvd::spin_time`]). Where
+/// The longest a waiter's spin grows to by default (`RMR_EVD_SPIN_MAX_US`;
+/// see [`SoftEvd::spin_time`]). Where
 /// waking a sleeping thread costs ~100 µs (a virtual CPU halted by its
 /// host), a ping-pong whose two ends both sleep takes two wake-ups per round
 /// trip: each end's wait then outlasts a fixed 50 µs spin, so both keep
@@ -225,9 +249,11 @@ pub struct SoftEvd {
     poke_efd: OnceLock<Option<OwnedFd>>,
     /// Takes events pushed while the queue is empty (see [`SoftEvd::set_sink`]).
     sink: OnceLock<Box<Sink>>,
-    /// Recent waits, in ns (a moving average; waits beyond [`MAX_SPIN`]
+    /// Recent waits, in ns (a moving average; waits beyond `max_spin`
     /// count as zero): what [`SoftEvd::spin_time`] grows to cover.
     recent_wait: AtomicU64,
+    /// The longest the spin grows to ([`MAX_SPIN`], `RMR_EVD_SPIN_MAX_US`).
+    max_spin: Duration,
     /// Drivers (by index, the first 64) whose last drive found nothing:
     /// a new wait skips them until `poll` reports them (a hint only; a
     /// wrong bit costs one `poll`, never an event).
@@ -279,6 +305,11 @@ impl SoftEvd {
             .and_then(|v| v.parse().ok())
             .map(Duration::from_micros)
             .unwrap_or(DEFAULT_SPIN);
+        let max_spin = std::env::var("RMR_EVD_SPIN_MAX_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or(MAX_SPIN);
         SoftEvd {
             q: Mutex::new(VecDeque::with_capacity(256)),
             cv: Condvar::new(),
@@ -286,6 +317,7 @@ impl SoftEvd {
             queued: AtomicUsize::new(0),
             idle: AtomicU64::new(0),
             recent_wait: AtomicU64::new(0),
+            max_spin,
             capacity,
             spin,
             pokes: AtomicU64::new(0),
@@ -305,7 +337,8 @@ impl SoftEvd {
 
     /// How long a waiter spins (driving) before it blocks: `RMR_EVD_SPIN_US`
     /// (50 µs; 0 never spins), grown to twice the recent waits this EVD saw
-    /// (see [`SoftEvd::note_wait`]), at most 1 ms. A ping-pong keeps
+    /// (see [`SoftEvd::note_wait`]), at most `RMR_EVD_SPIN_MAX_US` (1 ms; at
+    /// most the base: no growth). A ping-pong keeps
     /// spinning however slowly its peer wakes; a process whose waits are long
     /// spins no more than the base. Spinning still stops at once when the
     /// machine's CPUs are all taken (see [`cpus_idle`]).
@@ -314,7 +347,7 @@ impl SoftEvd {
             return Duration::ZERO;
         }
         let grown = Duration::from_nanos(self.recent_wait.load(Ordering::Relaxed) * 2);
-        self.spin.max(grown.min(MAX_SPIN))
+        self.spin.max(grown.min(self.max_spin))
     }
 
     /// Records how long a wait on this EVD took, to size later spins (see
@@ -323,7 +356,7 @@ impl SoftEvd {
     /// this EVD through its own loop (a multirail EVD) reports its waits
     /// here; the EVD's own waits report themselves.
     pub fn note_wait(&self, waited: Duration) {
-        let sample = if waited > MAX_SPIN { 0 } else { waited.as_nanos() as u64 };
+        let sample = if waited > self.max_spin { 0 } else { waited.as_nanos() as u64 };
         let old = self.recent_wait.load(Ordering::Relaxed);
         // Weight 1/4 to the newest: a few slow round trips are enough to grow
         // the spin past them; one long wait alone does not undo it.
@@ -476,7 +509,7 @@ impl SoftEvd {
         for d in &drivers {
             d.enter();
         }
-        let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
+        let spin = self.gated(spin);
         let start = Instant::now();
         // Several drivers: the ones idle at the end of the last wait are
         // left to `poll` (no read on a socket that had nothing).
@@ -663,12 +696,26 @@ impl SoftEvd {
         ready
     }
 
+    /// The spin a waiter may take now: none while the machine's CPUs are
+    /// all taken ([`cpus_idle`]), no more than the base while any thread
+    /// waits for a CPU, else `spin`.
+    fn gated(&self, spin: Duration) -> Duration {
+        if spin.is_zero() || !cpus_idle() {
+            Duration::ZERO
+        } else if spin > self.spin && !cpus_spare() {
+            self.spin
+        } else {
+            spin
+        }
+    }
+
     fn cv_block_until(
         &self,
         deadline: Option<Instant>,
         spin: Duration,
         done: &dyn Fn() -> bool,
     ) -> bool {
+        let spin = if spin > self.spin { self.gated(spin) } else { spin };
         let start = Instant::now();
         while start.elapsed() < spin {
             if done() {
@@ -1014,10 +1061,11 @@ mod tests {
     fn spin_grows_to_cover_recent_waits_and_shrinks_after_long_ones() {
         let e = SoftEvd::new(4);
         let base = e.spin_time();
-        if base.is_zero() {
-            // RMR_EVD_SPIN_US=0: never spins, whatever the waits were.
+        if base.is_zero() || e.max_spin <= base {
+            // RMR_EVD_SPIN_US=0 never spins; a cap at or below the base
+            // (RMR_EVD_SPIN_MAX_US) never grows: whatever the waits were.
             e.note_wait(Duration::from_micros(200));
-            assert!(e.spin_time().is_zero());
+            assert_eq!(e.spin_time(), base);
             return;
         }
         // Round trips of 200 us (two peers that both slept): within a few
@@ -1027,12 +1075,12 @@ mod tests {
         }
         let grown = e.spin_time();
         assert!(grown > Duration::from_micros(200), "{grown:?}");
-        assert!(grown <= MAX_SPIN.max(base), "{grown:?}");
+        assert!(grown <= e.max_spin.max(base), "{grown:?}");
         // Never past the cap, however slow the waits just under it.
         for _ in 0..32 {
-            e.note_wait(MAX_SPIN);
+            e.note_wait(e.max_spin);
         }
-        assert_eq!(e.spin_time(), MAX_SPIN.max(base));
+        assert_eq!(e.spin_time(), e.max_spin.max(base));
         // Waits longer than any spin (an idle server, a peer computing)
         // bring it back to the base: spinning would not have caught them.
         for _ in 0..64 {
