@@ -93,9 +93,11 @@
 //!   (the multirail layer's fence probes use it).
 //! - `RMR_EVD_SPIN_US` (50): how long an EVD waiter spins at least (driving,
 //!   and yielding the CPU between looks) before it blocks in `poll(2)`; the
-//!   spin grows to twice the EVD's recent waits, at most 1 ms, so that a
-//!   ping-pong keeps spinning where a sleeping thread wakes slowly (0: never
-//!   spin). See [`rmr_api::SoftEvd::spin_time`].
+//!   spin grows to twice the EVD's recent waits while no thread waits for a
+//!   CPU, so that a ping-pong keeps spinning where a sleeping thread wakes
+//!   slowly (0: never spin). See [`rmr_api::SoftEvd::spin_time`].
+//! - `RMR_EVD_SPIN_MAX_US` (1000): the longest that spin grows to (at most
+//!   `RMR_EVD_SPIN_US`: it never grows).
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
