@@ -30,7 +30,8 @@ pub(crate) struct DemoArgs {
     json: bool,
 }
 
-fn common(rails: &[&str], port: u16, engine: &str) -> Common {
+/// The options of a run over `rails` (server or client), tcp, even, 8K.
+pub(crate) fn common(rails: &[&str], port: u16, engine: &str) -> Common {
     Common {
         backend: "tcp".into(),
         rails: rails.iter().map(|s| s.to_string()).collect(),

@@ -590,17 +590,7 @@ mod tests {
     #[test]
     fn paired_latency_reports_both_rows_from_one_run() {
         let port = 17890;
-        let common = |rails: &[&str]| Common {
-            backend: "tcp".into(),
-            rails: rails.iter().map(|s| s.to_string()).collect(),
-            port,
-            engine: "pinned".into(),
-            policy: "even".into(),
-            threshold: "8K".into(),
-            world: None,
-            rank: None,
-            bridges: None,
-        };
+        let common = |rails: &[&str]| demo::common(rails, port, "pinned");
         let rails = ["127.0.0.1", "127.0.0.2"];
         let stop = Arc::new(AtomicBool::new(false));
         let srv = {
