@@ -144,7 +144,7 @@ pub fn doorbell_deferred() -> bool {
 /// not against the ones this process may use: two ranks pinned one per
 /// core are two runnable spinners on two CPUs, not a crowd on one.
 pub fn cpus_idle() -> bool {
-    runnable_load() <= CPUS_PLUS_ONE
+    runnable_excess() <= 1
 }
 
 /// Whether no thread waits for a CPU at all (runnable threads at most the
@@ -152,18 +152,15 @@ pub fn cpus_idle() -> bool {
 /// [`SoftEvd::spin_time`]). An oversubscribed node (ranks sharing cores)
 /// keeps short spins; a long one would hold the core a peer needs.
 fn cpus_spare() -> bool {
-    runnable_load() == AT_MOST_CPUS
+    runnable_excess() == 0
 }
 
-const AT_MOST_CPUS: u8 = 0;
-const CPUS_PLUS_ONE: u8 = 1;
-
-/// The machine's load from `/proc/loadavg` (read at most every 10 ms):
-/// [`AT_MOST_CPUS`] runnable threads, [`CPUS_PLUS_ONE`], or more (2).
-fn runnable_load() -> u8 {
+/// Runnable threads beyond the machine's online CPUs (`/proc/loadavg`,
+/// read at most every 10 ms; 0 where it cannot be read), capped at 255.
+fn runnable_excess() -> u8 {
     use std::sync::atomic::AtomicU8;
     static CHECKED: AtomicU64 = AtomicU64::new(0);
-    static LOAD: AtomicU8 = AtomicU8::new(0);
+    static EXCESS: AtomicU8 = AtomicU8::new(0);
     static BASE: OnceLock<(Instant, usize)> = OnceLock::new();
     let (base, cpus) = *BASE.get_or_init(|| (Instant::now(), online_cpus()));
     let now = base.elapsed().as_millis() as u64 + 1;
@@ -175,15 +172,10 @@ fn runnable_load() -> u8 {
         let running = std::fs::read_to_string("/proc/loadavg")
             .ok()
             .and_then(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse::<usize>().ok());
-        let load = match running {
-            None => AT_MOST_CPUS,
-            Some(r) if r <= cpus => AT_MOST_CPUS,
-            Some(r) if r == cpus + 1 => CPUS_PLUS_ONE,
-            Some(_) => 2,
-        };
-        LOAD.store(load, Ordering::Relaxed);
+        let excess = running.map_or(0, |r| r.saturating_sub(cpus).min(255) as u8);
+        EXCESS.store(excess, Ordering::Relaxed);
     }
-    LOAD.load(Ordering::Relaxed)
+    EXCESS.load(Ordering::Relaxed)
 }
 
 /// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
@@ -338,13 +330,20 @@ impl SoftEvd {
     /// How long a waiter spins (driving) before it blocks: `RMR_EVD_SPIN_US`
     /// (50 µs; 0 never spins), grown to twice the recent waits this EVD saw
     /// (see [`SoftEvd::note_wait`]), at most `RMR_EVD_SPIN_MAX_US` (1 ms; at
-    /// most the base: no growth). A ping-pong keeps
-    /// spinning however slowly its peer wakes; a process whose waits are long
-    /// spins no more than the base. Spinning still stops at once when the
-    /// machine's CPUs are all taken (see [`cpus_idle`]).
+    /// most the base: no growth), while no thread waits for a CPU. A
+    /// ping-pong keeps spinning however slowly its peer wakes; a process
+    /// whose waits are long, or whose node is oversubscribed, spins no more
+    /// than the base. Spinning still stops at once when the machine's CPUs
+    /// are all taken (see [`cpus_idle`]).
     pub fn spin_time(&self) -> Duration {
-        if self.spin.is_zero() {
-            return Duration::ZERO;
+        self.spin_with(cpus_spare())
+    }
+
+    /// [`SoftEvd::spin_time`] when the machine has (`spare`) or has not a
+    /// CPU for every runnable thread: only then does the spin grow.
+    fn spin_with(&self, spare: bool) -> Duration {
+        if self.spin.is_zero() || !spare {
+            return self.spin;
         }
         let grown = Duration::from_nanos(self.recent_wait.load(Ordering::Relaxed) * 2);
         self.spin.max(grown.min(self.max_spin))
@@ -509,7 +508,7 @@ impl SoftEvd {
         for d in &drivers {
             d.enter();
         }
-        let spin = self.gated(spin);
+        let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
         let start = Instant::now();
         // Several drivers: the ones idle at the end of the last wait are
         // left to `poll` (no read on a socket that had nothing).
@@ -696,26 +695,12 @@ impl SoftEvd {
         ready
     }
 
-    /// The spin a waiter may take now: none while the machine's CPUs are
-    /// all taken ([`cpus_idle`]), no more than the base while any thread
-    /// waits for a CPU, else `spin`.
-    fn gated(&self, spin: Duration) -> Duration {
-        if spin.is_zero() || !cpus_idle() {
-            Duration::ZERO
-        } else if spin > self.spin && !cpus_spare() {
-            self.spin
-        } else {
-            spin
-        }
-    }
-
     fn cv_block_until(
         &self,
         deadline: Option<Instant>,
         spin: Duration,
         done: &dyn Fn() -> bool,
     ) -> bool {
-        let spin = if spin > self.spin { self.gated(spin) } else { spin };
         let start = Instant::now();
         while start.elapsed() < spin {
             if done() {
@@ -982,9 +967,6 @@ impl SoftEvd {
 impl Evd for SoftEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let threshold = threshold.max(1);
-        if let Some(e) = self.pop(threshold) {
-            return Ok(e);
-        }
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
         loop {
@@ -1060,12 +1042,12 @@ mod tests {
     #[test]
     fn spin_grows_to_cover_recent_waits_and_shrinks_after_long_ones() {
         let e = SoftEvd::new(4);
-        let base = e.spin_time();
+        let base = e.spin_with(true);
         if base.is_zero() || e.max_spin <= base {
             // RMR_EVD_SPIN_US=0 never spins; a cap at or below the base
             // (RMR_EVD_SPIN_MAX_US) never grows: whatever the waits were.
             e.note_wait(Duration::from_micros(200));
-            assert_eq!(e.spin_time(), base);
+            assert_eq!(e.spin_with(true), base);
             return;
         }
         // Round trips of 200 us (two peers that both slept): within a few
@@ -1073,28 +1055,30 @@ mod tests {
         for _ in 0..8 {
             e.note_wait(Duration::from_micros(200));
         }
-        let grown = e.spin_time();
+        let grown = e.spin_with(true);
+        // Not while a thread waits for a CPU (an oversubscribed node).
+        assert_eq!(e.spin_with(false), base);
         assert!(grown > Duration::from_micros(200), "{grown:?}");
         assert!(grown <= e.max_spin.max(base), "{grown:?}");
         // Never past the cap, however slow the waits just under it.
         for _ in 0..32 {
             e.note_wait(e.max_spin);
         }
-        assert_eq!(e.spin_time(), e.max_spin.max(base));
+        assert_eq!(e.spin_with(true), e.max_spin.max(base));
         // Waits longer than any spin (an idle server, a peer computing)
         // bring it back to the base: spinning would not have caught them.
         for _ in 0..64 {
             e.note_wait(Duration::from_millis(20));
         }
-        assert_eq!(e.spin_time(), base);
+        assert_eq!(e.spin_with(true), base);
         // A timed-out wait counts as a long one.
         e.note_wait(Duration::from_micros(300));
-        assert!(e.spin_time() > base);
+        assert!(e.spin_with(true) > base);
         assert!(matches!(e.wait(Some(Duration::from_millis(1)), 1), Err(Error::Timeout)));
         for _ in 0..64 {
             assert!(matches!(e.wait(Some(Duration::ZERO), 1), Err(Error::Timeout)));
         }
-        assert_eq!(e.spin_time(), base);
+        assert_eq!(e.spin_with(true), base);
     }
 
     #[test]
