@@ -404,11 +404,8 @@ pub(crate) fn run_client(
                     paired: true,
                     ..row.clone()
                 };
-                if a.baseline && !peers.is_empty() {
-                    let r = raw::latency(peers[0], c.port + 20, size, iters, warmup)
-                        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
-                    r1.raw_lat_us = Some(r.median);
-                    r1.ratio_raw = Some(s1.median / r.median);
+                if a.baseline {
+                    raw_lat_baseline(&mut r1, &peers, c.port, warmup);
                 }
                 print_row(a, progress, quiet, &r1);
                 rows.push(r1);
@@ -420,11 +417,8 @@ pub(crate) fn run_client(
             "lat" => {
                 let s = conn.lat(size, iters, warmup).unwrap_or_else(|e| die(e));
                 row.lat_us = Some(s.median);
-                if a.baseline && !peers.is_empty() {
-                    let r = raw::latency(peers[0], c.port + 20, size, iters, warmup)
-                        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
-                    row.raw_lat_us = Some(r.median);
-                    row.ratio_raw = Some(s.median / r.median);
+                if a.baseline {
+                    raw_lat_baseline(&mut row, &peers, c.port, warmup);
                 }
             }
             t => die(format!("unknown test `{t}` (bw, bibw, lat, breakdown)")),
@@ -440,6 +434,17 @@ pub(crate) fn run_client(
     }
     conn.bye();
     rows
+}
+
+/// Adds to a latency row the raw TCP ping-pong on the first of `peers`
+/// (the server's raw port, `port + 20`), same size and samples, and the
+/// ratio of the two.
+fn raw_lat_baseline(row: &mut Row, peers: &[IpAddr], port: u16, warmup: u64) {
+    let (Some(&peer), Some(lat)) = (peers.first(), row.lat_us) else { return };
+    let r = raw::latency(peer, port + 20, row.size, row.iters, warmup)
+        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
+    row.raw_lat_us = Some(r.median);
+    row.ratio_raw = Some(lat / r.median);
 }
 
 /// Prints a row as it comes (JSON with `--json`), unless `quiet`.
