@@ -16,17 +16,17 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 /// After an application thread stops driving an EP, its progress thread
 /// waits this long before it takes over (a waiter that comes straight back,
 /// as in a ping-pong, never hands the socket to another thread).
 const LINGER: Duration = Duration::from_micros(200);
-/// Longest stand-back nap of the progress thread while waiters keep coming.
-const MAX_NAP: Duration = Duration::from_millis(2);
-/// A waiter that stays this many lingers in one wait lets the progress
-/// thread sleep until that waiter leaves (idle EPs cost nothing).
+/// How often the progress watchdog looks at the endpoints it watches.
+const WATCH_EVERY: Duration = Duration::from_millis(2);
+/// A waiter that stays this many looks in one wait lets the progress
+/// thread sleep until that waiter leaves (the watchdog stops looking).
 const DEEP_AFTER: u32 = 16;
 /// How long an orderly disconnect waits for the peer's answer.
 const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
@@ -140,6 +140,8 @@ pub(crate) struct EpShared {
     left_at: AtomicU64,
     /// The progress thread sleeps until a leaving waiter kicks it.
     deep: AtomicBool,
+    /// The progress thread stands back and the watchdog looks after it.
+    watched: AtomicBool,
     /// The progress thread is polling the socket (an arriving waiter kicks it).
     bg_polling: AtomicBool,
     kick_fd: OnceLock<OwnedFd>,
@@ -434,6 +436,26 @@ impl EpShared {
         )
     }
 
+    /// The watchdog's look at this EP while its progress thread stands back
+    /// (`seen`/`same`: the EP's wait count at the last look, and looks since
+    /// it changed).
+    fn watch_look(&self, seen: &mut u64, same: &mut u32) -> Look {
+        if self.ended.load(Ordering::Acquire) {
+            return Look::Wake;
+        }
+        if self.active.load(Ordering::SeqCst) == 0 {
+            let since = now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst));
+            return if since >= LINGER.as_nanos() as u64 { Look::Wake } else { Look::Keep };
+        }
+        let w = self.waits.load(Ordering::SeqCst);
+        if w != *seen {
+            (*seen, *same) = (w, 0);
+            return Look::Keep;
+        }
+        *same += 1;
+        if *same < DEEP_AFTER { Look::Keep } else { Look::Deep }
+    }
+
     /// Whether an application thread drives this EP now or did within [`LINGER`].
     fn driven_recently(&self) -> bool {
         self.active.load(Ordering::SeqCst) > 0
@@ -529,11 +551,6 @@ impl EpShared {
     /// thread has for [`LINGER`], and sleeps while one does.
     fn progress_thread(self: Arc<Self>) {
         let Some(kick) = self.kick_fd.get() else { return };
-        let (mut seen, mut same) = (u64::MAX, 0u32);
-        // While application threads keep driving, look less and less often
-        // (an oversubscribed node must not pay thousands of wake-ups a second
-        // per endpoint); at most MAX_NAP passes before the thread takes over.
-        let mut nap = LINGER;
         let drain = || {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(kick, &mut b);
@@ -543,26 +560,11 @@ impl EpShared {
             let since =
                 Duration::from_nanos(now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)));
             if active > 0 || since < LINGER {
-                // Stand back while an application thread drives.
+                // Stand back while an application thread drives: asleep, the
+                // process's watchdog wakes us once the drivers have left (or
+                // the leaving waiter does, after one long wait).
                 let timeout = if active > 0 {
-                    let w = self.waits.load(Ordering::SeqCst);
-                    if w == seen {
-                        same += 1;
-                    } else {
-                        (seen, same) = (w, 0);
-                    }
-                    if same >= DEEP_AFTER {
-                        self.deep.store(true, Ordering::SeqCst);
-                        if self.active.load(Ordering::SeqCst) == 0 {
-                            self.deep.store(false, Ordering::SeqCst);
-                            continue;
-                        }
-                        None
-                    } else {
-                        let t = nap;
-                        nap = (nap * 2).min(MAX_NAP);
-                        Some(t)
-                    }
+                    (!WATCHDOG.watch(&self)).then_some(WATCH_EVERY)
                 } else {
                     Some(LINGER - since)
                 };
@@ -574,8 +576,6 @@ impl EpShared {
                 drain();
                 continue;
             }
-            same = 0;
-            nap = LINGER;
             // Announce the poll below, so that a waiter arriving meanwhile moves us
             // out of it (its timers would not be in our deadline).
             self.bg_polling.store(true, Ordering::SeqCst);
@@ -715,6 +715,111 @@ impl Driver for EpShared {
     }
 }
 
+/// What the watchdog does with an EP it looked at.
+enum Look {
+    /// Look again next time.
+    Keep,
+    /// Wake the progress thread: its drivers left (or the EP ended).
+    Wake,
+    /// One wait has lasted: the waiter wakes the progress thread on leaving.
+    Deep,
+}
+
+/// The process's progress watchdog: one thread that looks, every
+/// [`WATCH_EVERY`], at the endpoints whose progress threads stand back
+/// while application threads drive them, and wakes a progress thread once
+/// its endpoint's drivers have left. One timer for the process, however
+/// many endpoints its waiters drive (a waiter on an EVD that many
+/// endpoints share drives them all), where each progress thread used to
+/// wake on its own every couple of milliseconds. The thread runs only
+/// while there is something to watch: it ends [`WATCH_IDLE`] after the
+/// last endpoint left its list, and the next one to stand back starts it
+/// again.
+struct Watchdog {
+    st: Mutex<WatchState>,
+    cv: Condvar,
+}
+
+struct WatchState {
+    /// The watched EPs, with their wait count at the last look and the
+    /// looks since it changed.
+    eps: Vec<(Weak<EpShared>, u64, u32)>,
+    running: bool,
+}
+
+/// How long the watchdog thread stays with nothing to watch.
+const WATCH_IDLE: Duration = Duration::from_millis(100);
+
+static WATCHDOG: Watchdog =
+    Watchdog { st: Mutex::new(WatchState { eps: Vec::new(), running: false }), cv: Condvar::new() };
+
+impl Watchdog {
+    fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
+        self.st.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Looks after `ep` (its progress thread is about to sleep) until its
+    /// drivers leave. False when there is no watchdog thread (none could be
+    /// started: the process is out of threads); the progress thread then
+    /// looks for itself, every [`WATCH_EVERY`].
+    fn watch(&'static self, ep: &Arc<EpShared>) -> bool {
+        if ep.watched.load(Ordering::SeqCst) {
+            return true;
+        }
+        let mut st = self.lock();
+        if !st.running {
+            let t = std::thread::Builder::new().name("rmr-tcp-watch".into());
+            if t.spawn(move || self.run()).is_err() {
+                return false;
+            }
+            st.running = true;
+        }
+        if !ep.watched.swap(true, Ordering::SeqCst) {
+            st.eps.push((Arc::downgrade(ep), ep.waits.load(Ordering::SeqCst), 0));
+            self.cv.notify_one();
+        }
+        true
+    }
+
+    fn run(&self) {
+        let mut st = self.lock();
+        loop {
+            if st.eps.is_empty() {
+                st = self.cv.wait_timeout(st, WATCH_IDLE).unwrap_or_else(|e| e.into_inner()).0;
+                if st.eps.is_empty() {
+                    st.running = false;
+                    return;
+                }
+                continue;
+            }
+            drop(st);
+            std::thread::sleep(WATCH_EVERY);
+            st = self.lock();
+            st.eps.retain_mut(|(w, seen, same)| {
+                let Some(ep) = w.upgrade() else { return false };
+                let look = ep.watch_look(seen, same);
+                if matches!(look, Look::Keep) {
+                    return true;
+                }
+                // Unwatched before the wake-up, so that the woken thread
+                // can ask to be watched again.
+                ep.watched.store(false, Ordering::SeqCst);
+                match look {
+                    Look::Deep => {
+                        ep.deep.store(true, Ordering::SeqCst);
+                        // A waiter that left meanwhile may not have seen `deep`.
+                        if ep.active.load(Ordering::SeqCst) == 0 {
+                            ep.kick();
+                        }
+                    }
+                    _ => ep.kick(),
+                }
+                false
+            });
+        }
+    }
+}
+
 /// An endpoint of the TCP backend. Dropping the last handle disconnects.
 pub struct TcpEp {
     pub(crate) sh: Arc<EpShared>,
@@ -750,6 +855,7 @@ impl TcpEp {
                 deep: AtomicBool::new(false),
                 bg_polling: AtomicBool::new(false),
                 kick_fd: OnceLock::new(),
+                watched: AtomicBool::new(false),
             }),
         })
     }

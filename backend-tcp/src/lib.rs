@@ -64,10 +64,13 @@
 //! thread blocked on one of the EP's EVDs polls the EP's socket itself and
 //! handles what arrives in its own context (no hand-off between threads, so
 //! a write+notify costs what a raw TCP ping-pong costs). Each connected EP
-//! also has one progress thread, which stands back while an application
-//! thread drives the EP and takes over 200 µs after
-//! the last one left, so RDMA into a passive target lands even when its
-//! owner never waits. Acknowledgements a peer asks for are delayed briefly
+//! also has one progress thread, which sleeps while an application thread
+//! drives the EP and takes over 200 µs after the last one left (within
+//! 2 ms), so RDMA into a passive target lands even when its owner never
+//! waits. One watchdog thread per process (`rmr-tcp-watch`) tells the
+//! sleeping progress threads when their drivers have left: one timer per
+//! process, however many endpoints a waiter drives, and none while no
+//! thread drives any. Acknowledgements a peer asks for are delayed briefly
 //! so that a reply carries them. Small frames are held for batching until
 //! the next frame or drive; a thread that posts inside
 //! [`rmr_api::with_deferred_doorbell`] sends its batch itself
