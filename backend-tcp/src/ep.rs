@@ -132,8 +132,10 @@ pub(crate) struct EpShared {
     stall_until: Deadline,
     /// An orderly disconnect gives up waiting for the peer at this time.
     disconnect_until: Deadline,
-    /// A delayed acknowledgement is due at this time.
+    /// A delayed acknowledgement is due at this time, for the peer's
+    /// requests up to `ack_for` (`rx_done` when it was armed).
     ack_due: Deadline,
+    ack_for: AtomicU64,
     /// Threads driving this EP now, waits begun, and when the last one left.
     active: AtomicUsize,
     waits: AtomicU64,
@@ -464,8 +466,34 @@ impl EpShared {
     }
 
     /// Schedules an acknowledgement `delay` from now (unless one is due sooner).
+    ///
+    /// A deadline whose acknowledgements all went out since (a reply
+    /// carried them) is stale: it is replaced, not kept. Kept, it would send
+    /// this new acknowledgement alone as soon as it passed, however soon
+    /// the reply to this frame follows (in a ping-pong of signalled writes:
+    /// an extra frame and a wake-up of the peer in many round trips).
     pub(crate) fn arm_ack(&self, delay: Duration) {
-        if self.ack_due.set_if_none(Instant::now() + delay) {
+        let at = Instant::now() + delay;
+        let rx_done = self.rx_done.load(Ordering::Acquire);
+        let d = self.ack_due.0.load(Ordering::Acquire);
+        if d != 0 && self.acked_sent.load(Ordering::Acquire) >= self.ack_for.load(Ordering::Acquire)
+        {
+            // (Only the receive side arms; a driver taking the deadline
+            // meanwhile makes the exchange fail, and the set below arms anew.)
+            if self
+                .ack_due
+                .0
+                .compare_exchange(d, Deadline::ns(at), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                // (Later than the one replaced: a thread polling with that one
+                // wakes on it and takes this one; no need to wake it now.)
+                self.ack_for.store(rx_done, Ordering::Release);
+                return;
+            }
+        }
+        if self.ack_due.set_if_none(at) {
+            self.ack_for.store(rx_done, Ordering::Release);
             self.timer_armed();
         }
     }
@@ -849,6 +877,7 @@ impl TcpEp {
                 stall_until: Deadline::none(),
                 disconnect_until: Deadline::none(),
                 ack_due: Deadline::none(),
+                ack_for: AtomicU64::new(0),
                 active: AtomicUsize::new(0),
                 waits: AtomicU64::new(0),
                 left_at: AtomicU64::new(0),
