@@ -1500,13 +1500,22 @@ impl Core {
 
     /// Makes the logical connection live.
     fn start(self: &Arc<Self>, peer_pd: Vec<u8>) -> Result<()> {
-        // A receive that completes on a rail while nothing else waits there
-        // becomes the user's event at once, in the thread that drove it.
+        // A receive that completes on a rail becomes the user's event at once,
+        // in the thread that drove it, unless the rail holds events its order
+        // against matters for (a receive, an error, a connection event): the
+        // successful request completions queued there (a signalled write's,
+        // as in a write+notify ping-pong) are harvested later.
         for r in &self.rails {
             if let Some(s) = r.evd.as_any().downcast_ref::<SoftEvd>() {
                 let me = Arc::downgrade(self);
-                s.set_sink(Box::new(move |ev| {
+                s.set_sink(Box::new(move |ev, ahead| {
                     if !matches!(&ev, Event::Dto(c) if c.cookie & RECV_BIT != 0) {
+                        return Some(ev);
+                    }
+                    let overtakes = |e: &Event| {
+                        matches!(e, Event::Dto(c) if c.cookie & RECV_BIT == 0 && c.status.is_ok())
+                    };
+                    if !ahead.iter().all(overtakes) {
                         return Some(ev);
                     }
                     match me.upgrade() {

@@ -29,8 +29,9 @@
 //!   every ordered one) is posted by the caller itself when that rail has
 //!   no queued work, and a thread waiting for one event on a multirail EVD
 //!   takes it straight from the rail completions it harvests. A receive
-//!   that completes on a rail while nothing else is queued there and no
-//!   harvest runs becomes the user's event in the thread that read it off
+//!   that completes on a rail while no receive, error or connection event
+//!   is queued there and no harvest runs becomes the user's event in the
+//!   thread that read it off
 //!   the rail's socket (no hand-off through the rail's EVD; `attr().notes`:
 //!   `recv_direct`).
 //! - The completion filter: stripes' completions become one completion per

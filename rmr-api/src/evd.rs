@@ -260,8 +260,9 @@ impl Default for SoftEvd {
 
 type Drivers = SmallVec<[Arc<dyn Driver>; 4]>;
 
-/// What [`SoftEvd::set_sink`] takes: an event, and `None` when it took it.
-pub type Sink = dyn Fn(Event) -> Option<Event> + Send + Sync;
+/// What [`SoftEvd::set_sink`] takes: an event and the events queued ahead
+/// of it; `None` when it took it.
+pub type Sink = dyn Fn(Event, &VecDeque<Event>) -> Option<Event> + Send + Sync;
 type WeakDrivers = SmallVec<[Weak<dyn Driver>; 4]>;
 
 /// Bumped whenever any EVD's drivers change (a driver added or removed, an
@@ -853,13 +854,16 @@ impl SoftEvd {
         }
     }
 
-    /// Lets `sink` take the events pushed here while nothing is queued: it
-    /// is called with the event, under this EVD's queue lock, and returns
-    /// `None` when it took it (or `Some(event)` to queue it as usual). For a
-    /// layer whose own queue is fed from this one (multirail): an event it
-    /// can translate at once goes straight to its queue, with no hand-off
-    /// through this one. The sink must not block (try-locks only) and must
-    /// not push here. One sink per EVD; returns false if one was set.
+    /// Lets `sink` take the events pushed here: it is called with the event
+    /// and the events queued ahead of it, under this EVD's queue lock, and
+    /// returns `None` when it took it (or `Some(event)` to queue it as
+    /// usual, behind those). Taking an event overtakes the ones queued: the
+    /// sink takes only events whose order against them does not matter to
+    /// it. For a layer whose own queue is fed from this one (multirail): an
+    /// event it can translate at once goes straight to its queue, with no
+    /// hand-off through this one. The sink must not block (try-locks only)
+    /// and must not push here. One sink per EVD; returns false if one was
+    /// set.
     pub fn set_sink(&self, sink: Box<Sink>) -> bool {
         self.sink.set(sink).is_ok()
     }
@@ -868,9 +872,8 @@ impl SoftEvd {
     /// the capacity only bounds software events).
     pub fn push(&self, ev: Event) {
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
-        // Nothing queued ahead of it: the sink may take it (order is kept).
         let ev = match self.sink.get() {
-            Some(sink) if q.is_empty() => match sink(ev) {
+            Some(sink) => match sink(ev, &q) {
                 None => return,
                 Some(ev) => ev,
             },
@@ -1218,27 +1221,35 @@ mod tests {
     /// A sink takes events only while nothing is queued ahead of them, and
     /// what it gives back is queued as usual.
     #[test]
-    fn sink_takes_only_when_nothing_waits() {
+    fn sink_sees_what_is_queued_ahead_and_takes_what_it_may() {
         let evd = SoftEvd::new(16);
         let taken = Arc::new(Mutex::new(Vec::new()));
         let t = taken.clone();
-        assert!(evd.set_sink(Box::new(move |ev| match ev {
-            Event::Software(v) if v % 2 == 0 => {
+        // Takes small even values, but never past a queued big one.
+        assert!(evd.set_sink(Box::new(move |ev, ahead| match ev {
+            Event::Software(v)
+                if v < 100
+                    && v % 2 == 0
+                    && !ahead.iter().any(|e| matches!(e, Event::Software(w) if *w >= 100)) =>
+            {
                 t.lock().unwrap().push(v);
                 None
             }
             ev => Some(ev),
         })));
-        assert!(!evd.set_sink(Box::new(Some)), "one sink per EVD");
+        assert!(!evd.set_sink(Box::new(|ev, _| Some(ev))), "one sink per EVD");
         evd.push(Event::Software(2));
         assert_eq!(evd.len(), 0, "taken");
         evd.push(Event::Software(3));
         assert_eq!(evd.len(), 1, "given back, queued");
-        evd.push(Event::Software(4));
-        assert_eq!(evd.len(), 2, "an event queued ahead: not offered");
-        assert!(matches!(evd.dequeue(), Some(Event::Software(3))));
-        assert!(matches!(evd.dequeue(), Some(Event::Software(4))));
         evd.push(Event::Software(6));
+        assert_eq!(evd.len(), 1, "taken past the queued 3 (its order does not matter)");
+        evd.push(Event::Software(100));
+        evd.push(Event::Software(8));
+        assert_eq!(evd.len(), 3, "not taken past the queued 100");
+        for want in [3, 100, 8] {
+            assert!(matches!(evd.dequeue(), Some(Event::Software(v)) if v == want));
+        }
         assert_eq!(*taken.lock().unwrap(), [2, 6]);
         assert!(evd.dequeue().is_none());
     }
