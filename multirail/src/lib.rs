@@ -31,9 +31,8 @@
 //!   takes it straight from the rail completions it harvests. A receive
 //!   that completes on a rail while no receive, error or connection event
 //!   is queued there and no harvest runs becomes the user's event in the
-//!   thread that read it off
-//!   the rail's socket (no hand-off through the rail's EVD; `attr().notes`:
-//!   `recv_direct`).
+//!   thread that read it off the rail's socket (no hand-off through the
+//!   rail's EVD; `attr().notes`: `recv_direct`).
 //! - The completion filter: stripes' completions become one completion per
 //!   user DTO, in posting order; SUPPRESS is respected; stripe times feed
 //!   the adaptive weights. A send or a write of up to 1 KiB that the user
