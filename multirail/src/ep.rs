@@ -38,6 +38,9 @@ const MAX_SILENT: usize = 32;
 /// signalled: their completions are what spreads a stream of small writes
 /// over the rails, through the planner's outstanding bytes).
 const SILENT_WRITE_MAX: u64 = 1024;
+/// A receive goes straight to the user past at most this many request
+/// completions queued on its rail.
+const SINK_SCAN: usize = 16;
 /// Software-event value that wakes a pinned rail thread for new work.
 const WAKE: u64 = 0x5741_4b45;
 
@@ -1515,7 +1518,8 @@ impl Core {
                     let overtakes = |e: &Event| {
                         matches!(e, Event::Dto(c) if c.cookie & RECV_BIT == 0 && c.status.is_ok())
                     };
-                    if !ahead.iter().all(overtakes) {
+                    // (A long queue means a harvest is due anyway: not scanned.)
+                    if ahead.len() > SINK_SCAN || !ahead.iter().all(overtakes) {
                         return Some(ev);
                     }
                     match me.upgrade() {

@@ -1218,8 +1218,8 @@ mod tests {
         assert!(!top.flush_writes());
     }
 
-    /// A sink takes events only while nothing is queued ahead of them, and
-    /// what it gives back is queued as usual.
+    /// A sink sees the events queued ahead of each one it is offered and
+    /// takes what it may past them; what it gives back is queued as usual.
     #[test]
     fn sink_sees_what_is_queued_ahead_and_takes_what_it_may() {
         let evd = SoftEvd::new(16);
