@@ -9,6 +9,9 @@ scripts/setup.sh
 cargo fmt --all -- --check
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings
+# `stages`: the round-trip timeline for latency work (rmr_api::stages), off by default.
+cargo clippy -p rmr-api --all-targets -q --features stages -- -D warnings
+cargo test -p rmr-api --release -q --features stages --lib stages
 # A short fuzz pass over every parser a peer can reach (FUZZ_SECS per target; 0 skips).
 FUZZ_SECS=${FUZZ_SECS:-20}
 if [ "$FUZZ_SECS" != 0 ]; then

@@ -176,6 +176,7 @@ impl RxState {
             match sock.read(&mut self.buf[self.end..]) {
                 Ok(0) => return Err(End::Broken(PEER_CLOSED.into())),
                 Ok(n) => {
+                    rmr_api::stages::stamp(rmr_api::stages::Stage::RxData);
                     self.short = n < self.buf.len() - self.end;
                     self.rx_bytes += n as u64;
                     self.end += n;

@@ -124,6 +124,7 @@ enum Progress {
 
 fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
     let sock = SockRef::from(stream);
+    rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
     while f.sent < f.total {
         let r = MemRegion::gather_io(
             f.head.bytes(),

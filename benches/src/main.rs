@@ -161,6 +161,9 @@ pub(crate) struct ClientArgs {
     /// print both rows (`"paired": true`; the multirail row's `ratio_one` is
     /// its latency over the one rail's). A shared, noisy host then weighs on
     /// both alike, where separate runs minutes apart catch different moods.
+    /// Built with `--features rmr-api/stages`, client and server also print
+    /// each round trip's timeline stage by stage (`# stages` lines; tag t0
+    /// the one rail, t1 the multirail session).
     #[arg(long)]
     paired: bool,
     /// One JSON object per line.
@@ -497,11 +500,16 @@ fn paired_lat(
         let run = |c: &mut Conn, v: &mut Vec<f64>| {
             v.extend(c.lat_samples(size, k, turn_warmup).unwrap_or_else(|e| die(e)));
         };
+        // (Stage timelines, with the `stages` feature: t0 one rail, t1 many.)
         if one_first {
+            rmr_api::stages::set_tag(0);
             run(one, &mut a);
+            rmr_api::stages::set_tag(1);
             run(many, &mut b);
         } else {
+            rmr_api::stages::set_tag(1);
             run(many, &mut b);
+            rmr_api::stages::set_tag(0);
             run(one, &mut a);
         }
         one_first = !one_first;

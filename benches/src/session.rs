@@ -10,6 +10,7 @@
 //! waiting for the reply.
 
 use crate::stats::{Summary, summarize};
+use rmr_api::stages::{self, Stage};
 use rmr_api::{
     Access, DtoFlags, Ep, EpEvds, Error, Evd, Event, Ia, Lmr, MemRegion, Result, RmrContext, Sge,
 };
@@ -95,6 +96,15 @@ impl Ctrl {
         let at = &b[40..40 + RmrContext::WIRE_SIZE];
         let ctx = if at[16] == 0 { None } else { RmrContext::from_bytes(at).ok() };
         Ok(Ctrl { kind, seq: u(8), size: u(16), iters: u(24), val: f64::from_bits(u(32)), ctx })
+    }
+}
+
+/// Prints this thread's round-trip stage timeline (built with the
+/// `stages` feature: `cargo build --release -p rmr-bench --features
+/// rmr-api/stages`), as `# stages <side>: ...` lines on stderr.
+fn print_stages(side: &str) {
+    for l in stages::report(500) {
+        eprintln!("# stages {side}: {l}");
     }
 }
 
@@ -237,7 +247,9 @@ impl Conn {
     fn next(&mut self) -> Result<Ctrl> {
         loop {
             let stuck = stuck_after();
+            stages::stamp(Stage::WaitBegun);
             let ev = self.evd.wait(Some(stuck), 1);
+            stages::stamp(Stage::WaitReturned);
             if matches!(ev, Err(Error::Timeout)) {
                 for (k, v) in self.ep.attr().notes {
                     eprintln!("# stuck: {k} = {v}");
@@ -275,9 +287,13 @@ impl Conn {
                         )?;
                     }
                     self.send(&Ctrl::new(Kind::Pong, m.seq))?;
+                    stages::stamp(Stage::Posted);
                 }
                 Kind::Done => self.peer_done = Some(m.val),
-                Kind::Bye => self.bye = true,
+                Kind::Bye => {
+                    print_stages("server");
+                    self.bye = true;
+                }
                 _ => {}
             }
             return Ok(m);
@@ -386,6 +402,7 @@ impl Conn {
             let mut p = Ctrl::new(Kind::Ping, seq);
             p.size = size;
             self.send(&p)?;
+            stages::stamp(Stage::Posted);
             self.wait_for(Kind::Pong, seq)?;
             if i >= warmup {
                 v.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
@@ -401,6 +418,7 @@ impl Conn {
                 eprintln!("# end: {k} = {v}");
             }
         }
+        print_stages("client");
         let _ = self.send(&Ctrl::new(Kind::Bye, 0));
         std::thread::sleep(Duration::from_millis(20));
         let _ = self.ep.disconnect();

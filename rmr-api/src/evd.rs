@@ -871,6 +871,7 @@ impl SoftEvd {
     /// Appends an event (backends call this; events are never dropped:
     /// the capacity only bounds software events).
     pub fn push(&self, ev: Event) {
+        crate::stages::stamp(crate::stages::Stage::Push);
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         let ev = match self.sink.get() {
             Some(sink) => match sink(ev, &q) {

@@ -58,6 +58,7 @@ mod event;
 mod memory;
 mod objects;
 mod provider;
+pub mod stages;
 mod types;
 
 #[cfg(feature = "conformance")]
