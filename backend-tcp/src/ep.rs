@@ -69,6 +69,21 @@ impl Deadline {
         self.0.compare_exchange(0, Self::ns(t), Ordering::AcqRel, Ordering::Acquire).is_ok()
     }
 
+    /// Replaces it with `t` if it is still set to `seen` (a value read by
+    /// [`Deadline::raw`]); returns whether it did.
+    fn replace(&self, seen: u64, t: Instant) -> bool {
+        seen != 0
+            && self
+                .0
+                .compare_exchange(seen, Self::ns(t), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Its current value, for [`Deadline::replace`] (0: none).
+    fn raw(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
     fn clear(&self) {
         self.0.store(0, Ordering::Release);
     }
@@ -475,22 +490,15 @@ impl EpShared {
     pub(crate) fn arm_ack(&self, delay: Duration) {
         let at = Instant::now() + delay;
         let rx_done = self.rx_done.load(Ordering::Acquire);
-        let d = self.ack_due.0.load(Ordering::Acquire);
-        if d != 0 && self.acked_sent.load(Ordering::Acquire) >= self.ack_for.load(Ordering::Acquire)
-        {
-            // (Only the receive side arms; a driver taking the deadline
-            // meanwhile makes the exchange fail, and the set below arms anew.)
-            if self
-                .ack_due
-                .0
-                .compare_exchange(d, Deadline::ns(at), Ordering::AcqRel, Ordering::Acquire)
-                .is_ok()
-            {
-                // (Later than the one replaced: a thread polling with that one
-                // wakes on it and takes this one; no need to wake it now.)
-                self.ack_for.store(rx_done, Ordering::Release);
-                return;
-            }
+        let d = self.ack_due.raw();
+        // (Only the receive side arms; a driver taking the deadline meanwhile
+        // makes the replacement fail, and the set below arms anew.)
+        let stale = self.acked_sent.load(Ordering::Acquire) >= self.ack_for.load(Ordering::Acquire);
+        if stale && self.ack_due.replace(d, at) {
+            // (Later than the one replaced: a thread polling with that one
+            // wakes on it and takes this one; no need to wake it now.)
+            self.ack_for.store(rx_done, Ordering::Release);
+            return;
         }
         if self.ack_due.set_if_none(at) {
             self.ack_for.store(rx_done, Ordering::Release);
