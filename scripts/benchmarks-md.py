@@ -184,6 +184,34 @@ print("|---|---|---|---|")
 for w, v, ok, t in verdicts:
     print(f"| {w} | {v} | {ok} | {t} |")
 
+print("""
+What the unmet multirail rows are made of, as measured on this host on
+2026-11-23 (stage timelines from `rmr-bench` built with `--features
+rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
+
+- Small messages at 4 KiB. A 4 KiB frame is three TCP segments, more than
+  one MSS, so the receiving kernel acknowledges it at once. It does so
+  either while the sender's `sendmsg` delivers the data (off the critical
+  path) or, when the connection's receive window cannot advance at that
+  moment, from inside the reader's next `recv`: there the pure ACK crosses
+  the veth and the peer's TCP processes it within the reader's system call,
+  ~12 us in this VM, on the critical path. Which of the two a connection
+  does follows its receive-buffer autotuning state (`rcv_ssthresh` against
+  the free buffer space), which differs from connection to connection. In
+  the paired rounds traced, the client's reads on its one-rail connection
+  mostly took 4-6 us and on its multirail rail 14-20 us (the server's were
+  slow on both); rounds where both ends read slowly come out near 1.0-1.1. Fixed socket buffers (`RMR_TCP_SOCKBUF`) and `TCP_QUICKACK` did
+  not change it.
+- Small messages at 8-512 B. The multirail layer's own work, about 3 us
+  per side and round trip: its three posts (receive, write, send) cost
+  ~1.2 us more than on one rail, the wait's harvest and re-entry after the
+  send ~1.6 us, and a spin pass over two sockets ~0.3 us more.
+- Two unshaped rails at 1 MiB. One rail already keeps ~1.6 of the 2 CPUs
+  busy (the sender's and the receiver's copies), so a second rail adds at
+  most the remaining ~0.4 CPU: about 1.25x at one rail's Mbit/s per busy
+  CPU, and 1.38x even at raw TCP's two-stream efficiency. The 1.4x target
+  needs a host where one rail is bound by one core.
+""")
 print("\n## Multirail in the lab\n")
 print("`scripts/bench-lab.sh` (tables by `scripts/bench-table.py bench-out/lab`):\n")
 print(sh(f"python3 scripts/bench-table.py {lab}"))
