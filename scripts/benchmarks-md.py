@@ -200,8 +200,8 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   the free buffer space), which differs from connection to connection. In
   the paired rounds traced, the client's reads on its one-rail connection
   mostly took 4-6 us and on its multirail rail 14-20 us (the server's were
-  slow on both); rounds where both ends read slowly come out near 1.0-1.1. Fixed socket buffers (`RMR_TCP_SOCKBUF`) and `TCP_QUICKACK` did
-  not change it.
+  slow on both); rounds where both ends read slowly come out near 1.0-1.1. Fixed socket buffers (`RMR_TCP_SOCKBUF`), `TCP_WINDOW_CLAMP` and
+  `TCP_QUICKACK` did not change it.
 - Small messages at 8-512 B. The multirail layer's own work, about 3 us
   per side and round trip: its three posts (receive, write, send) cost
   ~1.2 us more than on one rail, the wait's harvest and re-entry after the
