@@ -92,17 +92,19 @@ impl MrEvd {
                 idle = 0;
                 continue;
             }
-            let start = *started.get_or_insert_with(Instant::now);
-            if timeout.is_some_and(|t| start.elapsed() >= t) {
+            // One clock read per idle turn (a VM may make them dear).
+            let now = Instant::now();
+            let waited = now.saturating_duration_since(*started.get_or_insert(now));
+            if timeout.is_some_and(|t| waited >= t) {
                 return Err(Error::Timeout);
             }
             idle += 1;
-            let left = timeout.map(|t| t.saturating_sub(start.elapsed()));
+            let left = timeout.map(|t| t.saturating_sub(waited));
             if !self.blind.load(Ordering::Acquire) {
                 // Every rail EVD pokes us: drive the rails' sockets (spinning as
                 // long as a single-rail waiter would, then blocking) until an
                 // event or a poke.
-                let spin = self.q.spin_time().saturating_sub(start.elapsed());
+                let spin = self.q.spin_time().saturating_sub(waited);
                 match self.q.wait_or_poke_spin(left, threshold, seen, spin)? {
                     Some(e) => return Ok(e),
                     None => {

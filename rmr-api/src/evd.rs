@@ -161,9 +161,13 @@ fn runnable_excess() -> u8 {
     use std::sync::atomic::AtomicU8;
     static CHECKED: AtomicU64 = AtomicU64::new(0);
     static EXCESS: AtomicU8 = AtomicU8::new(0);
-    static BASE: OnceLock<(Instant, usize)> = OnceLock::new();
-    let (base, cpus) = *BASE.get_or_init(|| (Instant::now(), online_cpus()));
-    let now = base.elapsed().as_millis() as u64 + 1;
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    let cpus = *CPUS.get_or_init(online_cpus);
+    // Waiters ask on every wait: the coarse clock (the kernel's last tick,
+    // read from the vDSO without the TSC) is plenty for a 10 ms period and
+    // costs a fraction of `Instant::now`, which a VM may make dear.
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    let now = (t.tv_sec as u64).wrapping_mul(1000).wrapping_add(t.tv_nsec as u64 / 1_000_000) + 1;
     let last = CHECKED.load(Ordering::Relaxed);
     if now.saturating_sub(last) >= 10
         && CHECKED.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
