@@ -461,8 +461,7 @@ impl EpShared {
             return Look::Wake;
         }
         if self.active.load(Ordering::SeqCst) == 0 {
-            let since = now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst));
-            return if since >= LINGER.as_nanos() as u64 { Look::Wake } else { Look::Keep };
+            return if self.driven_recently() { Look::Keep } else { Look::Wake };
         }
         let w = self.waits.load(Ordering::SeqCst);
         if w != *seen {
