@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test job: set up, check formatting and lints, a short fuzz pass, run
 # every test (hostile peers, lab fault campaign and the short soak included).
-#   FUZZ_SECS   seconds per fuzz target (default 20; 0 skips the fuzz pass)
+#   FUZZ_SECS   seconds per fuzz target (default 10; 0 skips the fuzz pass)
 #   RMR_SOAK_SECS  length of the short soak test (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warning
 cargo clippy -p rmr-api --all-targets -q --features stages -- -D warnings
 cargo test -p rmr-api --release -q --features stages --lib stages
 # A short fuzz pass over every parser a peer can reach (FUZZ_SECS per target; 0 skips).
-FUZZ_SECS=${FUZZ_SECS:-20}
+FUZZ_SECS=${FUZZ_SECS:-10}
 if [ "$FUZZ_SECS" != 0 ]; then
   scripts/fuzz.sh "$FUZZ_SECS"
 fi
