@@ -24,7 +24,7 @@ use rmr_api::{
 use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -38,6 +38,9 @@ const MAX_SILENT: usize = 32;
 /// signalled: their completions are what spreads a stream of small writes
 /// over the rails, through the planner's outstanding bytes).
 const SILENT_WRITE_MAX: u64 = 1024;
+/// With rail threads, work of at most this many bytes in a batch is posted
+/// by the caller when its rail's thread is idle (see [`Core::issue`]).
+const DIRECT_MAX: u64 = 4096;
 /// A receive goes straight to the user past at most this many request
 /// completions queued on its rail.
 const SINK_SCAN: usize = 16;
@@ -84,6 +87,13 @@ pub(crate) struct Work {
     /// suppressed completes when a later DTO (or a probe) of the same rail
     /// completes, with no completion (and no acknowledgement) of its own.
     silent: bool,
+}
+
+impl Work {
+    /// The bytes this work moves (a probe: none).
+    fn bytes(&self) -> u64 {
+        self.local.iter().map(|(_, _, n)| n).sum()
+    }
 }
 
 struct StripeRec {
@@ -255,6 +265,8 @@ pub(crate) struct Core {
     failed: Mutex<Vec<(usize, u64, Status)>>,
     /// `failed` may be non-empty (saves its lock on every harvest).
     has_failed: AtomicBool,
+    /// Work items handed to rail threads (the rest their callers posted).
+    handed: AtomicU64,
     /// The policy is adaptive: stripes feed the rails' rate estimates.
     adaptive: bool,
     /// Every rail EVD is a [`SoftEvd`] (its `len` tells whether to harvest).
@@ -473,19 +485,27 @@ impl Core {
     fn issue(&self, works: Works) {
         match self.cfg.engine {
             Engine::Pinned => {
-                // A lone stripe (a small or ordered DTO) on a rail whose thread has nothing
-                // queued is posted right here: no hand-off, no striping cost.
-                if works.len() == 1
-                    && self.rails[works[0].rail].pending.load(Ordering::Acquire) == 0
-                {
-                    if let Err(e) = self.post_work(&works[0]) {
-                        self.fail(&works[0], &e);
-                    }
-                    return;
-                }
+                // Work a rail thread would only delay is posted right here when
+                // its rail's thread has nothing queued (so it cannot overtake
+                // that queue): a lone stripe (a small or ordered DTO), and in a
+                // batch a probe or a small whole DTO, such as a notify released
+                // from behind its fence with a probe beside it. Waking a rail
+                // thread costs tens of microseconds when a waiter spins on its
+                // core. The stripes of a striped DTO go to the rail threads,
+                // which post them on every rail at once.
+                let lone = works.len() == 1;
                 for w in works {
                     let r = w.rail;
+                    if (lone || w.bytes() <= DIRECT_MAX)
+                        && self.rails[r].pending.load(Ordering::Acquire) == 0
+                    {
+                        if let Err(e) = self.post_work(&w) {
+                            self.fail(&w, &e);
+                        }
+                        continue;
+                    }
                     self.rails[r].pending.fetch_add(1, Ordering::AcqRel);
+                    self.handed.fetch_add(1, Ordering::Relaxed);
                     let sent = match &*self.rails[r].tx.lock().unwrap_or_else(|e| e.into_inner()) {
                         Some(tx) => tx.send(w).is_ok(),
                         None => false,
@@ -1614,6 +1634,7 @@ impl MrEp {
             harvest: Mutex::new(()),
             failed: Mutex::default(),
             has_failed: AtomicBool::new(false),
+            handed: AtomicU64::new(0),
             adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
             soft_rails,
             cfg,
@@ -1704,6 +1725,7 @@ impl Ep for MrEp {
             notes.push(("silent".into(), st.silent_posted.to_string()));
             notes.push(("probes".into(), st.probes_posted.to_string()));
             notes.push(("recv_direct".into(), st.recv_direct.to_string()));
+            notes.push(("handed_off".into(), c.handed.load(Ordering::Relaxed).to_string()));
             notes.push((
                 "state".into(),
                 format!(

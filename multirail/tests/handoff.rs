@@ -1,0 +1,61 @@
+//! With the `pinned` engine, work a rail thread would only delay is posted
+//! by the caller while that rail's thread has nothing queued: every whole
+//! small DTO, the probe a fence sends, and the notify the fence releases
+//! (with a probe beside it, a batch of two). Stripes of a striped DTO still
+//! go to the rail threads. Real TCP rails on loopback.
+
+use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto, pattern};
+use rmr_api::{Access, DtoFlags};
+
+const RW: Access = Access::ALL;
+
+fn register() {
+    backend_tcp::register();
+    multirail::register();
+}
+
+fn handed_off(p: &Pair) -> u64 {
+    let notes = p.a.attr().notes;
+    notes
+        .iter()
+        .find(|(n, _)| n == "handed_off")
+        .map(|(_, v)| v.parse().unwrap())
+        .unwrap_or_else(|| panic!("no handed_off note: {notes:?}"))
+}
+
+#[test]
+fn writes_then_notify_never_wake_a_rail_thread() {
+    let s = "multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned;policy=even";
+    let t = Target::new("multirail-handoff", register, s, s);
+    let p = Pair::new(&t);
+    const W: u64 = 4096;
+    const N: u64 = 20;
+    let local = Buf::new(&p.pz_a, 1 << 20, RW, 0);
+    let remote = Buf::new(&p.pz_b, 1 << 20, RW, 0);
+    let (sbuf, rbuf) = (Buf::new(&p.pz_a, 64, RW, 0), Buf::new(&p.pz_b, 64, RW, 0));
+    // rmr-bench's bandwidth pattern: 20 suppressed 4 KiB writes (spread over
+    // both rails, each a whole DTO) and a suppressed notify fenced behind
+    // them. The notify goes silent on the control rail, so the next fence
+    // probes that rail too: the notify it releases has a probe beside it.
+    for round in 0..200u64 {
+        local.mem.write(0, &pattern(round, (N * W) as usize)).unwrap();
+        p.b.post_recv(&[rbuf.sge()], round, DtoFlags::empty()).unwrap();
+        for i in 0..N {
+            let l = local.part(i * W, W);
+            p.a.post_rdma_write(&[l], &remote.ctx(), i * W, 0, DtoFlags::SUPPRESS).unwrap();
+        }
+        sbuf.mem.write(0, &round.to_le_bytes()).unwrap();
+        p.a.post_send(&[sbuf.sge()], round, DtoFlags::SUPPRESS).unwrap();
+        let c = next_dto(&p.evd_b);
+        assert!(c.status.is_ok() && c.cookie == round, "{c:?}");
+        // The notify's receive sees every write posted before it.
+        assert_eq!(remote.bytes()[..(N * W) as usize], local.bytes()[..(N * W) as usize]);
+    }
+    assert_eq!(handed_off(&p), 0, "small work went through a rail thread");
+    let probes = p.a.attr().notes.into_iter().find(|(n, _)| n == "probes").unwrap().1;
+    println!("probes: {probes}");
+    // A striped write's stripes do go to the rail threads.
+    p.a.post_rdma_write(&[local.sge()], &remote.ctx(), 0, 7, DtoFlags::empty()).unwrap();
+    expect_ok(&p.evd_a, 7);
+    assert!(handed_off(&p) >= 2, "the stripes were not handed to the rail threads");
+}
