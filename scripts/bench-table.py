@@ -57,12 +57,12 @@ for s in sizes:
 th = [r for r in eq if r["test"] == "bw" and r.get("threshold") in (1024, 1 << 30)]
 if th:
     print("\n### Stripe threshold: two equal rails, pinned, even (Mbit/s, median)\n")
-    print("| size | always stripe (threshold 1K) | never stripe (threshold 1G: whole DTOs, on the control rail until 1 GiB is in flight there) | default (8K) |")
+    print("| size | always stripe (threshold 1K) | never stripe (threshold 1G: whole DTOs, on the control rail until 1 GiB is in flight there) | default (32K) |")
     print("|---|---|---|---|")
     for s in sorted({r["size"] for r in th}):
         a = (find(th, size=s, threshold=1024) or {}).get("mbps")
         b = (find(th, size=s, threshold=1 << 30) or {}).get("mbps")
-        dflt = (find(eq, test="bw", rails=2, engine="pinned", policy="even", size=s, threshold=8192) or {}).get("mbps")
+        dflt = (find(eq, test="bw", rails=2, engine="pinned", policy="even", size=s, threshold=32768) or {}).get("mbps")
         print(f"| {h(s)} | {f(a)} | {f(b)} | {f(dflt)} |")
 
 print("\n### Policies, two equal rails, pinned engine: RDMA write bandwidth (Mbit/s, median)\n")

@@ -69,7 +69,7 @@ if rs:
 
 # --- multirail, equal shaped rails
 one = {r["size"]: r["mbps"] for r in eq if r["test"] == "bw" and r["rails"] == 1}
-pin = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["policy"] == "even" and r.get("threshold") == 8192}
+pin = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["policy"] == "even" and r.get("threshold") == 32768}
 inl = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "inline" and r["policy"] == "even"}
 big = [s for s in sorted(pin) if s >= 64 << 10 and s in one]
 if big:

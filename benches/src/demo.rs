@@ -38,7 +38,7 @@ pub(crate) fn common(rails: &[&str], port: u16, engine: &str) -> Common {
         port,
         engine: engine.into(),
         policy: "even".into(),
-        threshold: "8K".into(),
+        threshold: "32K".into(),
         world: None,
         rank: None,
         bridges: None,

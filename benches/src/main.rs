@@ -114,7 +114,7 @@ pub(crate) struct Common {
     #[arg(long, default_value = "even")]
     policy: String,
     /// Stripe threshold (DTOs below it go whole to one rail).
-    #[arg(long, default_value = "8K")]
+    #[arg(long, default_value = "32K")]
     threshold: String,
 }
 

@@ -163,7 +163,9 @@ impl Default for MrConfig {
             policy: env("RMR_MR_POLICY")
                 .and_then(|v| Policy::parse(&v).ok())
                 .unwrap_or(Policy::Even),
-            threshold: env("RMR_MR_THRESHOLD").and_then(|v| parse_size(&v).ok()).unwrap_or(8 << 10),
+            threshold: env("RMR_MR_THRESHOLD")
+                .and_then(|v| parse_size(&v).ok())
+                .unwrap_or(32 << 10),
             align: 4096,
             bind: env("RMR_MR_BIND").is_none_or(|v| v != "0"),
         }
