@@ -29,8 +29,9 @@
 //!   every ordered one) is posted by the caller itself when that rail has
 //!   no queued work; with `pinned`, so is a probe or a DTO of at most
 //!   4 KiB that a fence releases beside other work (`attr().notes`:
-//!   `handed_off` counts the work rail threads posted). A thread waiting for one event on a multirail EVD
-//!   takes it straight from the rail completions it harvests. A receive
+//!   `handed_off` counts the work rail threads posted). A thread waiting
+//!   for one event on a multirail EVD takes it straight from the rail
+//!   completions it harvests. A receive
 //!   that completes on a rail while no receive, error or connection event
 //!   is queued there and no harvest runs becomes the user's event in the
 //!   thread that read it off the rail's socket (no hand-off through the
