@@ -27,9 +27,11 @@
 //!   a channel, bound to a core with hwloc). Whatever the engine, a DTO
 //!   that goes whole to one rail (every DTO below the stripe threshold, and
 //!   every ordered one) is posted by the caller itself when that rail has
-//!   no queued work; with `pinned`, so is a probe or a DTO of at most
-//!   4 KiB that a fence releases beside other work (`attr().notes`:
-//!   `handed_off` counts the work rail threads posted). A thread waiting
+//!   no queued work; with `pinned`, so is a probe, a DTO a fence releases
+//!   beside other work or a stripe of at most 64 KiB, which the caller
+//!   copies faster than a sleeping rail thread wakes; larger stripes go to
+//!   the rail threads (`attr().notes`: `handed_off` counts the work rail
+//!   threads posted). A thread waiting
 //!   for one event on a multirail EVD takes it straight from the rail
 //!   completions it harvests. A receive
 //!   that completes on a rail while no receive, error or connection event

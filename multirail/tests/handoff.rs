@@ -1,8 +1,8 @@
 //! With the `pinned` engine, work a rail thread would only delay is posted
 //! by the caller while that rail's thread has nothing queued: every whole
 //! small DTO, the probe a fence sends, and the notify the fence releases
-//! (with a probe beside it, a batch of two). Stripes of a striped DTO still
-//! go to the rail threads. Real TCP rails on loopback.
+//! (with a probe beside it, a batch of two), and stripes of at most 64 KiB.
+//! Larger stripes go to the rail threads. Real TCP rails on loopback.
 
 use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto, pattern};
 use rmr_api::{Access, DtoFlags};
@@ -54,7 +54,14 @@ fn writes_then_notify_never_wake_a_rail_thread() {
     assert_eq!(handed_off(&p), 0, "small work went through a rail thread");
     let probes = p.a.attr().notes.into_iter().find(|(n, _)| n == "probes").unwrap().1;
     println!("probes: {probes}");
-    // A striped write's stripes do go to the rail threads.
+    // A 64 KiB write is striped (2 x 32 KiB) and its stripes posted by the
+    // caller; the rails' threads are idle.
+    p.a.post_rdma_write(&[local.part(0, 64 << 10)], &remote.ctx(), 0, 6, DtoFlags::empty())
+        .unwrap();
+    expect_ok(&p.evd_a, 6);
+    assert_eq!(handed_off(&p), 0, "a 64 KiB write's stripes went through the rail threads");
+    // A 1 MiB write's stripes (2 x 512 KiB) go to the rail threads, which
+    // copy them into both rails at once.
     p.a.post_rdma_write(&[local.sge()], &remote.ctx(), 0, 7, DtoFlags::empty()).unwrap();
     expect_ok(&p.evd_a, 7);
     assert!(handed_off(&p) >= 2, "the stripes were not handed to the rail threads");
