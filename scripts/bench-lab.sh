@@ -56,6 +56,17 @@ server 198.18.0.2,198.18.1.2
     lat --rails 198.18.0.2,198.18.1.2 --engine inline
   done
 } | tee "$OUT/equal.jsonl"
+# The >= 64 KiB verdict against one rail: one run of the same binary gave
+# anywhere from 1.83x to 1.99x at 64 KiB on this shared host, more than
+# the margin the target leaves. So it is measured again in interleaved
+# rounds (one rail, then two rails pinned+even, back to back), each
+# round's ratio against its own one-rail figure; the verdict takes the
+# median per size.
+server 198.18.0.2,198.18.1.2
+for round in $(seq "${BW_ROUNDS:-5}"); do
+  client --rails 198.18.0.2 --test bw --sizes 64K,256K,1M,4M
+  client --rails 198.18.0.2,198.18.1.2 --engine pinned --policy even --test bw --sizes 64K,256K,1M,4M
+done | tee "$OUT/equal-rounds.jsonl"
 
 echo "== the same 1 Gbit/s rail through libfabric (ofi:tcp) beside the tcp backend"
 pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; sleep 0.3

@@ -54,6 +54,19 @@ for s in sizes:
           f"{ratio(e['inline'].get('mbps'), o)} | {ratio(e['pinned'].get('mbps'), o)} | "
           f"{ratio(e['pinned'].get('mbps'), e['inline'].get('mbps'))} | {ratio(e['inline'].get('mbps'), raw2)} |")
 
+eqr = load("equal-rounds")
+if eqr:
+    n = len([r for r in eqr if r["rails"] == 1 and r["size"] == eqr[0]["size"]])
+    print(f"\n### Two equal rails, >= 64 KiB, in {n} interleaved rounds (one rail, then two rails pinned+even; Mbit/s, median of each run)\n")
+    print("| size | 1 rail (each round) | 2 rails pinned (each round) | 2 rails / 1 rail (each round) | median ratio |")
+    print("|---|---|---|---|---|")
+    for s in sorted({r["size"] for r in eqr}):
+        a = [r for r in eqr if r["rails"] == 1 and r["size"] == s]
+        b = [r for r in eqr if r["rails"] == 2 and r["size"] == s]
+        rs = [y["mbps"] / x["mbps"] for x, y in zip(a, b)]
+        print(f"| {h(s)} | {', '.join(f(r['mbps']) for r in a)} | {', '.join(f(r['mbps']) for r in b)} | "
+              f"{ratios(a, b)} | {f(med(rs), 2)} |")
+
 th = [r for r in eq if r["test"] == "bw" and r.get("threshold") in (1024, 1 << 30)]
 if th:
     print("\n### Stripe threshold: two equal rails, pinned, even (Mbit/s, median)\n")

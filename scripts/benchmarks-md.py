@@ -38,7 +38,7 @@ def sh(cmd):
 
 
 lab = os.path.join(OUT, "lab")
-eq, un, ue, of = (load(os.path.join(lab, n + ".jsonl")) for n in ("equal", "unshaped", "uneven", "ofi"))
+eq, un, ue, of, eqr = (load(os.path.join(lab, n + ".jsonl")) for n in ("equal", "unshaped", "uneven", "ofi", "equal-rounds"))
 bar = load(os.path.join(OUT, "barrier.jsonl"))
 barofi = load(os.path.join(OUT, "barrier-ofi.jsonl"))
 zip_ = load(os.path.join(OUT, "zipper.jsonl"))
@@ -72,11 +72,32 @@ one = {r["size"]: r["mbps"] for r in eq if r["test"] == "bw" and r["rails"] == 1
 pin = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["policy"] == "even" and r.get("threshold") == 32768}
 inl = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "inline" and r["policy"] == "even"}
 big = [s for s in sorted(pin) if s >= 64 << 10 and s in one]
-if big:
+
+
+def bw_rounds():
+    """The interleaved rounds of equal-rounds.jsonl: per size, each round's
+    two-rail / one-rail ratio (rounds in order: one rail, then two)."""
+    per = {}
+    for s in sorted({r["size"] for r in eqr}):
+        ones_ = [r["mbps"] for r in eqr if r["rails"] == 1 and r["size"] == s]
+        twos = [r["mbps"] for r in eqr if r["rails"] == 2 and r["size"] == s]
+        per[s] = [b / a for a, b in zip(ones_, twos)]
+    return per
+
+
+rounds = bw_rounds()
+if rounds:
+    meds = {s: sorted(v)[len(v) // 2] for s, v in rounds.items() if v}
+    ws = min(meds, key=meds.get)
+    n = len(rounds[ws])
+    verdict(f"2 equal rails, pinned+even, RDMA write >= 64 KiB / one rail (worst size, {ws >> 10} KiB; median of {n} interleaved rounds: "
+            + ", ".join(f"{x:.2f}" for x in sorted(rounds[ws])) + ")", f"{meds[ws]:.2f}", meds[ws] >= 1.95, ">= 1.95")
+elif big:
     worst = min(pin[s]["mbps"] / one[s] for s in big)
     verdict("2 equal rails, pinned+even, RDMA write >= 64 KiB / one rail (worst size)", f"{worst:.2f}", worst >= 1.95, ">= 1.95")
+if big:
     worst_raw = min(pin[s]["mbps"] / pin[s]["raw_mbps"] for s in big if pin[s].get("raw_mbps"))
-    verdict("... / raw TCP on both rails (worst size)", f"{worst_raw:.2f}", worst_raw >= 0.95, ">= 0.95")
+    verdict("2 equal rails, pinned+even, RDMA write >= 64 KiB / raw TCP on both rails (worst size, one run)", f"{worst_raw:.2f}", worst_raw >= 0.95, ">= 0.95")
 if 16 << 10 in pin and 16 << 10 in one:
     v = pin[16 << 10]["mbps"] / one[16 << 10]
     verdict("2 equal rails, pinned, 16 KiB / one rail", f"{v:.2f}", v >= 1.5, ">= 1.5")
@@ -165,11 +186,13 @@ RDMA writes with SUPPRESS and one notifying send; the peer's reply marks
 the data visible; Mbit/s = 20 x size / elapsed, median over samples.
 Latency is a write+notify ping-pong, half the round trip, median, with
 the client on CPU 0 and the server on CPU 1. The
-lab's latency rows and its unshaped (CPU-bound) rows swing from run to run
-on this shared 2-CPU machine, so the lab measures them in rounds (three
-rounds of the unshaped rows, one rail then two; eight of the latency
-rows) and reports medians, with each round's ratio against its own
-one-rail figure shown beside them. Each latency round is *paired*
+lab's latency rows, its unshaped (CPU-bound) rows and its two-rail
+bandwidth at 64 KiB and up swing from run to run on this shared 2-CPU
+machine, so the lab measures them in rounds (three rounds of the
+unshaped rows, one rail then two; five of the shaped two-rail rows of
+64 KiB and up, likewise; eight of the latency rows) and reports medians,
+with each round's ratio against its own one-rail figure shown beside
+them. Each latency round is *paired*
 (`rmr-bench client --paired`): one client opens the two-rail session and
 a one-rail session to the same server, and the two take turns every 100
 round trips, so a slow spell of the host weighs on both alike. The unshaped rows also say how busy the machine's CPUs
