@@ -56,16 +56,19 @@ server 198.18.0.2,198.18.1.2
     lat --rails 198.18.0.2,198.18.1.2 --engine inline
   done
 } | tee "$OUT/equal.jsonl"
-# The >= 64 KiB verdict against one rail: one run of the same binary gave
-# anywhere from 1.83x to 1.99x at 64 KiB on this shared host, more than
-# the margin the target leaves. So it is measured again in interleaved
-# rounds (one rail, then two rails pinned+even, back to back), each
-# round's ratio against its own one-rail figure; the verdict takes the
-# median per size.
+# The verdicts on two equal rails (against one rail, and pinned against
+# inline): one run of one binary gave anywhere from 1.83x to 1.99x at
+# 64 KiB on this shared host, and pinned / inline 0.96 to 1.04 at sizes
+# where the two post alike, more than the margins the targets leave. So
+# they are measured again in interleaved rounds (one rail, two rails
+# pinned+even, two rails inline+even, back to back), each round's ratios
+# between its own runs; the verdicts take the median per size.
 server 198.18.0.2,198.18.1.2
 for round in $(seq "${BW_ROUNDS:-5}"); do
-  client --rails 198.18.0.2 --test bw --sizes 64K,256K,1M,4M
-  client --rails 198.18.0.2,198.18.1.2 --engine pinned --policy even --test bw --sizes 64K,256K,1M,4M
+  client --rails 198.18.0.2 --test bw --sizes "$SIZES"
+  for e in pinned inline; do
+    client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES"
+  done
 done | tee "$OUT/equal-rounds.jsonl"
 
 echo "== the same 1 Gbit/s rail through libfabric (ofi:tcp) beside the tcp backend"

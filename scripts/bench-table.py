@@ -57,15 +57,17 @@ for s in sizes:
 eqr = load("equal-rounds")
 if eqr:
     n = len([r for r in eqr if r["rails"] == 1 and r["size"] == eqr[0]["size"]])
-    print(f"\n### Two equal rails, >= 64 KiB, in {n} interleaved rounds (one rail, then two rails pinned+even; Mbit/s, median of each run)\n")
-    print("| size | 1 rail (each round) | 2 rails pinned (each round) | 2 rails / 1 rail (each round) | median ratio |")
-    print("|---|---|---|---|---|")
+    print(f"\n### Two equal rails in {n} interleaved rounds (each round: one rail, two rails pinned+even, two rails inline+even; Mbit/s, median of each run)\n")
+    print("| size | 1 rail (each round) | pinned (each round) | inline (each round) | pinned / 1 rail (each round) | median | pinned / inline (each round) | median |")
+    print("|---|---|---|---|---|---|---|---|")
     for s in sorted({r["size"] for r in eqr}):
         a = [r for r in eqr if r["rails"] == 1 and r["size"] == s]
-        b = [r for r in eqr if r["rails"] == 2 and r["size"] == s]
-        rs = [y["mbps"] / x["mbps"] for x, y in zip(a, b)]
-        print(f"| {h(s)} | {', '.join(f(r['mbps']) for r in a)} | {', '.join(f(r['mbps']) for r in b)} | "
-              f"{ratios(a, b)} | {f(med(rs), 2)} |")
+        p = [r for r in eqr if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
+        i = [r for r in eqr if r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
+        po = [y["mbps"] / x["mbps"] for x, y in zip(a, p)]
+        pi = [y["mbps"] / x["mbps"] for x, y in zip(i, p)]
+        print(f"| {h(s)} | {', '.join(f(r['mbps']) for r in a)} | {', '.join(f(r['mbps']) for r in p)} | "
+              f"{', '.join(f(r['mbps']) for r in i)} | {ratios(a, p)} | {f(med(po), 2)} | {ratios(i, p)} | {f(med(pi), 2)} |")
 
 th = [r for r in eq if r["test"] == "bw" and r.get("threshold") in (1024, 1 << 30)]
 if th:

@@ -74,35 +74,64 @@ inl = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["
 big = [s for s in sorted(pin) if s >= 64 << 10 and s in one]
 
 
-def bw_rounds():
+def bw_rounds(num, den):
     """The interleaved rounds of equal-rounds.jsonl: per size, each round's
-    two-rail / one-rail ratio (rounds in order: one rail, then two)."""
+    ratio between the run `num` picks and the run `den` picks (each round
+    runs one rail, two rails pinned, two rails inline)."""
     per = {}
     for s in sorted({r["size"] for r in eqr}):
-        ones_ = [r["mbps"] for r in eqr if r["rails"] == 1 and r["size"] == s]
-        twos = [r["mbps"] for r in eqr if r["rails"] == 2 and r["size"] == s]
-        per[s] = [b / a for a, b in zip(ones_, twos)]
+        a = [r["mbps"] for r in eqr if den(r) and r["size"] == s]
+        b = [r["mbps"] for r in eqr if num(r) and r["size"] == s]
+        per[s] = [y / x for x, y in zip(a, b)]
     return per
 
 
-rounds = bw_rounds()
-if rounds:
-    meds = {s: sorted(v)[len(v) // 2] for s, v in rounds.items() if v}
-    ws = min(meds, key=meds.get)
-    n = len(rounds[ws])
-    verdict(f"2 equal rails, pinned+even, RDMA write >= 64 KiB / one rail (worst size, {ws >> 10} KiB; median of {n} interleaved rounds: "
-            + ", ".join(f"{x:.2f}" for x in sorted(rounds[ws])) + ")", f"{meds[ws]:.2f}", meds[ws] >= 1.95, ">= 1.95")
+def rounds_verdict(what, per, sizes, target, ok):
+    """The verdict on the worst size's median of `per` among `sizes`."""
+    meds = {s: sorted(v)[len(v) // 2] for s, v in per.items() if v and s in sizes}
+    if not meds:
+        return False
+    worst = min(meds, key=meds.get)
+    v = meds[worst]
+    each = ", ".join(f"{x:.2f}" for x in sorted(per[worst]))
+    verdict(f"{what} (worst size, {worst >> 10} KiB; median of {len(per[worst])} interleaved rounds: {each})",
+            f"{v:.2f}", ok(v), target)
+    return True
+
+
+def is_one(r):
+    return r["rails"] == 1
+
+
+def is_pin(r):
+    return r["rails"] == 2 and r["engine"] == "pinned"
+
+
+def is_inl(r):
+    return r["rails"] == 2 and r["engine"] == "inline"
+
+
+rsz = sorted({r["size"] for r in eqr})
+pin_one = bw_rounds(is_pin, is_one)
+if rounds_verdict("2 equal rails, pinned+even, RDMA write >= 64 KiB / one rail", pin_one,
+                  [s for s in rsz if s >= 64 << 10], ">= 1.95", lambda v: v >= 1.95):
+    pass
 elif big:
     worst = min(pin[s]["mbps"] / one[s] for s in big)
     verdict("2 equal rails, pinned+even, RDMA write >= 64 KiB / one rail (worst size)", f"{worst:.2f}", worst >= 1.95, ">= 1.95")
 if big:
     worst_raw = min(pin[s]["mbps"] / pin[s]["raw_mbps"] for s in big if pin[s].get("raw_mbps"))
     verdict("2 equal rails, pinned+even, RDMA write >= 64 KiB / raw TCP on both rails (worst size, one run)", f"{worst_raw:.2f}", worst_raw >= 0.95, ">= 0.95")
-if 16 << 10 in pin and 16 << 10 in one:
+if rounds_verdict("2 equal rails, pinned, 16 KiB / one rail", pin_one, [16 << 10], ">= 1.5", lambda v: v >= 1.5):
+    pass
+elif 16 << 10 in pin and 16 << 10 in one:
     v = pin[16 << 10]["mbps"] / one[16 << 10]
     verdict("2 equal rails, pinned, 16 KiB / one rail", f"{v:.2f}", v >= 1.5, ">= 1.5")
 sz = [s for s in sorted(pin) if s >= 4 << 10 and s in inl]
-if sz:
+if rounds_verdict("pinned / inline, every size >= 4 KiB", bw_rounds(is_pin, is_inl),
+                  [s for s in rsz if s >= 4 << 10], ">= 1 (within noise: 0.98)", lambda v: v >= 0.98):
+    pass
+elif sz:
     worst = min(pin[s]["mbps"] / inl[s]["mbps"] for s in sz)
     verdict("pinned / inline, every size >= 4 KiB (worst)", f"{worst:.2f}", worst >= 0.98, ">= 1 (within noise: 0.98)")
 # Unshaped: interleaved rounds (one rail, then two), each round's ratio
@@ -186,11 +215,11 @@ RDMA writes with SUPPRESS and one notifying send; the peer's reply marks
 the data visible; Mbit/s = 20 x size / elapsed, median over samples.
 Latency is a write+notify ping-pong, half the round trip, median, with
 the client on CPU 0 and the server on CPU 1. The
-lab's latency rows, its unshaped (CPU-bound) rows and its two-rail
-bandwidth at 64 KiB and up swing from run to run on this shared 2-CPU
+lab's latency rows, its unshaped (CPU-bound) rows and its shaped
+two-rail bandwidth rows swing from run to run on this shared 2-CPU
 machine, so the lab measures them in rounds (three rounds of the
-unshaped rows, one rail then two; five of the shaped two-rail rows of
-64 KiB and up, likewise; eight of the latency rows) and reports medians,
+unshaped rows, one rail then two; five of the shaped bandwidth rows,
+one rail, two rails pinned, two rails inline; eight of the latency rows) and reports medians,
 with each round's ratio against its own one-rail figure shown beside
 them. Each latency round is *paired*
 (`rmr-bench client --paired`): one client opens the two-rail session and
@@ -238,11 +267,15 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   median touched 1.40): a round's one-rail and two-rail runs do not get
   the same share of this shared host, so a verdict of "met" on this row
   is luck, not a result.
-- Two shaped rails at 64 KiB (>= 1.95x). Each sample of 20 writes ends
+- Two shaped rails, bandwidth. One rail is steady (~955 Mbit/s in every
+  round); two rails swing (at 64 KiB one binary gave 1697-1906 Mbit/s in
+  back-to-back runs on 2026-11-24, while the host was busy), so one run
+  cannot tell 1.95x from 1.99x, nor pinned from inline within the 2%
+  the target allows. These verdicts therefore take the median of five
+  interleaved rounds, every round shown. Each sample of 20 writes ends
   with a fenced notify and its reply, which drains both rails once per
-  1.3 MB; 1.95x leaves that 2.5%. Interleaved rounds of the same binary
-  gave 1737-1893 Mbit/s against a one-rail ~950 (1.83-1.99x), so the row
-  passes in some runs (1.96 on 2026-11-23) and not in others.
+  sample; at 64 KiB that leaves 2.5% for the boundary, and quiet rounds
+  reach 1.98-2.00x, so the boundary is not what the low rounds lose.
 """)
 print("\n## Multirail in the lab\n")
 print("`scripts/bench-lab.sh` (tables by `scripts/bench-table.py bench-out/lab`):\n")
