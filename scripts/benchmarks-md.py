@@ -263,10 +263,19 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   most the remaining ~0.4 CPU: about 1.25x at one rail's Mbit/s per busy
   CPU, and 1.38x even at raw TCP's two-stream efficiency. The 1.4x target
   needs a host where one rail is bound by one core. Single rounds swing
-  far either side of that (0.95 to 1.61 in the 2026-11-24 run, whose
-  median touched 1.40): a round's one-rail and two-rail runs do not get
-  the same share of this shared host, so a verdict of "met" on this row
-  is luck, not a result.
+  far either side of that (0.95 to 1.61 across the 2026-11-24 runs, one
+  of whose medians touched 1.40): a round's one-rail and two-rail runs do
+  not get the same share of this shared host, so a verdict of "met" on
+  this row would be luck, not a result.
+- pinned / inline at 4 KiB. Below the stripe threshold both engines post
+  every write from the caller; they differ in where the notify waits for
+  its fence (inline: inside the post, polling the rails; pinned: deferred,
+  posted by the harvest that clears it) and in the rail threads, which
+  nap unless handed work (~120 wake-ups a second each, measured). A 4 KiB point lasts under a second
+  and swings with the host: five more rounds right after the 2026-11-24
+  run gave pinned 1663, 1253, 1116, 1747, 1718 Mbit/s against inline
+  1360, 1583, 1072, 1686, 1509 (pinned ahead in four of five). The row
+  is noise around 1.0, not a result either way.
 - Two shaped rails, bandwidth. One rail is steady (~955 Mbit/s in every
   round); two rails swing (at 64 KiB one binary gave 1697-1906 Mbit/s in
   back-to-back runs on 2026-11-24, while the host was busy), so one run
