@@ -34,6 +34,13 @@ def med(xs):
     xs = sorted(x for x in xs if x is not None)
     return xs[len(xs) // 2] if xs else None
 
+def runs_of(rows, s):
+    """The rounds' runs of size `s`, in round order: (one rail, two rails
+    inline, two rails pinned)."""
+    pick = lambda e: [r for r in rows if r["size"] == s and
+                      (r["rails"] == 1 if e is None else r["rails"] == 2 and r.get("engine") == e)]
+    return pick(None), pick("inline"), pick("pinned")
+
 def ratios(rows_a, rows_b, k="mbps"):
     """Each round's ratio b/a (rows in round order), comma separated."""
     return ", ".join(f"{b[k] / a[k]:.2f}" for a, b in zip(rows_a, rows_b) if a.get(k) and b.get(k)) or "-"
@@ -61,9 +68,7 @@ if eqr:
     print("| size | 1 rail (each round) | pinned (each round) | inline (each round) | pinned / 1 rail (each round) | median | pinned / inline (each round) | median |")
     print("|---|---|---|---|---|---|---|---|")
     for s in sorted({r["size"] for r in eqr}):
-        a = [r for r in eqr if r["rails"] == 1 and r["size"] == s]
-        p = [r for r in eqr if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
-        i = [r for r in eqr if r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
+        a, i, p = runs_of(eqr, s)
         po = [y["mbps"] / x["mbps"] for x, y in zip(a, p)]
         pi = [y["mbps"] / x["mbps"] for x, y in zip(i, p)]
         print(f"| {h(s)} | {', '.join(f(r['mbps']) for r in a)} | {', '.join(f(r['mbps']) for r in p)} | "
@@ -124,9 +129,7 @@ print(f"\n### Two unshaped rails (CPU-bound, 2 cores): Mbit/s, median of {rounds
 print("| size | raw 1 stream | rmr 1 rail | raw 2 streams | 2 rails inline | 2 rails pinned | inline / 1 rail (each round) | pinned / 1 rail (each round) |")
 print("|---|---|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in un}):
-    one = [r for r in un if r["rails"] == 1 and r["size"] == s]
-    i = [r for r in un if r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
-    p = [r for r in un if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
+    one, i, p = runs_of(un, s)
     print(f"| {h(s)} | {f(med(r.get('raw_mbps') for r in one))} | {f(med(r.get('mbps') for r in one))} | "
           f"{f(med(r.get('raw_mbps') for r in i))} | {f(med(r.get('mbps') for r in i))} | {f(med(r.get('mbps') for r in p))} | "
           f"{ratios(one, i)} | {ratios(one, p)} |")

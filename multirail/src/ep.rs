@@ -499,9 +499,7 @@ impl Core {
                 let lone = works.len() == 1;
                 for w in works {
                     let r = w.rail;
-                    if (lone || w.bytes() <= DIRECT_MAX)
-                        && self.rails[r].pending.load(Ordering::Acquire) == 0
-                    {
+                    if (lone || w.bytes() <= DIRECT_MAX) && self.direct(r) {
                         if let Err(e) = self.post_work(&w) {
                             self.fail(&w, &e);
                         }

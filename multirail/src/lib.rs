@@ -31,9 +31,8 @@
 //!   beside other work or a stripe of at most 64 KiB, which the caller
 //!   copies faster than a sleeping rail thread wakes; larger stripes go to
 //!   the rail threads (`attr().notes`: `handed_off` counts the work rail
-//!   threads posted). A thread waiting
-//!   for one event on a multirail EVD takes it straight from the rail
-//!   completions it harvests. A receive
+//!   threads posted). A thread waiting for one event on a multirail EVD
+//!   takes it straight from the rail completions it harvests. A receive
 //!   that completes on a rail while no receive, error or connection event
 //!   is queued there and no harvest runs becomes the user's event in the
 //!   thread that read it off the rail's socket (no hand-off through the
