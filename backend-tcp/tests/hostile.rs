@@ -303,17 +303,24 @@ fn request_flood_from_a_peer_that_stops_reading_is_bounded() {
 }
 
 /// The `stat` file of the thread named `name`, opened now (reading it later
-/// needs no new descriptor).
+/// needs no new descriptor). A new thread names itself once it first runs,
+/// so this looks for up to 5 s.
 fn thread_stat(name: &str) -> Option<std::fs::File> {
-    for t in std::fs::read_dir("/proc/self/task").ok()? {
-        let dir = t.ok()?.path();
-        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
-        // The kernel keeps 15 bytes of a thread's name.
-        if comm.trim() == &name[..name.len().min(15)] {
-            return std::fs::File::open(dir.join("stat")).ok();
+    let end = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        for t in std::fs::read_dir("/proc/self/task").ok()? {
+            let dir = t.ok()?.path();
+            let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+            // The kernel keeps 15 bytes of a thread's name.
+            if comm.trim() == &name[..name.len().min(15)] {
+                return std::fs::File::open(dir.join("stat")).ok();
+            }
         }
+        if std::time::Instant::now() > end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
-    None
 }
 
 /// CPU ticks (user + system) in a thread's `stat`.
