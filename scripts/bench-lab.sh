@@ -60,15 +60,15 @@ server 198.18.0.2,198.18.1.2
 # inline): one run of one binary gave anywhere from 1.83x to 1.99x at
 # 64 KiB on this shared host, and pinned / inline 0.96 to 1.04 at sizes
 # where the two post alike, more than the margins the targets leave. So
-# they are measured again in interleaved rounds (one rail, two rails
-# pinned+even, two rails inline+even, back to back), each round's ratios
+# they are measured again in interleaved rounds (one rail, then two rails
+# pinned+even and inline+even *paired* in one client: `--versus inline`
+# has the two sessions take turns every tenth of the samples, so a slow
+# spell of the host weighs on both engines alike), each round's ratios
 # between its own runs; the verdicts take the median per size.
 server 198.18.0.2,198.18.1.2
 for round in $(seq "${BW_ROUNDS:-5}"); do
   client --rails 198.18.0.2 --test bw --sizes "$SIZES"
-  for e in pinned inline; do
-    client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES"
-  done
+  client --rails 198.18.0.2,198.18.1.2 --engine pinned --versus inline --policy even --test bw --sizes "$SIZES"
 done | tee "$OUT/equal-rounds.jsonl"
 
 echo "== the same 1 Gbit/s rail through libfabric (ofi:tcp) beside the tcp backend"

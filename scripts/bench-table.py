@@ -64,7 +64,7 @@ for s in sizes:
 eqr = load("equal-rounds")
 if eqr:
     n = len([r for r in eqr if r["rails"] == 1 and r["size"] == eqr[0]["size"]])
-    print(f"\n### Two equal rails in {n} interleaved rounds (each round: one rail, two rails pinned+even, two rails inline+even; Mbit/s, median of each run)\n")
+    print(f"\n### Two equal rails in {n} interleaved rounds (each round: one rail, then two rails pinned+even and inline+even paired in one run; Mbit/s, median of each run)\n")
     print("| size | 1 rail (each round) | pinned (each round) | inline (each round) | pinned / 1 rail (each round) | median | pinned / inline (each round) | median |")
     print("|---|---|---|---|---|---|---|---|")
     for s in sorted({r["size"] for r in eqr}):

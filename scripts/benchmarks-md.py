@@ -205,12 +205,15 @@ lab's latency rows, its unshaped (CPU-bound) rows and its shaped
 two-rail bandwidth rows swing from run to run on this shared 2-CPU
 machine, so the lab measures them in rounds (three rounds of the
 unshaped rows, one rail then two; five of the shaped bandwidth rows,
-one rail, two rails pinned, two rails inline; eight of the latency
+one rail, then two rails pinned and inline; eight of the latency
 rows) and reports medians, with each round's ratios between its own
 runs shown beside them. Each latency round is *paired*
 (`rmr-bench client --paired`): one client opens the two-rail session and
 a one-rail session to the same server, and the two take turns every 100
-round trips, so a slow spell of the host weighs on both alike. The unshaped rows also say how busy the machine's CPUs
+round trips, so a slow spell of the host weighs on both alike; so are
+the two engines in each shaped bandwidth round (`rmr-bench client
+--engine pinned --versus inline`: two two-rail sessions taking turns
+every tenth of the samples). The unshaped rows also say how busy the machine's CPUs
 were during each run (both ends together, from `/proc/stat`) and what a
 busy CPU carried (Mbit/s per busy CPU): whether a run was bound by the
 CPUs, and what each transport costs on the same cores.
@@ -268,7 +271,8 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   back-to-back runs on 2026-11-24, while the host was busy), so one run
   cannot tell 1.95x from 1.99x, nor pinned from inline within the 2%
   the target allows. These verdicts therefore take the median of five
-  interleaved rounds, every round shown. Each sample of 20 writes ends
+  interleaved rounds, every round shown, the two engines paired within
+  each round. Each sample of 20 writes ends
   with a fenced notify and its reply, which drains both rails once per
   sample; at 64 KiB that leaves 2.5% for the boundary, and quiet rounds
   reach 1.98-2.00x, so the boundary is not what the low rounds lose.

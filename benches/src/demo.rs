@@ -63,6 +63,7 @@ fn client(
         warmup: None,
         baseline: false,
         paired: false,
+        versus: None,
         json: true,
     }
 }

@@ -130,7 +130,7 @@ struct ServerArgs {
     once: bool,
 }
 
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub(crate) struct ClientArgs {
     #[command(flatten)]
     common: Common,
@@ -166,6 +166,15 @@ pub(crate) struct ClientArgs {
     /// the one rail, t1 the multirail session).
     #[arg(long)]
     paired: bool,
+    /// With `--test bw` over several rails: also measure a second
+    /// multirail session of this engine (same rails, policy and threshold)
+    /// in the same run, the two taking turns in blocks of a tenth of the
+    /// samples, and print both rows (`"paired": true`, the other engine's
+    /// first; the `--engine` row's `ratio_engine` is its Mbit/s over the
+    /// other's). Engines compared in separate runs catch different moods of
+    /// a shared host, which swing more than the engines differ.
+    #[arg(long)]
+    versus: Option<String>,
     /// One JSON object per line.
     #[arg(long)]
     json: bool,
@@ -342,6 +351,7 @@ pub(crate) fn run_client(
         .unwrap_or_else(|e| die(format!("connect {remote}:{port}: {e}")));
     let n = remote.split(',').count();
     let mut one = a.paired.then(|| one_rail_conn(a, n, max));
+    let mut versus = a.versus.as_deref().map(|e| versus_conn(a, e, n, max));
     if !a.json && progress.is_none() {
         for (k, v) in conn.ep_notes() {
             eprintln!("# {k} = {v}");
@@ -370,6 +380,27 @@ pub(crate) fn run_client(
             ..Row::default()
         };
         match a.test.as_str() {
+            "bw" if versus.is_some() => {
+                let (other, v) = versus.as_mut().expect("versus");
+                let (so, s) = paired_bw(other, &mut conn, size, iters, warmup);
+                let r2 = Row {
+                    engine: v.clone(),
+                    iters: so.n as u64,
+                    mbps: Some(so.median),
+                    mbps_min: Some(so.min),
+                    mbps_max: Some(so.max),
+                    paired: true,
+                    ..row.clone()
+                };
+                print_row(a, progress, quiet, &r2);
+                rows.push(r2);
+                row.iters = s.n as u64;
+                row.mbps = Some(s.median);
+                row.mbps_min = Some(s.min);
+                row.mbps_max = Some(s.max);
+                row.ratio_engine = Some(s.median / so.median);
+                row.paired = true;
+            }
             "bw" | "breakdown" => {
                 let meter = cpu::CpuMeter::start();
                 let (s, (post, wait)) =
@@ -438,6 +469,9 @@ pub(crate) fn run_client(
     if let Some(o) = one {
         o.bye();
     }
+    if let Some((o, _)) = versus {
+        o.bye();
+    }
     conn.bye();
     rows
 }
@@ -476,6 +510,54 @@ fn one_rail_conn(a: &ClientArgs, n: usize, max: u64) -> Conn {
     let ia = open_rails(&c.backend, &[local]).remove(0);
     Conn::connect(&ia, &c.rails[0], c.port, max)
         .unwrap_or_else(|e| die(format!("connect {}:{}: {e}", c.rails[0], c.port)))
+}
+
+/// The session that `--versus` measures beside the main one: the same
+/// rails, policy and threshold with engine `engine`, to the same port.
+fn versus_conn(a: &ClientArgs, engine: &str, n: usize, max: u64) -> (Conn, String) {
+    if a.test != "bw" || n < 2 || a.paired {
+        die("--versus needs --test bw and two or more --rails (not with --paired)");
+    }
+    let mut b = a.clone();
+    b.common.engine = engine.to_string();
+    let (ia, remote, port) = client_ia(&b);
+    let conn = Conn::connect(&ia, &remote, port, max)
+        .unwrap_or_else(|e| die(format!("connect {remote}:{port} ({engine}): {e}")));
+    (conn, engine.to_string())
+}
+
+/// Paired bandwidth: `other` and `main` take turns, a tenth of the samples
+/// each (which goes first alternates), until each has `iters` samples;
+/// every turn starts with one unrecorded sample (the rails idled through
+/// the other's turn). Returns (other, main).
+fn paired_bw(
+    other: &mut Conn,
+    main: &mut Conn,
+    size: u64,
+    iters: u64,
+    warmup: u64,
+) -> (stats::Summary, stats::Summary) {
+    let block = (iters / 10).max(1);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for c in [&mut *other, &mut *main] {
+        c.bw_samples(size, 0, warmup).unwrap_or_else(|e| die(e));
+    }
+    let mut other_first = true;
+    while (a.len() as u64) < iters {
+        let k = block.min(iters - a.len() as u64);
+        let run = |c: &mut Conn, v: &mut Vec<f64>| {
+            v.extend(c.bw_samples(size, k, 1).unwrap_or_else(|e| die(e)).0);
+        };
+        if other_first {
+            run(other, &mut a);
+            run(main, &mut b);
+        } else {
+            run(main, &mut b);
+            run(other, &mut a);
+        }
+        other_first = !other_first;
+    }
+    (stats::summarize(&mut a), stats::summarize(&mut b))
 }
 
 /// Round trips in one turn of a paired latency run.
@@ -624,6 +706,7 @@ mod tests {
             warmup: Some(5),
             baseline: false,
             paired: true,
+            versus: None,
             json: true,
         };
         let rows = run_client(&args, None, true);
@@ -642,6 +725,55 @@ mod tests {
             let r = two.ratio_one.expect("ratio");
             assert!((r - b / a).abs() < 1e-9, "{r} vs {b}/{a}");
             assert!(one.json()["paired"] == serde_json::json!(true));
+        }
+    }
+
+    /// `--versus inline` with `--engine pinned` over two loopback rails:
+    /// per size, an inline row then a pinned row from the same run, each
+    /// with every sample it asked for, and the ratio between them.
+    #[test]
+    fn versus_reports_both_engines_from_one_run() {
+        let port = 17930;
+        let rails = ["127.0.0.1", "127.0.0.2"];
+        let stop = Arc::new(AtomicBool::new(false));
+        let srv = {
+            let (c, s) = (demo::common(&rails, port, "pinned"), stop.clone());
+            std::thread::spawn(move || run_server(&c, 60, false, s))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let args = ClientArgs {
+            common: demo::common(&rails, port, "pinned"),
+            peer: None,
+            local: rails.iter().map(|s| s.to_string()).collect(),
+            test: "bw".into(),
+            sizes: vec!["4K".into(), "64K".into()],
+            iters: Some(40),
+            warmup: Some(2),
+            baseline: false,
+            paired: false,
+            versus: Some("inline".into()),
+            json: true,
+        };
+        let rows = run_client(&args, None, true);
+        stop.store(true, Ordering::Release);
+        let _ = srv.join();
+        assert_eq!(rows.len(), 4, "an inline and a pinned row per size");
+        for pair in rows.chunks(2) {
+            let (inl, pin) = (&pair[0], &pair[1]);
+            assert_eq!((inl.engine.as_str(), pin.engine.as_str()), ("inline", "pinned"));
+            assert_eq!((inl.rails, pin.rails), (2, 2));
+            assert_eq!(inl.size, pin.size);
+            assert!(inl.paired && pin.paired);
+            assert_eq!((inl.iters, pin.iters), (40, 40));
+            let (a, b) = (inl.mbps.expect("inline"), pin.mbps.expect("pinned"));
+            assert!(a > 0.0 && b > 0.0);
+            assert!(inl.ratio_engine.is_none());
+            let r = pin.ratio_engine.expect("ratio");
+            assert!((r - b / a).abs() < 1e-9, "{r} vs {b}/{a}");
+            assert_eq!(
+                pin.json()["ratio_engine"],
+                serde_json::json!((r * 1000.0).round() / 1000.0)
+            );
         }
     }
 }

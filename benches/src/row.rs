@@ -49,6 +49,8 @@ pub(crate) struct Row {
     pub(crate) paired: bool,
     /// Multirail latency over the paired one-rail latency (`--paired`).
     pub(crate) ratio_one: Option<f64>,
+    /// Bandwidth over the paired session's of another engine (`--versus`).
+    pub(crate) ratio_engine: Option<f64>,
 }
 
 impl Row {
@@ -80,6 +82,7 @@ impl Row {
         opt("raw_lat_us", self.raw_lat_us);
         opt("ratio_raw", self.ratio_raw);
         opt("ratio_one", self.ratio_one);
+        opt("ratio_engine", self.ratio_engine);
         opt("cpus", self.cpus);
         opt("raw_cpus", self.raw_cpus);
         if self.paired {

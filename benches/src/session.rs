@@ -324,6 +324,25 @@ impl Conn {
         iters: u64,
         warmup: u64,
     ) -> Result<(Summary, (f64, f64))> {
+        let (mut rates, post_t, wait_t) = self.bw_samples(size, iters, warmup)?;
+        let n = iters.max(1) as f64;
+        Ok((
+            summarize(&mut rates),
+            (post_t.as_secs_f64() / n * 1e6, wait_t.as_secs_f64() / n * 1e6),
+        ))
+    }
+
+    /// [`Conn::bw_loop`]'s samples (Mbit/s, in order) and the total time
+    /// the measured samples spent posting and waiting.
+    ///
+    /// # Errors
+    /// Transfer failures.
+    pub(crate) fn bw_samples(
+        &mut self,
+        size: u64,
+        iters: u64,
+        warmup: u64,
+    ) -> Result<(Vec<f64>, Duration, Duration)> {
         let peer = self.peer.ok_or_else(|| Error::Protocol("no peer buffer".into()))?;
         let mut rates = Vec::with_capacity(iters as usize);
         let (mut post_t, mut wait_t) = (Duration::ZERO, Duration::ZERO);
@@ -346,11 +365,7 @@ impl Conn {
                 wait_t += t2 - t1;
             }
         }
-        let n = iters.max(1) as f64;
-        Ok((
-            summarize(&mut rates),
-            (post_t.as_secs_f64() / n * 1e6, wait_t.as_secs_f64() / n * 1e6),
-        ))
+        Ok((rates, post_t, wait_t))
     }
 
     /// Bi-directional bandwidth: the peer runs the same loop at the same time.
