@@ -261,11 +261,15 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   its fence (inline: inside the post, polling the rails; pinned: deferred,
   posted by the harvest that clears it) and in the rail threads, which
   nap unless handed work (~120 wake-ups a second each, measured). A
-  4 KiB point lasts under a second and swings with the host: five more
-  rounds right after the 2026-11-24 run gave pinned 1663, 1253, 1116,
-  1747, 1718 Mbit/s against inline 1360, 1583, 1072, 1686, 1509 (pinned
-  ahead in four of five). The row is noise around 1.0, not a result
-  either way.
+  4 KiB point lasts under a second and swings with the host. Since
+  2026-11-24 the two engines are paired in each round (`--versus`); on
+  a quiet spell right after a run whose rounds gave 0.89-1.04, four more
+  paired rounds gave 0.97, 1.02, 1.09, 1.05 (`rmr-bench client --test bw
+  --sizes 4K,16K --engine pinned --versus inline --policy even`). Both
+  engines post a 4 KiB write the same way, at the same cost (criterion
+  bench `post`: a suppressed 8 B write costs ~0.9 us on a two-rail EP of
+  either engine, ~0.47 us on a plain tcp EP). The row is noise around
+  1.0, not a result either way.
 - Two shaped rails, bandwidth. One rail is steady (~955 Mbit/s in every
   round); two rails swing (at 64 KiB one binary gave 1697-1906 Mbit/s in
   back-to-back runs on 2026-11-24, while the host was busy), so one run
