@@ -515,8 +515,8 @@ fn one_rail_conn(a: &ClientArgs, n: usize, max: u64) -> Conn {
 /// The session that `--versus` measures beside the main one: the same
 /// rails, policy and threshold with engine `engine`, to the same port.
 fn versus_conn(a: &ClientArgs, engine: &str, n: usize, max: u64) -> (Conn, String) {
-    if a.test != "bw" || n < 2 || a.paired {
-        die("--versus needs --test bw and two or more --rails (not with --paired)");
+    if a.test != "bw" || n < 2 || a.paired || a.baseline {
+        die("--versus needs --test bw and two or more --rails (not with --paired or --baseline)");
     }
     let mut b = a.clone();
     b.common.engine = engine.to_string();
@@ -526,10 +526,9 @@ fn versus_conn(a: &ClientArgs, engine: &str, n: usize, max: u64) -> (Conn, Strin
     (conn, engine.to_string())
 }
 
-/// Paired bandwidth: `other` and `main` take turns, a tenth of the samples
-/// each (which goes first alternates), until each has `iters` samples;
-/// every turn starts with one unrecorded sample (the rails idled through
-/// the other's turn). Returns (other, main).
+/// Paired bandwidth: `other` and `main` take turns of a tenth of the
+/// samples each (see [`take_turns`]); every turn starts with one unrecorded
+/// sample (the rails idled through the other's turn). Returns (other, main).
 fn paired_bw(
     other: &mut Conn,
     main: &mut Conn,
@@ -537,36 +536,21 @@ fn paired_bw(
     iters: u64,
     warmup: u64,
 ) -> (stats::Summary, stats::Summary) {
-    let block = (iters / 10).max(1);
-    let (mut a, mut b) = (Vec::new(), Vec::new());
     for c in [&mut *other, &mut *main] {
         c.bw_samples(size, 0, warmup).unwrap_or_else(|e| die(e));
     }
-    let mut other_first = true;
-    while (a.len() as u64) < iters {
-        let k = block.min(iters - a.len() as u64);
-        let run = |c: &mut Conn, v: &mut Vec<f64>| {
-            v.extend(c.bw_samples(size, k, 1).unwrap_or_else(|e| die(e)).0);
-        };
-        if other_first {
-            run(other, &mut a);
-            run(main, &mut b);
-        } else {
-            run(main, &mut b);
-            run(other, &mut a);
-        }
-        other_first = !other_first;
-    }
-    (stats::summarize(&mut a), stats::summarize(&mut b))
+    take_turns(other, main, iters, (iters / 10).max(1), |c, k, _| {
+        c.bw_samples(size, k, 1).unwrap_or_else(|e| die(e)).0
+    })
 }
 
 /// Round trips in one turn of a paired latency run.
 const PAIRED_BLOCK: u64 = 100;
 
-/// Paired latency: `one` and `many` take turns, [`PAIRED_BLOCK`] round
-/// trips each (which goes first alternates), until each has `iters`
-/// samples; every turn starts with a few unrecorded round trips, as the
-/// idle side's peer may have fallen asleep meanwhile. Returns (one, many).
+/// Paired latency: `one` and `many` take turns of [`PAIRED_BLOCK`] round
+/// trips each (see [`take_turns`]); every turn starts with a few
+/// unrecorded round trips, as the idle side's peer may have fallen asleep
+/// meanwhile. Returns (one, many).
 fn paired_lat(
     one: &mut Conn,
     many: &mut Conn,
@@ -575,31 +559,39 @@ fn paired_lat(
     warmup: u64,
 ) -> (stats::Summary, stats::Summary) {
     let turn_warmup = (PAIRED_BLOCK / 10).min(warmup.max(1));
-    let (mut a, mut b) = (Vec::new(), Vec::new());
     for c in [&mut *one, &mut *many] {
         c.lat_samples(size, 0, warmup).unwrap_or_else(|e| die(e));
     }
-    let mut one_first = true;
-    while (a.len() as u64) < iters {
-        let k = PAIRED_BLOCK.min(iters - a.len() as u64);
-        let run = |c: &mut Conn, v: &mut Vec<f64>| {
-            v.extend(c.lat_samples(size, k, turn_warmup).unwrap_or_else(|e| die(e)));
-        };
+    take_turns(one, many, iters, PAIRED_BLOCK, |c, k, i| {
         // (Stage timelines, with the `stages` feature: t0 one rail, t1 many.)
-        if one_first {
-            rmr_api::stages::set_tag(0);
-            run(one, &mut a);
-            rmr_api::stages::set_tag(1);
-            run(many, &mut b);
-        } else {
-            rmr_api::stages::set_tag(1);
-            run(many, &mut b);
-            rmr_api::stages::set_tag(0);
-            run(one, &mut a);
+        rmr_api::stages::set_tag(i);
+        c.lat_samples(size, k, turn_warmup).unwrap_or_else(|e| die(e))
+    })
+}
+
+/// Sessions `a` and `b` take turns of `block` samples each (which goes
+/// first alternates) until each has `iters`; `turn(c, k, i)` measures `k`
+/// samples on session `i` (0: `a`, 1: `b`). Returns their summaries.
+fn take_turns(
+    a: &mut Conn,
+    b: &mut Conn,
+    iters: u64,
+    block: u64,
+    mut turn: impl FnMut(&mut Conn, u64, u8) -> Vec<f64>,
+) -> (stats::Summary, stats::Summary) {
+    let (mut va, mut vb) = (Vec::new(), Vec::new());
+    let mut a_first = true;
+    while (va.len() as u64) < iters {
+        let k = block.min(iters - va.len() as u64);
+        for i in if a_first { [0, 1] } else { [1, 0] } {
+            match i {
+                0 => va.extend(turn(a, k, 0)),
+                _ => vb.extend(turn(b, k, 1)),
+            }
         }
-        one_first = !one_first;
+        a_first = !a_first;
     }
-    (stats::summarize(&mut a), stats::summarize(&mut b))
+    (stats::summarize(&mut va), stats::summarize(&mut vb))
 }
 
 fn main() {
@@ -682,36 +674,46 @@ fn main() {
 mod tests {
     use super::*;
 
+    /// A client sweep over two loopback rails (engine pinned) against an
+    /// in-process server on `port`; `set` fills in the test's own arguments.
+    fn sweep(port: u16, set: impl FnOnce(&mut ClientArgs)) -> Vec<Row> {
+        let rails = ["127.0.0.1", "127.0.0.2"];
+        let stop = Arc::new(AtomicBool::new(false));
+        let srv = {
+            let (c, s) = (demo::common(&rails, port, "pinned"), stop.clone());
+            std::thread::spawn(move || run_server(&c, 60, false, s))
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let mut args = ClientArgs {
+            common: demo::common(&rails, port, "pinned"),
+            peer: None,
+            local: rails.iter().map(|s| s.to_string()).collect(),
+            test: "bw".into(),
+            sizes: Vec::new(),
+            iters: None,
+            warmup: None,
+            baseline: false,
+            paired: false,
+            versus: None,
+            json: true,
+        };
+        set(&mut args);
+        let rows = run_client(&args, None, true);
+        stop.store(true, Ordering::Release);
+        let _ = srv.join();
+        rows
+    }
+
     /// `--paired` over two loopback rails, against an in-process server:
     /// per size, a one-rail row and a two-rail row from the same run, each
     /// with every sample it asked for, and the ratio between them.
     #[test]
     fn paired_latency_reports_both_rows_from_one_run() {
-        let port = 17890;
-        let common = |rails: &[&str]| demo::common(rails, port, "pinned");
-        let rails = ["127.0.0.1", "127.0.0.2"];
-        let stop = Arc::new(AtomicBool::new(false));
-        let srv = {
-            let (c, s) = (common(&rails), stop.clone());
-            std::thread::spawn(move || run_server(&c, 60, false, s))
-        };
-        std::thread::sleep(Duration::from_millis(300));
-        let args = ClientArgs {
-            common: common(&rails),
-            peer: None,
-            local: rails.iter().map(|s| s.to_string()).collect(),
-            test: "lat".into(),
-            sizes: vec!["8".into(), "4K".into()],
-            iters: Some(250),
-            warmup: Some(5),
-            baseline: false,
-            paired: true,
-            versus: None,
-            json: true,
-        };
-        let rows = run_client(&args, None, true);
-        stop.store(true, Ordering::Release);
-        let _ = srv.join();
+        let rows = sweep(17890, |a| {
+            a.test = "lat".into();
+            a.sizes = vec!["8".into(), "4K".into()];
+            (a.iters, a.warmup, a.paired) = (Some(250), Some(5), true);
+        });
         assert_eq!(rows.len(), 4, "a one-rail and a two-rail row per size");
         for pair in rows.chunks(2) {
             let (one, two) = (&pair[0], &pair[1]);
@@ -733,30 +735,10 @@ mod tests {
     /// with every sample it asked for, and the ratio between them.
     #[test]
     fn versus_reports_both_engines_from_one_run() {
-        let port = 17930;
-        let rails = ["127.0.0.1", "127.0.0.2"];
-        let stop = Arc::new(AtomicBool::new(false));
-        let srv = {
-            let (c, s) = (demo::common(&rails, port, "pinned"), stop.clone());
-            std::thread::spawn(move || run_server(&c, 60, false, s))
-        };
-        std::thread::sleep(Duration::from_millis(300));
-        let args = ClientArgs {
-            common: demo::common(&rails, port, "pinned"),
-            peer: None,
-            local: rails.iter().map(|s| s.to_string()).collect(),
-            test: "bw".into(),
-            sizes: vec!["4K".into(), "64K".into()],
-            iters: Some(40),
-            warmup: Some(2),
-            baseline: false,
-            paired: false,
-            versus: Some("inline".into()),
-            json: true,
-        };
-        let rows = run_client(&args, None, true);
-        stop.store(true, Ordering::Release);
-        let _ = srv.join();
+        let rows = sweep(17930, |a| {
+            a.sizes = vec!["4K".into(), "64K".into()];
+            (a.iters, a.warmup, a.versus) = (Some(40), Some(2), Some("inline".into()));
+        });
         assert_eq!(rows.len(), 4, "an inline and a pinned row per size");
         for pair in rows.chunks(2) {
             let (inl, pin) = (&pair[0], &pair[1]);
