@@ -229,15 +229,15 @@ if ctl:
     cm = sorted(ctl)[len(ctl) // 2]
     if min(ctl) < 0.95 * cm:
         print(f"**A disturbed run**: one rail's shaped control rows ranged {min(ctl):.0f}-{max(ctl):.0f} "
-              f"Mbit/s across the rounds (median {cm:.0f}); the host took CPU from the run, and the "
-              "two-rail and latency rows below carry that.\n")
+              f"Mbit/s across the rounds (median {cm:.0f}); the host took CPU from the run, which the "
+              "rows that need CPU (two rails, unshaped, latency) may carry.\n")
 print("| result | measured | verdict | target |")
 print("|---|---|---|---|")
 for w, v, ok, t in verdicts:
     print(f"| {w} | {v} | {ok} | {t} |")
 
 print("""
-What the unmet multirail rows are made of, as measured on this host on
+What the multirail rows that are unmet (or were in some runs) are made of, as measured on this host on
 2026-11-23 and 2026-11-24 (stage timelines from `rmr-bench` built with `--features
 rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
 
