@@ -85,16 +85,18 @@ sleep 0.5
 
 echo "== two unshaped rails (CPU-bound)"
 # CPU-bound figures swing run to run on a shared 2-CPU machine (one rail
-# took 23 to 41 Gbit/s at 1 MiB in back-to-back runs): three interleaved
-# rounds, each with its own one-rail reference; the tables use medians.
+# took 2.2 to 26 Gbit/s at 1 MiB within minutes on 2026-11-24, as other
+# tenants came and went), far more than rails differ. So each two-rail run
+# is *paired* with its one-rail reference (`--paired`: both sessions open
+# in one client, taking turns every tenth of the samples, each row's busy
+# CPUs over its own turns), in three rounds; the tables use medians. Raw
+# TCP (one stream, then one per rail) follows the inline pair.
 scripts/lab.sh pair $P none,none
 server 198.18.0.2,198.18.1.2
 {
   for round in 1 2 3; do
-    client --rails 198.18.0.2 --test bw --sizes 64K,1M --baseline
-    for e in inline pinned; do
-      client --rails 198.18.0.2,198.18.1.2 --engine $e --test bw --sizes 64K,1M --baseline
-    done
+    client --rails 198.18.0.2,198.18.1.2 --engine inline --paired --baseline --test bw --sizes 64K,1M --iters 60
+    client --rails 198.18.0.2,198.18.1.2 --engine pinned --paired --test bw --sizes 64K,1M --iters 60
   done
 } | tee "$OUT/unshaped.jsonl"
 

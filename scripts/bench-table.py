@@ -42,7 +42,10 @@ def runs_of(rows, s):
     return pick(None), pick("inline"), pick("pinned")
 
 def ratios(rows_a, rows_b, k="mbps"):
-    """Each round's ratio b/a (rows in round order), comma separated."""
+    """Each round's ratio b/a (rows in round order), comma separated; a
+    paired row (`--paired`) carries its own against its one-rail partner."""
+    if rows_b and all(b.get("ratio_one") for b in rows_b):
+        return ", ".join(f"{b['ratio_one']:.2f}" for b in rows_b)
     return ", ".join(f"{b[k] / a[k]:.2f}" for a, b in zip(rows_a, rows_b) if a.get(k) and b.get(k)) or "-"
 
 eq = load("equal")
@@ -125,7 +128,10 @@ for r in eq:
 un = load("unshaped")
 rounds = len([r for r in un if r["rails"] == 1 and r["size"] == max((x["size"] for x in un), default=0)])
 
-print(f"\n### Two unshaped rails (CPU-bound, 2 cores): Mbit/s, median of {rounds} interleaved rounds\n")
+rounds = len([r for r in un if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == max((x["size"] for x in un), default=0)])
+paired = any(r.get("paired") for r in un)
+how = ", each two-rail run paired with a one-rail run taking turns with it in one client (`--paired`)" if paired else ""
+print(f"\n### Two unshaped rails (CPU-bound, 2 cores): Mbit/s, median of {rounds} interleaved rounds{how}\n")
 print("| size | raw 1 stream | rmr 1 rail | raw 2 streams | 2 rails inline | 2 rails pinned | inline / 1 rail (each round) | pinned / 1 rail (each round) |")
 print("|---|---|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in un}):

@@ -122,12 +122,16 @@ rounds_verdict("pinned / inline, every size >= 4 KiB", bw_rounds(is_pin, is_inl)
                [s for s in rsz if s >= 4 << 10], ">= 1 (within noise: 0.98)", lambda v: v >= 0.98)
 # Unshaped: interleaved rounds (one rail, then two), each round's ratio
 # against its own one-rail figure; the verdict takes the median.
+# A paired row (`--paired`) carries its ratio against its own one-rail partner.
 ones = [r for r in un if r["test"] == "bw" and r["rails"] == 1 and r["size"] == 1 << 20]
 pins = [r for r in un if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["size"] == 1 << 20]
-ratios = sorted(p["mbps"] / o["mbps"] for o, p in zip(ones, pins))
+if pins and all(p.get("ratio_one") for p in pins):
+    ratios = sorted(p["ratio_one"] for p in pins)
+else:
+    ratios = sorted(p["mbps"] / o["mbps"] for o, p in zip(ones, pins))
 if ratios:
     v = ratios[len(ratios) // 2]
-    verdict(f"2 unshaped rails (CPU-bound, 2 cores), 1 MiB / one rail (median of {len(ratios)} rounds: "
+    verdict(f"2 unshaped rails (CPU-bound, 2 cores), 1 MiB / one rail (median of {len(ratios)} {'paired ' if pins[0].get('paired') else ''}rounds: "
             + ", ".join(f"{x:.2f}" for x in ratios) + ")", f"{v:.2f}", v >= 1.4, ">= 1.4")
 r0 = [r for r in ue if r["rails"] == 1 and r["size"] == 4 << 20]
 ad = find(ue, rails=2, policy="adaptive", size=4 << 20)
@@ -204,19 +208,20 @@ the client on CPU 0 and the server on CPU 1. The
 lab's latency rows, its unshaped (CPU-bound) rows and its shaped
 two-rail bandwidth rows swing from run to run on this shared 2-CPU
 machine, so the lab measures them in rounds (three rounds of the
-unshaped rows, one rail then two; five of the shaped bandwidth rows,
-one rail, then two rails pinned and inline; eight of the latency
-rows) and reports medians, with each round's ratios between its own
-runs shown beside them. Each latency round is *paired*
-(`rmr-bench client --paired`): one client opens the two-rail session and
-a one-rail session to the same server, and the two take turns every 100
-round trips, so a slow spell of the host weighs on both alike; so are
-the two engines in each shaped bandwidth round (`rmr-bench client
---engine pinned --versus inline`: two two-rail sessions taking turns
-every tenth of the samples). The unshaped rows also say how busy the machine's CPUs
-were during each run (both ends together, from `/proc/stat`) and what a
-busy CPU carried (Mbit/s per busy CPU): whether a run was bound by the
-CPUs, and what each transport costs on the same cores.
+unshaped rows, two rails inline then pinned; five of the shaped
+bandwidth rows, one rail, then two rails pinned and inline; eight of the
+latency rows) and reports medians, with each round's ratios between its
+own runs shown beside them. Each latency round and each unshaped run is
+*paired* (`rmr-bench client --paired`): one client opens the two-rail
+session and a one-rail session to the same server, and the two take
+turns (every 100 round trips; every tenth of the samples), so a slow
+spell of the host weighs on both alike; so are the two engines in each
+shaped bandwidth round (`rmr-bench client --engine pinned --versus
+inline`: two two-rail sessions taking turns every tenth of the samples).
+The unshaped rows also say how busy the machine's CPUs were during each
+session's turns (both ends together, from `/proc/stat`) and what a busy
+CPU carried (Mbit/s per busy CPU): whether a run was bound by the CPUs,
+and what each transport costs on the same cores.
 
 ## Against the design's targets
 """)
@@ -262,11 +267,12 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   busy (the sender's and the receiver's copies), so a second rail adds at
   most the remaining ~0.4 CPU: about 1.25x at one rail's Mbit/s per busy
   CPU, and 1.38x even at raw TCP's two-stream efficiency. The 1.4x target
-  needs a host where one rail is bound by one core. Single rounds swing
-  far either side of that (0.95 to 1.61 across the 2026-11-24 runs, one
-  of whose medians touched 1.40): a round's one-rail and two-rail runs do
-  not get the same share of this shared host, so a verdict of "met" on
-  this row would be luck, not a result.
+  needs a host where one rail is bound by one core. Unpaired rounds
+  swung far either side of that (0.69 to 1.72 on 2026-11-24, as the
+  one-rail and two-rail runs of a round got different shares of this
+  shared host); since 2026-11-24 each two-rail run is paired with its
+  one-rail reference (`--paired`), and paired runs on a busy spell gave
+  1.15-1.17 at 1 MiB, 1.17-1.28 at 64 KiB.
 - pinned / inline at 4 KiB. Below the stripe threshold both engines post
   every write from the caller; they differ in where the notify waits for
   its fence (inline: inside the post, polling the rails; pinned: deferred,

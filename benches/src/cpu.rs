@@ -55,6 +55,38 @@ impl CpuMeter {
     }
 }
 
+/// Machine-wide CPU use summed over several spans: the turns one session
+/// of a paired run took (`rmr-bench client --paired`/`--versus`), while the
+/// other session idled. Both ends of the lab share the machine, so a turn's
+/// busy CPUs are that session's, both ends together.
+#[derive(Default)]
+pub(crate) struct CpuSum {
+    busy: u64,
+    total: u64,
+    cpus: usize,
+    spans: u32,
+}
+
+impl CpuSum {
+    /// Adds the span from `m`'s start until now.
+    pub(crate) fn add(&mut self, m: &CpuMeter) {
+        if let (Some((b0, t0, _)), Some((b1, t1, cpus))) = (m.start, jiffies()) {
+            self.busy += b1.saturating_sub(b0);
+            self.total += t1.saturating_sub(t0);
+            self.cpus = cpus;
+            self.spans += 1;
+        }
+    }
+
+    /// Average number of busy CPUs over the spans added; `None` when their
+    /// ticks are too few to tell (under 50 ms on every CPU together).
+    pub(crate) fn busy_cpus(&self) -> Option<f64> {
+        // /proc/stat counts in USER_HZ (100) ticks per CPU.
+        let enough = self.total >= 5 * self.cpus.max(1) as u64;
+        (self.spans > 0 && enough).then(|| self.busy as f64 / self.total as f64 * self.cpus as f64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,6 +103,27 @@ mod tests {
         let cpus = jiffies().expect("/proc/stat").2 as f64;
         assert!(cpus >= 1.0);
         // This thread alone keeps one CPU busy; others may add to it.
+        assert!(busy >= 0.5 && busy <= cpus + 0.01, "busy CPUs {busy} of {cpus}");
+    }
+
+    #[test]
+    fn spans_sum_to_the_busy_cpus_of_their_turns() {
+        let mut sum = CpuSum::default();
+        assert_eq!(sum.busy_cpus(), None, "nothing added yet");
+        // Two busy turns with an idle gap between them that must not count.
+        for _ in 0..2 {
+            let m = CpuMeter::start();
+            let t = Instant::now();
+            let mut x = 0u64;
+            while t.elapsed().as_millis() < 200 {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+            sum.add(&m);
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        let busy = sum.busy_cpus().expect("400 ms of turns is enough to tell");
+        let cpus = jiffies().expect("/proc/stat").2 as f64;
+        // The sleeps between the turns would have halved a single meter's figure.
         assert!(busy >= 0.5 && busy <= cpus + 0.01, "busy CPUs {busy} of {cpus}");
     }
 }

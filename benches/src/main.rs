@@ -155,12 +155,14 @@ pub(crate) struct ClientArgs {
     /// Also measure raw TCP on the same links (the server's raw port) and report ratios.
     #[arg(long)]
     baseline: bool,
-    /// With `--test lat` over several rails: also measure the first rail
-    /// alone (its own backend endpoint, as `--rails <first>` would) in the
-    /// same run, the two taking turns in blocks of 100 round trips, and
-    /// print both rows (`"paired": true`; the multirail row's `ratio_one` is
-    /// its latency over the one rail's). A shared, noisy host then weighs on
-    /// both alike, where separate runs minutes apart catch different moods.
+    /// With `--test lat` or `bw` over several rails: also measure the first
+    /// rail alone (its own backend endpoint, as `--rails <first>` would) in
+    /// the same run, the two taking turns (latency: blocks of 100 round
+    /// trips; bandwidth: a tenth of the samples), and print both rows
+    /// (`"paired": true`; the multirail row's `ratio_one` is its latency or
+    /// Mbit/s over the one rail's; bandwidth rows' busy CPUs cover their
+    /// own turns). A shared, noisy host then weighs on both alike, where
+    /// separate runs minutes apart catch different moods.
     /// Built with `--features rmr-api/stages`, client and server also print
     /// each round trip's timeline stage by stage (`# stages` lines; tag t0
     /// the one rail, t1 the multirail session).
@@ -382,13 +384,14 @@ pub(crate) fn run_client(
         match a.test.as_str() {
             "bw" if versus.is_some() => {
                 let (other, v) = versus.as_mut().expect("versus");
-                let (so, s) = paired_bw(other, &mut conn, size, iters, warmup);
+                let ((so, co), (s, cm)) = paired_bw(other, &mut conn, size, iters, warmup);
                 let r2 = Row {
                     engine: v.clone(),
                     iters: so.n as u64,
                     mbps: Some(so.median),
                     mbps_min: Some(so.min),
                     mbps_max: Some(so.max),
+                    cpus: co,
                     paired: true,
                     ..row.clone()
                 };
@@ -398,8 +401,41 @@ pub(crate) fn run_client(
                 row.mbps = Some(s.median);
                 row.mbps_min = Some(s.min);
                 row.mbps_max = Some(s.max);
+                row.cpus = cm;
                 row.ratio_engine = Some(s.median / so.median);
                 row.paired = true;
+            }
+            "bw" if one.is_some() => {
+                let o = one.as_mut().expect("paired");
+                let ((s1, c1), (s, cm)) = paired_bw(o, &mut conn, size, iters, warmup);
+                let mut r1 = Row {
+                    rails: 1,
+                    engine: "-".into(),
+                    policy: "-".into(),
+                    threshold: None,
+                    iters: s1.n as u64,
+                    mbps: Some(s1.median),
+                    mbps_min: Some(s1.min),
+                    mbps_max: Some(s1.max),
+                    cpus: c1,
+                    paired: true,
+                    ..row.clone()
+                };
+                row.iters = s.n as u64;
+                row.mbps = Some(s.median);
+                row.mbps_min = Some(s.min);
+                row.mbps_max = Some(s.max);
+                row.cpus = cm;
+                row.ratio_one = Some(s.median / s1.median);
+                row.paired = true;
+                if a.baseline && peers.len() == n {
+                    // Raw TCP after the pair: one stream on the first rail
+                    // beside the one-rail row, one per rail beside the other.
+                    raw_bw_baseline(&mut r1, &peers[..1], c.port, iters, warmup);
+                    raw_bw_baseline(&mut row, &peers, c.port, iters, warmup);
+                }
+                print_row(a, progress, quiet, &r1);
+                rows.push(r1);
             }
             "bw" | "breakdown" => {
                 let meter = cpu::CpuMeter::start();
@@ -414,12 +450,7 @@ pub(crate) fn run_client(
                     row.wait_us = Some(wait);
                 }
                 if a.baseline && peers.len() == n {
-                    let meter = cpu::CpuMeter::start();
-                    let r = raw::bandwidth(&peers, c.port + 20, size, iters, warmup)
-                        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
-                    row.raw_cpus = meter.busy_cpus();
-                    row.raw_mbps = Some(r.median);
-                    row.ratio_raw = Some(s.median / r.median);
+                    raw_bw_baseline(&mut row, &peers, c.port, iters, warmup);
                 }
             }
             "bibw" => {
@@ -476,6 +507,19 @@ pub(crate) fn run_client(
     rows
 }
 
+/// Adds to a bandwidth row raw TCP streams to `peers` (one each, the
+/// server's raw port, `port + 20`), same size and samples, the busy CPUs
+/// meanwhile, and the ratio of the two.
+fn raw_bw_baseline(row: &mut Row, peers: &[IpAddr], port: u16, iters: u64, warmup: u64) {
+    let Some(mbps) = row.mbps else { return };
+    let meter = cpu::CpuMeter::start();
+    let r = raw::bandwidth(peers, port + 20, row.size, iters, warmup)
+        .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
+    row.raw_cpus = meter.busy_cpus();
+    row.raw_mbps = Some(r.median);
+    row.ratio_raw = Some(mbps / r.median);
+}
+
 /// Adds to a latency row the raw TCP ping-pong on the first of `peers`
 /// (the server's raw port, `port + 20`), same size and samples, and the
 /// ratio of the two.
@@ -503,8 +547,8 @@ fn print_row(a: &ClientArgs, progress: Option<&indicatif::ProgressBar>, quiet: b
 /// the first rail's own backend endpoint, to the server's one-rail port.
 fn one_rail_conn(a: &ClientArgs, n: usize, max: u64) -> Conn {
     let c = &a.common;
-    if a.test != "lat" || n < 2 || c.world.is_some() {
-        die("--paired needs --test lat and two or more --rails (no --world)");
+    if !matches!(a.test.as_str(), "lat" | "bw") || n < 2 || c.world.is_some() {
+        die("--paired needs --test lat or bw and two or more --rails (no --world)");
     }
     let local = a.local.first().cloned().unwrap_or_else(|| "0.0.0.0".into());
     let ia = open_rails(&c.backend, &[local]).remove(0);
@@ -526,6 +570,10 @@ fn versus_conn(a: &ClientArgs, engine: &str, n: usize, max: u64) -> (Conn, Strin
     (conn, engine.to_string())
 }
 
+/// One session's share of a paired bandwidth run: its samples' summary
+/// and the busy CPUs over its own turns.
+type Share = (stats::Summary, Option<f64>);
+
 /// Paired bandwidth: `other` and `main` take turns of a tenth of the
 /// samples each (see [`take_turns`]); every turn starts with one unrecorded
 /// sample (the rails idled through the other's turn). Returns (other, main).
@@ -535,13 +583,18 @@ fn paired_bw(
     size: u64,
     iters: u64,
     warmup: u64,
-) -> (stats::Summary, stats::Summary) {
+) -> (Share, Share) {
     for c in [&mut *other, &mut *main] {
         c.bw_samples(size, 0, warmup).unwrap_or_else(|e| die(e));
     }
-    take_turns(other, main, iters, (iters / 10).max(1), |c, k, _| {
-        c.bw_samples(size, k, 1).unwrap_or_else(|e| die(e)).0
-    })
+    let mut cpu = [cpu::CpuSum::default(), cpu::CpuSum::default()];
+    let (a, b) = take_turns(other, main, iters, (iters / 10).max(1), |c, k, i| {
+        let m = cpu::CpuMeter::start();
+        let v = c.bw_samples(size, k, 1).unwrap_or_else(|e| die(e)).0;
+        cpu[usize::from(i)].add(&m);
+        v
+    });
+    ((a, cpu[0].busy_cpus()), (b, cpu[1].busy_cpus()))
 }
 
 /// Round trips in one turn of a paired latency run.
@@ -727,6 +780,34 @@ mod tests {
             let r = two.ratio_one.expect("ratio");
             assert!((r - b / a).abs() < 1e-9, "{r} vs {b}/{a}");
             assert!(one.json()["paired"] == serde_json::json!(true));
+        }
+    }
+
+    /// `--paired --baseline` with `--test bw` over two loopback rails: per
+    /// size, a one-rail row then a two-rail row from the same run, each with
+    /// every sample it asked for, the busy CPUs of its own turns, the ratio
+    /// between them, and raw TCP beside each (one stream, two streams).
+    #[test]
+    fn paired_bandwidth_reports_both_rows_and_raw_tcp_from_one_run() {
+        let rows = sweep(17970, |a| {
+            a.sizes = vec!["64K".into()];
+            (a.iters, a.warmup, a.paired, a.baseline) = (Some(40), Some(2), true, true);
+        });
+        assert_eq!(rows.len(), 2, "a one-rail and a two-rail row");
+        let (one, two) = (&rows[0], &rows[1]);
+        assert_eq!((one.rails, two.rails), (1, 2));
+        assert_eq!((one.engine.as_str(), two.engine.as_str()), ("-", "pinned"));
+        assert!(one.paired && two.paired);
+        assert_eq!((one.iters, two.iters), (40, 40));
+        let (a, b) = (one.mbps.expect("one rail"), two.mbps.expect("two rails"));
+        assert!(a > 0.0 && b > 0.0);
+        let r = two.ratio_one.expect("ratio");
+        assert!((r - b / a).abs() < 1e-9, "{r} vs {b}/{a}");
+        assert!(one.ratio_one.is_none());
+        for row in [one, two] {
+            let raw = row.raw_mbps.expect("raw TCP beside each row");
+            let ratio = row.ratio_raw.expect("ratio to raw TCP");
+            assert!((ratio - row.mbps.expect("mbps") / raw).abs() < 1e-9);
         }
     }
 
