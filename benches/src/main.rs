@@ -384,50 +384,26 @@ pub(crate) fn run_client(
         match a.test.as_str() {
             "bw" if versus.is_some() => {
                 let (other, v) = versus.as_mut().expect("versus");
-                let ((so, co), (s, cm)) = paired_bw(other, &mut conn, size, iters, warmup);
-                let r2 = Row {
-                    engine: v.clone(),
-                    iters: so.n as u64,
-                    mbps: Some(so.median),
-                    mbps_min: Some(so.min),
-                    mbps_max: Some(so.max),
-                    cpus: co,
-                    paired: true,
-                    ..row.clone()
-                };
+                let (so, sm) = paired_bw(other, &mut conn, size, iters, warmup);
+                let r2 = Row { engine: v.clone(), ..row.clone() }.paired_bw(&so.0, so.1);
                 print_row(a, progress, quiet, &r2);
                 rows.push(r2);
-                row.iters = s.n as u64;
-                row.mbps = Some(s.median);
-                row.mbps_min = Some(s.min);
-                row.mbps_max = Some(s.max);
-                row.cpus = cm;
-                row.ratio_engine = Some(s.median / so.median);
-                row.paired = true;
+                row = row.paired_bw(&sm.0, sm.1);
+                row.ratio_engine = Some(sm.0.median / so.0.median);
             }
             "bw" if one.is_some() => {
                 let o = one.as_mut().expect("paired");
-                let ((s1, c1), (s, cm)) = paired_bw(o, &mut conn, size, iters, warmup);
-                let mut r1 = Row {
+                let (s1, sm) = paired_bw(o, &mut conn, size, iters, warmup);
+                let one_rail = Row {
                     rails: 1,
                     engine: "-".into(),
                     policy: "-".into(),
                     threshold: None,
-                    iters: s1.n as u64,
-                    mbps: Some(s1.median),
-                    mbps_min: Some(s1.min),
-                    mbps_max: Some(s1.max),
-                    cpus: c1,
-                    paired: true,
                     ..row.clone()
                 };
-                row.iters = s.n as u64;
-                row.mbps = Some(s.median);
-                row.mbps_min = Some(s.min);
-                row.mbps_max = Some(s.max);
-                row.cpus = cm;
-                row.ratio_one = Some(s.median / s1.median);
-                row.paired = true;
+                let mut r1 = one_rail.paired_bw(&s1.0, s1.1);
+                row = row.paired_bw(&sm.0, sm.1);
+                row.ratio_one = Some(sm.0.median / s1.0.median);
                 if a.baseline && peers.len() == n {
                     // Raw TCP after the pair: one stream on the first rail
                     // beside the one-rail row, one per rail beside the other.

@@ -54,6 +54,20 @@ pub(crate) struct Row {
 }
 
 impl Row {
+    /// This row with one session's share of a paired bandwidth run (its
+    /// samples' summary in Mbit/s, the busy CPUs over its turns).
+    pub(crate) fn paired_bw(self, s: &crate::stats::Summary, cpus: Option<f64>) -> Row {
+        Row {
+            iters: s.n as u64,
+            mbps: Some(s.median),
+            mbps_min: Some(s.min),
+            mbps_max: Some(s.max),
+            cpus,
+            paired: true,
+            ..self
+        }
+    }
+
     /// The JSON object.
     pub(crate) fn json(&self) -> Value {
         let mut m = Map::new();
