@@ -271,8 +271,10 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   swung far either side of that (0.69 to 1.72 on 2026-11-24, as the
   one-rail and two-rail runs of a round got different shares of this
   shared host); since 2026-11-24 each two-rail run is paired with its
-  one-rail reference (`--paired`), and paired runs on a busy spell gave
-  1.15-1.17 at 1 MiB, 1.17-1.28 at 64 KiB.
+  one-rail reference (`--paired`), and paired rounds gave 0.95-1.17 at
+  1 MiB with the pinned engine, 1.08-1.31 with inline (whose caller
+  posts both stripes: no rail thread to wake on two busy cores), below
+  1.4 either way, as the CPU budget above predicts.
 - pinned / inline at 4 KiB. Below the stripe threshold both engines post
   every write from the caller; they differ in where the notify waits for
   its fence (inline: inside the post, polling the rails; pinned: deferred,
