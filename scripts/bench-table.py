@@ -118,6 +118,19 @@ for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
           f"{f(med(r.get('ratio_raw') for r in one), 2)} | {f(med(r.get('lat_us') for r in i), 1)} | "
           f"{f(med(r.get('lat_us') for r in p), 1)} | {f(rm, 2)} | {ratios(one, p, 'lat_us')} |")
 
+jb = load("jumbo")
+if jb:
+    n = len([r for r in jb if r["rails"] == 1 and r["size"] == 8])
+    print(f"\n### The same with jumbo frames (MTU 9000): write + notify half round trip (us, median of {n} paired rounds)\n")
+    print("| size | rmr 1 rail | 2 rails pinned | pinned / 1 rail (median) | pinned / 1 rail (each round) |")
+    print("|---|---|---|---|---|")
+    for s in sorted({r["size"] for r in jb}):
+        one = [r for r in jb if r["rails"] == 1 and r["size"] == s]
+        p = [r for r in jb if r["rails"] == 2 and r["size"] == s]
+        rm = med(b["lat_us"] / a["lat_us"] for a, b in zip(one, p) if a.get("lat_us") and b.get("lat_us"))
+        print(f"| {h(s)} | {f(med(r.get('lat_us') for r in one), 1)} | {f(med(r.get('lat_us') for r in p), 1)} | "
+              f"{f(rm, 2)} | {ratios(one, p, 'lat_us')} |")
+
 print("\n### Time breakdown, two rails (us per sample of 20 writes + notify)\n")
 print("| size | engine | Mbit/s | in post calls | waiting for the reply |")
 print("|---|---|---|---|---|")

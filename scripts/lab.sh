@@ -18,10 +18,12 @@
 #   lab.sh check                        can this machine build a lab? (exit 0/1)
 #   lab.sh cut PREFIX RAIL / heal PREFIX RAIL
 #                                       take rail RAIL's link down / up again
+#   LAB_MTU=9000 lab.sh pair|zipper ... every veth with that MTU (default 1500;
+#                                       9000: jumbo frames, as cluster Ethernet)
 set -euo pipefail
 
 die() { echo "lab.sh: $*" >&2; exit 1; }
-usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 need_tools() {
   if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
@@ -67,8 +69,14 @@ link() { # ns1 dev1 addr1 ns2 dev2 addr2 rate
   ip link set "$2" netns "$1"; ip link set "$5" netns "$4"
   ip netns exec "$1" ip addr add "$3/24" dev "$2"; ip netns exec "$1" ip link set "$2" up
   ip netns exec "$4" ip addr add "$6/24" dev "$5"; ip netns exec "$4" ip link set "$5" up
+  if [ "$MTU" != 1500 ]; then
+    ip netns exec "$1" ip link set "$2" mtu "$MTU"; ip netns exec "$4" ip link set "$5" mtu "$MTU"
+  fi
   shape "$1" "$2" "$7"; shape "$4" "$5" "$7"
 }
+
+MTU=${LAB_MTU:-1500}
+[[ "$MTU" =~ ^[0-9]+$ ]] && [ "$MTU" -ge 576 ] && [ "$MTU" -le 65535 ] || die "bad LAB_MTU '$MTU' (576..65535)"
 
 cmd=${1:-}; shift || true
 case "$cmd" in

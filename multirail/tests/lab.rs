@@ -380,3 +380,47 @@ fn lab_rail_flap_shorter_than_timeout_completes_intact() {
         println!("flap: {} s, rail lost: {}", result(&c, "secs"), c.contains("RESULT async="));
     });
 }
+
+/// `LAB_MTU` gives every veth of the lab that MTU (the jumbo-frame latency
+/// rounds of scripts/bench-lab.sh), shaping still on; a bad value is
+/// refused before anything is made.
+#[test]
+fn lab_mtu_option_sets_every_veth() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    if !is_root() {
+        println!("SKIPPED: lab tests need root for network namespaces");
+        return;
+    }
+    let lab = |mtu: &str| {
+        Command::new("bash")
+            .args([&lab_script(), "pair", "rmrl9", "200mbit,none"])
+            .env("LAB_MTU", mtu)
+            .output()
+            .expect("run lab.sh")
+    };
+    let bad = lab("jumbo");
+    assert!(!bad.status.success(), "a bad LAB_MTU must be refused");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("bad LAB_MTU"));
+    let ns = Command::new("ip").args(["netns", "list"]).output().expect("ip netns");
+    assert!(!String::from_utf8_lossy(&ns.stdout).contains("rmrl9"), "refused, it makes nothing");
+    let out = lab("9000");
+    let l = Lab("rmrl9");
+    assert!(out.status.success(), "lab.sh pair failed: {}", String::from_utf8_lossy(&out.stderr));
+    let show = |side: char, what: &[&str]| {
+        let o = Command::new("ip")
+            .args(["netns", "exec", &l.ns(side)])
+            .args(what)
+            .output()
+            .expect("ip/tc");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    for side in ['a', 'b'] {
+        for rail in 0..2 {
+            let dev = format!("rmrl9{side}{rail}");
+            let link = show(side, &["ip", "link", "show", &dev]);
+            assert!(link.contains("mtu 9000"), "{dev}: {link}");
+        }
+        let qd = show(side, &["tc", "qdisc", "show", "dev", &format!("rmrl9{side}0")]);
+        assert!(qd.contains("tbf"), "rail 0 stays shaped at MTU 9000: {qd}");
+    }
+}
