@@ -267,7 +267,7 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   `TCP_QUICKACK` did not change it. With jumbo frames (MTU 9000, as
   cluster Ethernet runs) a 4 KiB frame is one segment and the 4 KiB
   penalty goes: eight paired rounds on 2026-11-24 gave a median of 1.02
-  (0.98-1.11) where the same rounds at MTU 1500 gave 1.24; the lab now
+  (0.98-1.11) where ten paired rounds at MTU 1500 just before gave 1.24; the lab now
   measures the latency rounds at both MTUs (`LAB_MTU=9000 scripts/lab.sh`).
 - Small messages at 8-512 B. The multirail layer's own work, about 3 us
   per side and round trip: its three posts (receive, write, send) cost
