@@ -5,17 +5,27 @@
 #   RMR_SOAK_SECS  length of the short soak test (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each step says when it starts (seconds since the job began): the whole job
+# must stay under 20 minutes on 2 cores, and this tells where the time goes.
+step() { echo "== test.sh: $* (at ${SECONDS}s)"; }
+step setup
 scripts/setup.sh
+step fmt
 cargo fmt --all -- --check
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
+step clippy
 cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings
 # `stages`: the round-trip timeline for latency work (rmr_api::stages), off by default.
+step clippy and test with stages
 cargo clippy -p rmr-api --all-targets -q --features stages -- -D warnings
 cargo test -p rmr-api --release -q --features stages --lib stages
 # A short fuzz pass over every parser a peer can reach (FUZZ_SECS per target; 0 skips).
 FUZZ_SECS=${FUZZ_SECS:-10}
 if [ "$FUZZ_SECS" != 0 ]; then
+  step fuzz
   # Unoptimised targets (debug assertions on): builds in ~3 min instead of ~5.
   FUZZ_PROFILE=${FUZZ_PROFILE:-dev} scripts/fuzz.sh "$FUZZ_SECS"
 fi
+step tests
 cargo test --workspace --release --features rmr-coll/pmix 2>&1
+step done
