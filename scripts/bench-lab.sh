@@ -17,6 +17,8 @@ server() { # rails [command prefix, e.g. "taskset -c 1"]
   sleep 0.5
 }
 client() { ip netns exec $P-a "$B" client --json "$@" 2>>"$OUT/client.log"; }
+# A latency client: on CPU 0 (the server on CPU 1, see the latency rounds).
+lat() { taskset -c 0 ip netns exec $P-a "$B" client --json --test lat --sizes 8,64,512,4K --iters 3000 "$@" 2>>"$OUT/client.log"; }
 
 echo "== two equal rails, 1 Gbit/s each (tbf)"
 scripts/lab.sh pair $P 1gbit,1gbit
@@ -50,7 +52,6 @@ server 198.18.0.2,198.18.1.2
   # sessions open in one client, taking turns every 100 round trips), in
   # several rounds; the tables report medians, each round's ratio shown.
   server 198.18.0.2,198.18.1.2 "taskset -c 1"
-  lat() { taskset -c 0 ip netns exec $P-a "$B" client --json --test lat --sizes 8,64,512,4K --iters 3000 "$@" 2>>"$OUT/client.log"; }
   for round in $(seq "${LAT_ROUNDS:-8}"); do
     lat --rails 198.18.0.2,198.18.1.2 --engine pinned --paired --baseline
     lat --rails 198.18.0.2,198.18.1.2 --engine inline
@@ -91,8 +92,7 @@ echo "== two equal rails with jumbo frames (MTU 9000): latency"
 LAB_MTU=9000 scripts/lab.sh pair $P 1gbit,1gbit
 server 198.18.0.2,198.18.1.2 "taskset -c 1"
 for round in $(seq "${LAT_ROUNDS:-8}"); do
-  taskset -c 0 ip netns exec $P-a "$B" client --json --test lat --sizes 8,64,512,4K --iters 3000 \
-    --rails 198.18.0.2,198.18.1.2 --engine pinned --paired 2>>"$OUT/client.log"
+  lat --rails 198.18.0.2,198.18.1.2 --engine pinned --paired
 done | tee "$OUT/jumbo.jsonl"
 
 echo "== two unshaped rails (CPU-bound)"

@@ -41,6 +41,10 @@ def runs_of(rows, s):
                       (r["rails"] == 1 if e is None else r["rails"] == 2 and r.get("engine") == e)]
     return pick(None), pick("inline"), pick("pinned")
 
+def lat_ratio(one, many):
+    """The median over paired rounds of many / one latency (rows in round order)."""
+    return med(b["lat_us"] / a["lat_us"] for a, b in zip(one, many) if a.get("lat_us") and b.get("lat_us"))
+
 def ratios(rows_a, rows_b, k="mbps"):
     """Each round's ratio b/a (rows in round order), comma separated; a
     paired row (`--paired`) carries its own against its one-rail partner."""
@@ -113,7 +117,7 @@ for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
     one = [r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == s]
     i = [r for r in eq if r["test"] == "lat" and r["rails"] == 2 and r.get("engine") == "inline" and r["size"] == s]
     p = [r for r in eq if r["test"] == "lat" and r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == s]
-    rm = med(b["lat_us"] / a["lat_us"] for a, b in zip(one, p) if a.get("lat_us") and b.get("lat_us"))
+    rm = lat_ratio(one, p)
     print(f"| {h(s)} | {f(med(r.get('raw_lat_us') for r in one), 1)} | {f(med(r.get('lat_us') for r in one), 1)} | "
           f"{f(med(r.get('ratio_raw') for r in one), 2)} | {f(med(r.get('lat_us') for r in i), 1)} | "
           f"{f(med(r.get('lat_us') for r in p), 1)} | {f(rm, 2)} | {ratios(one, p, 'lat_us')} |")
@@ -127,7 +131,7 @@ if jb:
     for s in sorted({r["size"] for r in jb}):
         one = [r for r in jb if r["rails"] == 1 and r["size"] == s]
         p = [r for r in jb if r["rails"] == 2 and r["size"] == s]
-        rm = med(b["lat_us"] / a["lat_us"] for a, b in zip(one, p) if a.get("lat_us") and b.get("lat_us"))
+        rm = lat_ratio(one, p)
         print(f"| {h(s)} | {f(med(r.get('lat_us') for r in one), 1)} | {f(med(r.get('lat_us') for r in p), 1)} | "
               f"{f(rm, 2)} | {ratios(one, p, 'lat_us')} |")
 
@@ -139,8 +143,6 @@ for r in eq:
         print(f"| {h(r['size'])} | {r['engine']} | {f(r.get('mbps'))} | {f(r.get('post_us'))} | {f(r.get('wait_us'))} |")
 
 un = load("unshaped")
-rounds = len([r for r in un if r["rails"] == 1 and r["size"] == max((x["size"] for x in un), default=0)])
-
 rounds = len([r for r in un if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == max((x["size"] for x in un), default=0)])
 paired = any(r.get("paired") for r in un)
 how = ", each two-rail run paired with a one-rail run taking turns with it in one client (`--paired`)" if paired else ""

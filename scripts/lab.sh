@@ -76,13 +76,16 @@ link() { # ns1 dev1 addr1 ns2 dev2 addr2 rate
 }
 
 MTU=${LAB_MTU:-1500}
-[[ "$MTU" =~ ^[0-9]+$ ]] && [ "$MTU" -ge 576 ] && [ "$MTU" -le 65535 ] || die "bad LAB_MTU '$MTU' (576..65535)"
+# Checked by the commands that build a lab, before they make anything.
+check_mtu() {
+  [[ "$MTU" =~ ^[0-9]+$ ]] && [ "$MTU" -ge 576 ] && [ "$MTU" -le 65535 ] || die "bad LAB_MTU '$MTU' (576..65535)"
+}
 
 cmd=${1:-}; shift || true
 case "$cmd" in
   pair)
     [ $# -eq 2 ] || usage
-    need_tools; p=$1; IFS=, read -ra rates <<< "$2"
+    check_mtu; need_tools; p=$1; IFS=, read -ra rates <<< "$2"
     [ ${#p} -le 8 ] || die "prefix '$p' too long (8 characters at most)"
     down "$p"; mkns "$p-a"; mkns "$p-b"
     for i in "${!rates[@]}"; do
@@ -91,7 +94,7 @@ case "$cmd" in
     done ;;
   zipper)
     [ $# -eq 4 ] || usage
-    need_tools; p=$1; nb=$2; ra=$3; rb=$4
+    check_mtu; need_tools; p=$1; nb=$2; ra=$3; rb=$4
     [[ "$nb" =~ ^[12]$ ]] || die "NBRIDGES must be 1 or 2"
     down "$p"; mkns "$p-ca"; mkns "$p-cb"
     for k in $(seq 0 $((nb - 1))); do
