@@ -34,6 +34,11 @@ const RECV_BIT: u64 = 1 << 63;
 const PROBE_BIT: u64 = 1 << 62;
 /// Silent stripes a rail may carry before the next one is signalled.
 const MAX_SILENT: usize = 32;
+/// Silent stripes a rail may carry while a signalled DTO posted after the
+/// oldest of them is in flight (its completion will imply them): a stream
+/// of small DTOs signals one in MAX_SILENT, not every one posted until
+/// that completion comes back.
+const MAX_SILENT_HARD: usize = 4 * MAX_SILENT;
 /// Suppressed RDMA writes up to this size go silent too (larger ones stay
 /// signalled: their completions are what spreads a stream of small writes
 /// over the rails, through the planner's outstanding bytes).
@@ -185,6 +190,9 @@ struct State {
     silent: SmallVec<[VecDeque<Silent>; 8]>,
     /// Per rail, the sequence number of a probe in flight.
     probe: SmallVec<[Option<u64>; 8]>,
+    /// Per rail, the sequence number of the last stripe posted on it that
+    /// is not silent (its completion implies the silent ones before it).
+    signalled: SmallVec<[u64; 8]>,
     /// Per rail, where the last RDMA write posted on it went: the target
     /// of its probes (a zero-length write touches no byte).
     probe_at: SmallVec<[Option<(RmrContext, u64)>; 8]>,
@@ -579,6 +587,7 @@ impl Core {
         st.posted[rail] += 1;
         let seq = st.posted[rail];
         st.probe[rail] = Some(seq);
+        st.signalled[rail] = seq;
         st.probes_posted += 1;
         Some(Work {
             rail,
@@ -707,7 +716,18 @@ impl Core {
         small
             && !signalled
             && (st.probe_at[rail].is_some() || matches!(kind, Kind::Write) && has_remote)
-            && st.silent[rail].len() < MAX_SILENT
+            && Self::silent_room(st, rail)
+    }
+
+    /// Whether `rail` may carry one more silent stripe: below MAX_SILENT,
+    /// or below MAX_SILENT_HARD while a signalled stripe posted after the
+    /// oldest silent one has not completed yet.
+    fn silent_room(st: &State, rail: usize) -> bool {
+        let q = &st.silent[rail];
+        q.len() < MAX_SILENT
+            || (q.len() < MAX_SILENT_HARD
+                && st.signalled[rail] > st.completed[rail]
+                && q.front().is_some_and(|s| s.seq < st.signalled[rail]))
     }
 
     /// Records the stripes of request `id` (the last one queued or a
@@ -762,6 +782,8 @@ impl Core {
         if silent {
             st.silent[rail].push_back(Silent { id, idx, seq });
             st.silent_posted += 1;
+        } else {
+            st.signalled[rail] = seq;
         }
         seq
     }
@@ -1623,6 +1645,7 @@ impl MrEp {
                 deferred: VecDeque::new(),
                 silent: (0..n).map(|_| VecDeque::new()).collect(),
                 probe: smallvec::smallvec![None; n],
+                signalled: smallvec::smallvec![0; n],
                 probe_at: smallvec::smallvec![None; n],
                 silent_posted: 0,
                 probes_posted: 0,
