@@ -42,6 +42,7 @@ eq, un, ue, of, eqr, jumbo = (load(os.path.join(lab, n + ".jsonl")) for n in ("e
 bar = load(os.path.join(OUT, "barrier.jsonl"))
 barofi = load(os.path.join(OUT, "barrier-ofi.jsonl"))
 zip_ = load(os.path.join(OUT, "zipper.jsonl"))
+rti = load(os.path.join(OUT, "rt-instructions.jsonl"))
 
 verdicts = []
 
@@ -272,7 +273,14 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
 - Small messages at 8-512 B. The multirail layer's own work, about 3 us
   per side and round trip: its three posts (receive, write, send) cost
   ~1.2 us more than on one rail, the wait's harvest and re-entry after the
-  send ~1.6 us, and a spin pass over two sockets ~0.3 us more.
+  send ~1.6 us, and a spin pass over two sockets ~0.3 us more. Counted
+  (the instructions table below), a two-rail round trip takes about half
+  again the instructions of a plain tcp one, spread over every step
+  (callgrind on 2026-11-24: the three posts ~1,900 more per side, the
+  wait ~2,000, the receive's hand-over to the user's EVD ~450), no one
+  step large; a post's time in the lab is about twice its time in a hot
+  loop (its code and data are cold after the wait), which is why these
+  few thousand instructions come to ~3 us.
 - Two unshaped rails at 1 MiB. One rail already keeps ~1.6 of the 2 CPUs
   busy (the sender's and the receiver's copies), so a second rail adds at
   most the remaining ~0.4 CPU: about 1.25x at one rail's Mbit/s per busy
@@ -313,6 +321,21 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
 print("\n## Multirail in the lab\n")
 print("`scripts/bench-lab.sh` (tables by `scripts/bench-table.py bench-out/lab`):\n")
 print(sh(f"python3 scripts/bench-table.py {lab}"))
+
+if rti:
+    print("\n### Instructions per small-message round trip (counted, not timed)\n")
+    print("`scripts/rt-instructions.sh`: the latency test's round trip (each side posts a receive, "
+          "a suppressed 8-byte write and a suppressed send, then waits for the other's send) between "
+          "two endpoints over loopback, under valgrind's callgrind, both ends and every thread counted, "
+          "waiters blocking instead of spinning; per round trip = the difference between runs of "
+          f"{rti[0]['round_trips'][0]} and {rti[0]['round_trips'][1]} round trips. A count does not "
+          "swing with the host as the latency rows do: it is what each layer's own work costs.\n")
+    base = next((r["per_round_trip"] for r in rti if r["spec"].startswith("tcp:")), None)
+    print("| endpoint | instructions per round trip | / tcp |")
+    print("|---|---|---|")
+    for r in rti:
+        ratio = f"{r['per_round_trip'] / base:.2f}" if base else "-"
+        print(f"| `{r['spec']}` | {r['per_round_trip']} | {ratio} |")
 
 print("\n## The RDMA barrier\n")
 print("`scripts/bench-barrier.sh` (tcp) and `BACKEND=ofi:tcp` for the libfabric rows; "
