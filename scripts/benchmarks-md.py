@@ -274,13 +274,14 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   per side and round trip: its three posts (receive, write, send) cost
   ~1.2 us more than on one rail, the wait's harvest and re-entry after the
   send ~1.6 us, and a spin pass over two sockets ~0.3 us more. Counted
-  (the instructions table below), a two-rail round trip takes about half
-  again the instructions of a plain tcp one, spread over every step
-  (callgrind on 2026-11-24: the three posts ~1,900 more per side, the
-  wait ~2,000, the receive's hand-over to the user's EVD ~450), no one
-  step large; a post's time in the lab is about twice its time in a hot
-  loop (its code and data are cold after the wait), which is why these
-  few thousand instructions come to ~3 us.
+  (the instructions table below), a two-rail round trip takes ~1.4x the
+  instructions of a plain tcp one, ~1,900 more per side, spread over
+  every step (callgrind on 2026-11-24: the three posts ~970 more, ~450 of
+  them the write's; the wait ~920 more, of which the flush of the frames
+  the rails hold before it starts ~330 and the harvest check ~370), no one
+  step large. A post's time in the lab is about twice its time in a hot
+  loop (its code and data are cold after the wait's system calls), which
+  is why these instructions come to ~3 us.
 - Two unshaped rails at 1 MiB. One rail already keeps ~1.6 of the 2 CPUs
   busy (the sender's and the receiver's copies), so a second rail adds at
   most the remaining ~0.4 CPU: about 1.25x at one rail's Mbit/s per busy
@@ -326,8 +327,9 @@ if rti:
     print("\n### Instructions per small-message round trip (counted, not timed)\n")
     print("`scripts/rt-instructions.sh`: the latency test's round trip (each side posts a receive, "
           "a suppressed 8-byte write and a suppressed send, then waits for the other's send) between "
-          "two endpoints over loopback, under valgrind's callgrind, both ends and every thread counted, "
-          "waiters blocking instead of spinning; per round trip = the difference between runs of "
+          "two endpoints over loopback, under valgrind's callgrind: both ends' application threads "
+          "(their posts, and their waits, which drive the sockets), not the endpoints' helper threads "
+          "(whose timer naps valgrind's slowdown multiplies), waiters blocking instead of spinning; per round trip = the difference between runs of "
           f"{rti[0]['round_trips'][0]} and {rti[0]['round_trips'][1]} round trips. A count does not "
           "swing with the host as the latency rows do: it is what each layer's own work costs.\n")
     base = next((r["per_round_trip"] for r in rti if r["spec"].startswith("tcp:")), None)

@@ -5,12 +5,15 @@
 # between two endpoints over loopback, run under valgrind's callgrind for a
 # plain tcp endpoint and for multirail endpoints. Two runs of each (LO and
 # HI round trips) cancel the set-up: per round trip = the difference over
-# HI - LO, both ends together, every thread counted. Waiters block instead
-# of spinning (RMR_EVD_SPIN_US=0), so the count is the work a round trip
-# takes, not how long someone spun: repeated runs agree within 1%. A count
-# does not swing with the host the way the latency rows do, so it tells
-# what the multirail layer itself adds to a small message. Writes JSON
-# lines to OUT.
+# HI - LO, both ends together. Counted: the two application threads (their
+# posts, and their waits, which drive the sockets themselves), not the
+# endpoints' helper threads, whose timer naps come ~50 times as often per
+# round trip under valgrind's slowdown as in real time. Waiters block
+# instead of spinning (RMR_EVD_SPIN_US=0), so the count is the work a round
+# trip takes, not how long someone spun: repeated runs agree within 1%. A
+# count does not swing with the host the way the latency rows do, so it
+# tells what the multirail layer itself adds to a small message. Writes
+# JSON lines to OUT.
 #   scripts/rt-instructions.sh [OUT]     (default bench-out/rt-instructions.jsonl)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +28,8 @@ X=target/valgrind/release/examples/rtcost
 LO=${LO:-1000}
 HI=${HI:-3000}
 count() { # spec round-trips -> instructions
-  RMR_EVD_SPIN_US=0 valgrind --tool=callgrind --callgrind-out-file=/dev/null "$X" "$1" "$2" 2>&1 |
+  RMR_EVD_SPIN_US=0 valgrind --tool=callgrind --toggle-collect='rtcost::main*' \
+    --callgrind-out-file=/dev/null "$X" "$1" "$2" 2>&1 |
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
 : >"$OUT"
