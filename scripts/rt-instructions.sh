@@ -28,7 +28,7 @@ X=target/valgrind/release/examples/rtcost
 LO=${LO:-1000}
 HI=${HI:-3000}
 count() { # spec round-trips -> instructions
-  RMR_EVD_SPIN_US=0 valgrind --tool=callgrind --toggle-collect='rtcost::main*' \
+  RMR_EVD_SPIN_US=0 valgrind --tool=callgrind --toggle-collect='rmr_api::conformance::write_send_ping_pong*' \
     --callgrind-out-file=/dev/null "$X" "$1" "$2" 2>&1 |
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }

@@ -7,7 +7,7 @@
 //! suppressed sends. Small suppressed writes (up to 1 KiB) go silent the
 //! same way. Real TCP rails on loopback, both engines.
 
-use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto, pattern};
+use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto, pattern, write_send_ping_pong};
 use rmr_api::{Access, DtoFlags, DtoOp, Error};
 use std::time::Duration;
 
@@ -167,39 +167,7 @@ fn ping_pong_signals_one_dto_per_window() {
     const ROUNDS: u64 = 600;
     let t = target("pinned");
     let p = Pair::new(&t);
-    let (ra, rb) = (Buf::new(&p.pz_a, 8, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
-    let (sa, sb) = (Buf::new(&p.pz_a, 8, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
-    let (wa, wb) = (Buf::new(&p.pz_a, 64, RW, 0), Buf::new(&p.pz_b, 64, RW, 0));
-    let (ctx_a, ctx_b) = (wa.ctx(), wb.ctx());
-    std::thread::scope(|s| {
-        p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).unwrap();
-        s.spawn(|| {
-            for i in 0..ROUNDS {
-                let c = next_dto(&p.evd_b);
-                assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
-                assert_eq!(rb.bytes(), i.to_le_bytes(), "ping {i}");
-                if i + 1 < ROUNDS {
-                    p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).unwrap();
-                }
-                wb.mem.write(0, &i.to_le_bytes()).unwrap();
-                sb.mem.write(0, &i.to_le_bytes()).unwrap();
-                p.b.post_rdma_write(&[wb.part(0, 8)], &ctx_a, 0, 0, DtoFlags::SUPPRESS).unwrap();
-                p.b.post_send(&[sb.sge()], 0, DtoFlags::SUPPRESS).unwrap();
-            }
-        });
-        for i in 0..ROUNDS {
-            p.a.post_recv(&[ra.sge()], 0, DtoFlags::empty()).unwrap();
-            wa.mem.write(0, &i.to_le_bytes()).unwrap();
-            sa.mem.write(0, &i.to_le_bytes()).unwrap();
-            p.a.post_rdma_write(&[wa.part(0, 8)], &ctx_b, 0, 0, DtoFlags::SUPPRESS).unwrap();
-            p.a.post_send(&[sa.sge()], 0, DtoFlags::SUPPRESS).unwrap();
-            let c = next_dto(&p.evd_a);
-            assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
-            assert_eq!(ra.bytes(), i.to_le_bytes(), "pong {i}");
-            // The peer's write landed before its send's receive completed.
-            assert_eq!(wa.bytes()[..8], i.to_le_bytes(), "write before pong {i}");
-        }
-    });
+    write_send_ping_pong(&p, ROUNDS);
     for (side, ep) in [("a", &p.a), ("b", &p.b)] {
         let notes = ep.attr().notes;
         let silent: u64 = notes

@@ -282,6 +282,78 @@ impl Buf {
     }
 }
 
+/// The latency test's small-message round trip, `rounds` times: side a
+/// posts a receive, a suppressed 8-byte RDMA write into b's buffer and a
+/// suppressed 8-byte send, all carrying the round's number, then waits for
+/// b's send; side b (a scoped thread) answers each the same way. Asserts
+/// every ping and pong and that b's write landed before a's receive of b's
+/// send completed (uDAPL's second ordering rule). Returns, per round trip,
+/// how long a's three posts took (receive, write, send). The workload of
+/// the `rtcost` example (instructions per round trip, under callgrind) and
+/// of the multirail silent-DTO test.
+#[inline(never)] // scripts/rt-instructions.sh counts from its entry (and the peer's)
+pub fn write_send_ping_pong(p: &Pair, rounds: u64) -> Vec<[Duration; 3]> {
+    use crate::{DtoFlags, DtoOp};
+    use std::time::Instant;
+    const RW: Access = Access::ALL;
+    let (ra, rb) = (Buf::new(&p.pz_a, 8, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
+    let (sa, sb) = (Buf::new(&p.pz_a, 8, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
+    let (wa, wb) = (Buf::new(&p.pz_a, 64, RW, 0), Buf::new(&p.pz_b, 64, RW, 0));
+    let (ctx_a, ctx_b) = (wa.ctx(), wb.ctx());
+    let mut took = Vec::with_capacity(rounds as usize);
+    std::thread::scope(|s| {
+        p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).expect("post_recv");
+        s.spawn(|| write_send_ping_pong_peer(p, rounds, &rb, &sb, &wb, &ctx_a));
+        for i in 0..rounds {
+            let t0 = Instant::now();
+            p.a.post_recv(&[ra.sge()], 0, DtoFlags::empty()).expect("post_recv");
+            let t1 = Instant::now();
+            wa.mem.store_u64(0, i).unwrap();
+            sa.mem.store_u64(0, i).unwrap();
+            let t2 = Instant::now();
+            p.a.post_rdma_write(&[wa.part(0, 8)], &ctx_b, 0, 0, DtoFlags::SUPPRESS)
+                .expect("post_rdma_write");
+            let t3 = Instant::now();
+            p.a.post_send(&[sa.sge()], 0, DtoFlags::SUPPRESS).expect("post_send");
+            let t4 = Instant::now();
+            let c = next_dto(&p.evd_a);
+            assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
+            assert_eq!(ra.mem.load_u64(0).unwrap(), i, "pong {i}");
+            assert_eq!(wa.mem.load_u64(0).unwrap(), i, "write before pong {i}");
+            took.push([t1 - t0, t3 - t2, t4 - t3]);
+        }
+    });
+    took
+}
+
+/// Side b of [`write_send_ping_pong`]: answers each ping (its receive
+/// buffer `rb`) with a suppressed write from `wb` into a's buffer `ctx_a`
+/// and a suppressed send from `sb`, both carrying the round's number.
+#[inline(never)] // a thread of its own, counted by scripts/rt-instructions.sh
+fn write_send_ping_pong_peer(
+    p: &Pair,
+    rounds: u64,
+    rb: &Buf,
+    sb: &Buf,
+    wb: &Buf,
+    ctx_a: &RmrContext,
+) {
+    use crate::{DtoFlags, DtoOp};
+    for i in 0..rounds {
+        let c = next_dto(&p.evd_b);
+        assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
+        assert_eq!(rb.mem.load_u64(0).unwrap(), i, "ping {i}");
+        if i + 1 < rounds {
+            p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).expect("post_recv");
+        }
+        wb.mem.store_u64(0, i).unwrap();
+        sb.mem.store_u64(0, i).unwrap();
+        p.b.post_rdma_write(&[wb.part(0, 8)], ctx_a, 0, 0, DtoFlags::SUPPRESS)
+            .expect("post_rdma_write");
+        p.b.post_send(&[sb.sge()], 0, DtoFlags::SUPPRESS).expect("post_send");
+    }
+}
+
 /// Deterministic test pattern: byte `i` of message `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
