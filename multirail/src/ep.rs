@@ -791,16 +791,21 @@ impl Core {
     /// Records request `id` (the next one), already posted whole on `rail`:
     /// [`Core::note_stripes`] for one stripe, its record complete before it
     /// is queued (the post of every small message comes here).
-    fn record_whole(&self, st: &mut State, id: u64, mut req: Req, rail: usize, silent: bool) {
+    /// The record is queued first and completed in place: a request is a
+    /// few hundred bytes, and every move of it is a copy.
+    fn record_whole(&self, st: &mut State, id: u64, req: Req, rail: usize, silent: bool) {
         debug_assert_eq!(id, st.front_id + st.reqs.len() as u64);
-        if let (Kind::Write, Some(at)) = (req.kind, req.remote) {
+        st.reqs.push_back(req);
+        let req = st.reqs.back().expect("just queued");
+        let (bytes, at) = (req.bytes, req.remote.filter(|_| matches!(req.kind, Kind::Write)));
+        if let Some(at) = at {
             st.probe_at[rail] = Some(at);
         }
         let now = self.adaptive.then(Instant::now);
-        let seq = Self::book_stripe(st, id, 0, rail, req.bytes, silent, now);
-        req.stripes.push(StripeRec { rail, off: 0, len: req.bytes, done: false, seq });
+        let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
+        let req = st.reqs.back_mut().expect("just queued");
+        req.stripes.push(StripeRec { rail, off: 0, len: bytes, done: false, seq });
         req.remaining = 1;
-        st.reqs.push_back(req);
     }
 
     /// The rail a DTO goes to whole, now and from the caller, if it can:
@@ -1030,14 +1035,19 @@ impl Core {
 
     /// Pops finished requests off the front, in posting order.
     fn release(&self, st: &mut State, evs: &mut UserEvents) {
-        while st.reqs.front().is_some_and(|r| r.remaining == 0) {
-            let r = st.reqs.pop_front().expect("front");
-            st.front_id += 1;
+        // The finished requests are dropped where they lie (no copy out).
+        let mut n = 0;
+        for r in st.reqs.iter().take_while(|r| r.remaining == 0) {
+            n += 1;
             if r.signalled || !r.status.is_ok() {
                 let mut c = self.dto(r.cookie, r.kind.op(), r.status, r.bytes);
                 c.imm = r.imm;
                 evs.push((TO_REQ, Event::Dto(c)));
             }
+        }
+        if n > 0 {
+            st.reqs.drain(..n);
+            st.front_id += n as u64;
         }
     }
 
