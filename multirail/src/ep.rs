@@ -43,11 +43,23 @@ const MAX_SILENT_HARD: usize = 4 * MAX_SILENT;
 /// signalled: their completions are what spreads a stream of small writes
 /// over the rails, through the planner's outstanding bytes).
 const SILENT_WRITE_MAX: u64 = 1024;
-/// With rail threads, work of at most this many bytes in a batch is posted
-/// by the caller when its rail's thread is idle (see [`Core::issue`]): the
-/// caller copies 64 KiB into a socket in less time than a sleeping rail
-/// thread takes to wake (15-80 us in the lab's VM).
+/// With rail threads that have cores of their own, work of at most this
+/// many bytes in a batch is posted by the caller when its rail's thread is
+/// idle (see [`Core::issue`], [`MrConfig::direct`]): the caller copies
+/// 64 KiB into a socket in less time than a sleeping rail thread takes to
+/// wake (15-80 us in the lab's VM).
 const DIRECT_MAX: u64 = 64 << 10;
+
+/// The largest work item a pinned caller posts itself (see
+/// [`MrConfig::direct`]): the configured value, else DIRECT_MAX when the
+/// node has more cores than `rails` (a core per rail thread beside the
+/// caller's), else everything.
+fn direct_max(cfg: &MrConfig, rails: usize) -> u64 {
+    cfg.direct.unwrap_or_else(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if cores > rails { DIRECT_MAX } else { u64::MAX }
+    })
+}
 /// A receive goes straight to the user past at most this many request
 /// completions queued on its rail.
 const SINK_SCAN: usize = 16;
@@ -277,6 +289,8 @@ pub(crate) struct Core {
     has_failed: AtomicBool,
     /// Work items handed to rail threads (the rest their callers posted).
     handed: AtomicU64,
+    /// The largest work item a pinned caller posts itself ([`direct_max`]).
+    direct_max: u64,
     /// The policy is adaptive: stripes feed the rails' rate estimates.
     adaptive: bool,
     /// Every rail EVD is a [`SoftEvd`] (its `len` tells whether to harvest).
@@ -500,14 +514,15 @@ impl Core {
                 // that queue): a lone stripe (a small or ordered DTO), and in a
                 // batch a probe, a small whole DTO (such as a notify released
                 // from behind its fence with a probe beside it) or a stripe of
-                // at most DIRECT_MAX bytes. Waking a rail thread costs tens of
-                // microseconds when a waiter spins on its core, more than the
+                // at most `direct_max` bytes. Waking a rail thread costs tens
+                // of microseconds when a waiter spins on its core, more than the
                 // caller's copy of such a stripe. Larger stripes go to the rail
-                // threads, which copy them into every rail at once.
+                // threads, which copy them into every rail at once — where they
+                // have cores of their own (else every stripe stays here).
                 let lone = works.len() == 1;
                 for w in works {
                     let r = w.rail;
-                    if (lone || w.bytes() <= DIRECT_MAX) && self.direct(r) {
+                    if (lone || w.bytes() <= self.direct_max) && self.direct(r) {
                         if let Err(e) = self.post_work(&w) {
                             self.fail(&w, &e);
                         }
@@ -1669,6 +1684,7 @@ impl MrEp {
             failed: Mutex::default(),
             has_failed: AtomicBool::new(false),
             handed: AtomicU64::new(0),
+            direct_max: direct_max(&cfg, n),
             adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
             soft_rails,
             cfg,
@@ -1738,6 +1754,10 @@ impl Ep for MrEp {
             ("engine".to_string(), c.cfg.engine.to_string()),
             ("policy".to_string(), c.cfg.policy.to_string()),
             ("threshold".to_string(), c.cfg.threshold.to_string()),
+            (
+                "direct_max".to_string(),
+                if c.direct_max == u64::MAX { "all".into() } else { c.direct_max.to_string() },
+            ),
         ];
         for (i, r) in c.rails.iter().enumerate() {
             notes.push((

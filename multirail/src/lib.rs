@@ -66,8 +66,11 @@
 //!
 //! ## Runtime parameters
 //! `RMR_MR_ENGINE`, `RMR_MR_POLICY`, `RMR_MR_THRESHOLD` (bytes, `K`/`M`
-//! suffixes), `RMR_MR_BIND` (`0` disables hwloc binding) set the defaults
-//! of [`MrConfig`]; spec options override them.
+//! suffixes), `RMR_MR_BIND` (`0` disables hwloc binding), `RMR_MR_DIRECT`
+//! (`auto`, `all` or a size: the stripes a pinned caller posts itself, see
+//! [`MrConfig::direct`]) set the defaults of [`MrConfig`]; spec options
+//! (`engine=`, `policy=`, `threshold=`, `align=`, `bind=`, `direct=`)
+//! override them.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
@@ -158,6 +161,23 @@ pub struct MrConfig {
     pub align: u64,
     /// Bind pinned rail threads to cores with hwloc.
     pub bind: bool,
+    /// With `pinned`: the largest stripe of a striped DTO the caller posts
+    /// itself while its rail's thread is idle (larger ones go to the rail
+    /// threads, which copy them into every rail at once). `None` (the
+    /// default, `direct=auto`) picks: 64 KiB when the node has a core for
+    /// every rail thread beside the caller's (more cores than rails), else
+    /// every stripe (`direct=all`): with no core to spare, a woken rail
+    /// thread only takes the CPU its peer's copy needs. `RMR_MR_DIRECT`.
+    pub direct: Option<u64>,
+}
+
+/// Parses a `direct` value: `auto` (None), `all` (every stripe) or a size.
+fn parse_direct(v: &str) -> std::result::Result<Option<u64>, String> {
+    match v {
+        "auto" => Ok(None),
+        "all" => Ok(Some(u64::MAX)),
+        v => parse_size(v).map(Some),
+    }
 }
 
 impl Default for MrConfig {
@@ -175,12 +195,14 @@ impl Default for MrConfig {
                 .unwrap_or(32 << 10),
             align: 4096,
             bind: env("RMR_MR_BIND").is_none_or(|v| v != "0"),
+            direct: env("RMR_MR_DIRECT").and_then(|v| parse_direct(&v).ok()).flatten(),
         }
     }
 }
 
 impl MrConfig {
-    /// Applies one `key=value` option (`engine`, `policy`, `threshold`, `align`, `bind`).
+    /// Applies one `key=value` option (`engine`, `policy`, `threshold`,
+    /// `align`, `bind`, `direct`).
     ///
     /// # Errors
     /// A message naming the bad option.
@@ -191,6 +213,7 @@ impl MrConfig {
             "threshold" => self.threshold = parse_size(value)?,
             "align" => self.align = parse_size(value)?.max(1),
             "bind" => self.bind = value != "0" && value != "false",
+            "direct" => self.direct = parse_direct(value)?,
             _ => return Err(format!("unknown multirail option `{key}`")),
         }
         Ok(())
