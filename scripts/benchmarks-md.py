@@ -270,30 +270,36 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   penalty goes: eight paired rounds on 2026-11-24 gave a median of 1.02
   (0.98-1.11) where ten paired rounds at MTU 1500 just before gave 1.24; the lab now
   measures the latency rounds at both MTUs (`LAB_MTU=9000 scripts/lab.sh`).
-- Small messages at 8-512 B. The multirail layer's own work, about 3 us
-  per side and round trip: its three posts (receive, write, send) cost
-  ~1.2 us more than on one rail, the wait's harvest and re-entry after the
-  send ~1.6 us, and a spin pass over two sockets ~0.3 us more. Counted
-  (the instructions table below), a two-rail round trip takes ~1.4x the
-  instructions of a plain tcp one, ~1,900 more per side, spread over
-  every step (callgrind on 2026-11-24: the three posts ~970 more, ~450 of
-  them the write's; the wait ~920 more, of which the flush of the frames
-  the rails hold before it starts ~330 and the harvest check ~370), no one
-  step large. A post's time in the lab is about twice its time in a hot
-  loop (its code and data are cold after the wait's system calls), which
-  is why these instructions come to ~3 us.
-- Two unshaped rails at 1 MiB. One rail already keeps ~1.6 of the 2 CPUs
-  busy (the sender's and the receiver's copies), so a second rail adds at
-  most the remaining ~0.4 CPU: about 1.25x at one rail's Mbit/s per busy
-  CPU, and 1.38x even at raw TCP's two-stream efficiency. The 1.4x target
-  needs a host where one rail is bound by one core. Unpaired rounds
-  swung far either side of that (0.69 to 1.72 on 2026-11-24, as the
-  one-rail and two-rail runs of a round got different shares of this
-  shared host); since 2026-11-24 each two-rail run is paired with its
-  one-rail reference (`--paired`), and paired rounds gave 0.95-1.17 at
-  1 MiB with the pinned engine, 1.08-1.31 with inline (whose caller
-  posts both stripes: no rail thread to wake on two busy cores), below
-  1.4 either way, as the CPU budget above predicts.
+- Small messages at 8-512 B. The multirail layer's own work, a fixed
+  ~0.65 us per half round trip on this host (2026-11-24: one rail 5.8 to
+  6.9 us at 8 B across runs, two rails 6.5 to 7.5 us), so the ratio moves
+  with the host's speed: 1.09-1.10 in a run where one rail took 6.9 us,
+  1.13 where it took 5.8 us. Counted (the instructions table below, both
+  ends of the round trip), a two-rail round trip takes ~1.45x the
+  instructions of a plain tcp one, ~3,600 more per side, spread over
+  every step (callgrind, 2026-11-24, per side: the three posts ~1,900
+  more, ~900 of them the write's: the layer's checks, rail choice, request
+  record and silent bookkeeping around the tcp post; the receive's
+  hand-over from the rail's EVD to the user's ~430; the wait's flush of the
+  frames the rails hold, its endpoint lists and loop ~900; the harvest of
+  the one signalled completion in ~32 DTOs, which retires the silent ones
+  before it, ~500), no one step large. Queuing each request record once
+  and retiring finished ones in place (two ~300-byte copies fewer per DTO)
+  took 3.7% off the two-rail round trip; each further step is 1-2%.
+- Two unshaped rails at 1 MiB. One rail keeps ~1.45 of the 2 CPUs busy
+  (the sender's and the receiver's copies); two rails reach more than
+  the remaining CPU would suggest, because each CPU carries more per byte
+  (bigger batches per system call: 21-23 Gbit/s per busy CPU against
+  14-16 for one rail). Until 2026-11-24 the pinned engine handed stripes
+  above 64 KiB to its rail threads, which on this 2-core node competed
+  with the caller and the receiver for the same cores and left ~0.2 CPU
+  idle (1.6 busy CPUs against inline's 1.8; two-rail pinned runs at
+  24-29 Gbit/s against inline's 35-40, paired rounds 1.19-1.37). Now a
+  node without a core per rail thread beside the caller's (`direct=auto`,
+  see `MrConfig::direct`) has the caller post every stripe while its
+  rail's thread is idle, as inline does: 39-42 Gbit/s on 1.8 busy CPUs.
+  The rounds still swing with the host's other tenants (a round whose
+  one-rail and two-rail turns both ran at 13-15 Gbit/s came out 0.91).
 - pinned / inline at 4 KiB. Below the stripe threshold both engines post
   every write from the caller; they differ in where the notify waits for
   its fence (inline: inside the post, polling the rails; pinned: deferred,
@@ -328,7 +334,8 @@ if rti:
     print("`scripts/rt-instructions.sh`: the latency test's round trip (each side posts a receive, "
           "a suppressed 8-byte write and a suppressed send, then waits for the other's send) between "
           "two endpoints over loopback, under valgrind's callgrind: both ends' application threads "
-          "(their posts, and their waits, which drive the sockets), not the endpoints' helper threads "
+          "(their posts, and their waits, which drive the sockets; counts before 2026-11-24's last run "
+          "covered one end only), not the endpoints' helper threads "
           "(whose timer naps valgrind's slowdown multiplies), waiters blocking instead of spinning; per round trip = the difference between runs of "
           f"{rti[0]['round_trips'][0]} and {rti[0]['round_trips'][1]} round trips. A count does not "
           "swing with the host as the latency rows do: it is what each layer's own work costs.\n")
