@@ -263,6 +263,9 @@ impl RailRate {
 pub(crate) struct Rail {
     ep: Arc<dyn Ep>,
     evd: Arc<dyn Evd>,
+    /// The drivers of the rail EVD (its endpoint's socket), taken once the
+    /// rail is connected: what [`Core::flush_rails`] pushes out.
+    drivers: std::sync::OnceLock<Vec<Arc<dyn rmr_api::Driver>>>,
     /// Work handed to the rail thread and not yet posted by it.
     pending: std::sync::atomic::AtomicUsize,
     tx: Mutex<Option<crossbeam_channel::Sender<Work>>>,
@@ -1409,6 +1412,17 @@ impl Core {
         self.deliver_taking(evs, take)
     }
 
+    /// Sends the frames the rails hold for batching (or queue behind a full
+    /// socket) now, without reading or blocking: [`SoftEvd::flush_writes`]
+    /// over this EP's rails, with no driver lookup. Returns whether any went.
+    pub(crate) fn flush_rails(&self) -> bool {
+        let mut moved = false;
+        for d in self.rails.iter().filter_map(|r| r.drivers.get()).flatten() {
+            moved |= d.flush();
+        }
+        moved
+    }
+
     pub(crate) fn rail_evds(&self) -> impl Iterator<Item = &Arc<dyn Evd>> {
         self.rails.iter().map(|r| &r.evd)
     }
@@ -1578,6 +1592,7 @@ impl Core {
         // as in a write+notify ping-pong) are harvested later.
         for r in &self.rails {
             if let Some(s) = r.evd.as_any().downcast_ref::<SoftEvd>() {
+                let _ = r.drivers.set(s.own_driver_handles());
                 let me = Arc::downgrade(self);
                 s.set_sink(Box::new(move |ev, ahead| {
                     if !matches!(&ev, Event::Dto(c) if c.cookie & RECV_BIT != 0) {
@@ -1642,6 +1657,7 @@ impl MrEp {
             rails.push(Rail {
                 ep,
                 evd,
+                drivers: std::sync::OnceLock::new(),
                 pending: Default::default(),
                 tx: Mutex::new(None),
                 cpu: Mutex::new("not started".into()),

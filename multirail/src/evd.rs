@@ -66,13 +66,15 @@ impl MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
-        // Frames the rails hold for batching (the user's last posts) go out
-        // first: the peer's answer, and so this wait, depend on them.
-        self.q.flush_writes();
-        // The clock is read only once there is something to wait for.
-        let mut idle = 0u32;
         // The endpoints reporting here, looked up again only when they change.
         let (mut seen_gen, mut cores) = self.cores();
+        // Frames the rails hold for batching (the user's last posts) go out
+        // first: the peer's answer, and so this wait, depend on them.
+        for c in &cores {
+            c.flush_rails();
+        }
+        // The clock is read only once there is something to wait for.
+        let mut idle = 0u32;
         loop {
             if self.polled_gen.load(Ordering::Acquire) != seen_gen {
                 (seen_gen, cores) = self.cores();

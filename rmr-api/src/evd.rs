@@ -406,6 +406,16 @@ impl SoftEvd {
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// The drivers registered on this EVD itself (not those of EVDs it
+    /// drives through), as strong handles: for a layer that owns the
+    /// endpoints behind this EVD (multirail's rails) and flushes them
+    /// directly, without looking the list up on every wait.
+    pub fn own_driver_handles(&self) -> Vec<Arc<dyn Driver>> {
+        let mut out = Drivers::new();
+        self.own_drivers(&mut out);
+        out.into_vec()
+    }
+
     fn own_drivers(&self, out: &mut Drivers) {
         let v = self.drivers.read().unwrap_or_else(|p| p.into_inner());
         out.extend(v.iter().filter_map(Weak::upgrade));
