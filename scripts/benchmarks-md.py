@@ -271,12 +271,13 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   (0.98-1.11) where ten paired rounds at MTU 1500 just before gave 1.24; the lab now
   measures the latency rounds at both MTUs (`LAB_MTU=9000 scripts/lab.sh`).
 - Small messages at 8-512 B. The multirail layer's own work, a fixed
-  ~0.65 us per half round trip on this host (2026-11-24: one rail 5.8 to
-  6.9 us at 8 B across runs, two rails 6.5 to 7.5 us), so the ratio moves
-  with the host's speed: 1.09-1.10 in a run where one rail took 6.9 us,
-  1.13 where it took 5.8 us. Counted (the instructions table below, both
-  ends of the round trip), a two-rail round trip takes ~1.45x the
-  instructions of a plain tcp one, ~3,600 more per side, spread over
+  ~0.6-0.7 us per half round trip on this host (three runs on 2026-11-24:
+  one rail 5.8 to 6.9 us at 8 B, two rails 6.5 to 7.5 us), so the ratio
+  moves with the host's speed: 1.09-1.10 in a run where one rail took
+  6.9 us, 1.13 where it took 5.8 us; the rounds are bimodal (at 64 B in
+  this run 1.06-1.07 or 1.11-1.16). Counted (the instructions table
+  below, both ends of the round trip), a two-rail round trip takes ~1.43x
+  the instructions of a plain tcp one, ~3,400 more per side, spread over
   every step (callgrind, 2026-11-24, per side: the three posts ~1,900
   more, ~900 of them the write's: the layer's checks, rail choice, request
   record and silent bookkeeping around the tcp post; the receive's
@@ -284,12 +285,14 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   frames the rails hold, its endpoint lists and loop ~900; the harvest of
   the one signalled completion in ~32 DTOs, which retires the silent ones
   before it, ~500), no one step large. Queuing each request record once
-  and retiring finished ones in place (two ~300-byte copies fewer per DTO)
-  took 3.7% off the two-rail round trip; each further step is 1-2%.
+  and retiring finished ones in place (two ~300-byte copies fewer per DTO),
+  and flushing the rails through driver handles taken at connection
+  instead of a lookup per wait, took 4.6% off the two-rail round trip
+  (24019 to 22909 instructions); each further step is 1-2%.
 - Two unshaped rails at 1 MiB. One rail keeps ~1.45 of the 2 CPUs busy
   (the sender's and the receiver's copies); two rails reach more than
   the remaining CPU would suggest, because each CPU carries more per byte
-  (bigger batches per system call: 21-23 Gbit/s per busy CPU against
+  (bigger batches per system call: 19-23 Gbit/s per busy CPU against
   14-16 for one rail). Until 2026-11-24 the pinned engine handed stripes
   above 64 KiB to its rail threads, which on this 2-core node competed
   with the caller and the receiver for the same cores and left ~0.2 CPU
@@ -297,7 +300,8 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   24-29 Gbit/s against inline's 35-40, paired rounds 1.19-1.37). Now a
   node without a core per rail thread beside the caller's (`direct=auto`,
   see `MrConfig::direct`) has the caller post every stripe while its
-  rail's thread is idle, as inline does: 39-42 Gbit/s on 1.8 busy CPUs.
+  rail's thread is idle, as inline does: 34-42 Gbit/s on 1.75-1.8 busy
+  CPUs in the two runs since.
   The rounds still swing with the host's other tenants (a round whose
   one-rail and two-rail turns both ran at 13-15 Gbit/s came out 0.91).
 - pinned / inline at 4 KiB. Below the stripe threshold both engines post
