@@ -7,7 +7,7 @@
 //! (`direct=all`, the default there) the caller posts those too. Real TCP
 //! rails on loopback.
 
-use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto, pattern};
+use rmr_api::conformance::{Buf, Pair, Target, ep_count, ep_note, expect_ok, next_dto, pattern};
 use rmr_api::{Access, DtoFlags};
 
 const RW: Access = Access::ALL;
@@ -18,21 +18,7 @@ fn register() {
 }
 
 fn handed_off(p: &Pair) -> u64 {
-    let notes = p.a.attr().notes;
-    notes
-        .iter()
-        .find(|(n, _)| n == "handed_off")
-        .map(|(_, v)| v.parse().unwrap())
-        .unwrap_or_else(|| panic!("no handed_off note: {notes:?}"))
-}
-
-fn note(p: &Pair, name: &str) -> String {
-    let notes = p.a.attr().notes;
-    notes
-        .iter()
-        .find(|(n, _)| n == name)
-        .map(|(_, v)| v.clone())
-        .unwrap_or_else(|| panic!("no {name} note: {notes:?}"))
+    ep_count(&*p.a, "handed_off")
 }
 
 /// A 1 MiB write (two 512 KiB stripes) from a pattern, checked on arrival.
@@ -74,7 +60,7 @@ fn writes_then_notify_never_wake_a_rail_thread() {
         assert_eq!(remote.bytes()[..(N * W) as usize], local.bytes()[..(N * W) as usize]);
     }
     assert_eq!(handed_off(&p), 0, "small work went through a rail thread");
-    let probes = p.a.attr().notes.into_iter().find(|(n, _)| n == "probes").unwrap().1;
+    let probes = ep_count(&*p.a, "probes");
     println!("probes: {probes}");
     // A 64 KiB write is striped (2 x 32 KiB) and its stripes posted by the
     // caller; the rails' threads are idle.
@@ -95,7 +81,7 @@ fn writes_then_notify_never_wake_a_rail_thread() {
 fn direct_all_posts_large_stripes_from_the_caller() {
     let s = "multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned;policy=even;direct=all";
     let p = Pair::new(&Target::new("multirail-direct-all", register, s, s));
-    assert_eq!(note(&p, "direct_max"), "all");
+    assert_eq!(ep_note(&*p.a, "direct_max"), "all");
     for i in 0..4 {
         write_1m(&p, i, i);
     }
@@ -111,7 +97,7 @@ fn direct_default_follows_the_cores() {
     let p = Pair::new(&Target::new("multirail-direct-auto", register, s, s));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let want = if cores > 2 { (64u64 << 10).to_string() } else { "all".into() };
-    assert_eq!(note(&p, "direct_max"), want, "{cores} cores, 2 rails");
+    assert_eq!(ep_note(&*p.a, "direct_max"), want, "{cores} cores, 2 rails");
     write_1m(&p, 9, 9);
     let handed = handed_off(&p);
     if cores > 2 {

@@ -8,17 +8,12 @@
 //! write's completion queues on the rail ahead of the answer: the answer
 //! still goes direct (it overtakes a request completion, never a receive).
 
-use rmr_api::conformance::{Buf, Pair, Target, next_dto};
-use rmr_api::{Access, DtoFlags, DtoOp, Ep};
+use rmr_api::conformance::{Buf, Pair, Target, ep_count, next_dto};
+use rmr_api::{Access, DtoFlags, DtoOp};
 
 fn register() {
     backend_tcp::register();
     multirail::register();
-}
-
-fn note(ep: &dyn Ep, k: &str) -> String {
-    let notes = ep.attr().notes;
-    notes.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_else(|| panic!("{k}"))
 }
 
 /// The RMR context of a peer's buffer.
@@ -93,7 +88,7 @@ fn run(engine: &str, write: u64) {
         }
     });
     for ep in [&p.a, &p.b] {
-        let direct: u64 = note(&**ep, "recv_direct").parse().unwrap();
+        let direct = ep_count(&**ep, "recv_direct");
         println!("{engine}, {write} B writes: {direct} of {N} receives delivered directly");
         // Most receives find nobody harvesting the rail and go direct, past
         // the write completions queued there; some meet a harvest and take

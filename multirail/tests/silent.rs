@@ -7,7 +7,9 @@
 //! suppressed sends. Small suppressed writes (up to 1 KiB) go silent the
 //! same way. Real TCP rails on loopback, both engines.
 
-use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto, pattern, write_send_ping_pong};
+use rmr_api::conformance::{
+    Buf, Pair, Target, ep_count, expect_ok, next_dto, pattern, write_send_ping_pong,
+};
 use rmr_api::{Access, DtoFlags, DtoOp, Error};
 use std::time::Duration;
 
@@ -137,13 +139,11 @@ fn run(engine: &str) {
     no_event(&p);
 
     // The silent path was the one taken, probes included.
+    let (silent, probes) = (ep_count(&*p.a, "silent"), ep_count(&*p.a, "probes"));
+    println!("{engine}: silent DTOs {silent}, probes {probes}");
     let notes = p.a.attr().notes;
-    let note = |k: &str| -> u64 {
-        notes.iter().find(|(n, _)| n == k).map(|(_, v)| v.parse().unwrap()).expect(k)
-    };
-    println!("{engine}: silent DTOs {}, probes {}", note("silent"), note("probes"));
-    assert!(note("silent") >= 64, "sends were not silent: {notes:?}");
-    assert!(note("probes") >= 1, "no probe was needed: {notes:?}");
+    assert!(silent >= 64, "sends were not silent: {notes:?}");
+    assert!(probes >= 1, "no probe was needed: {notes:?}");
 }
 
 #[test]
@@ -169,14 +169,13 @@ fn ping_pong_signals_one_dto_per_window() {
     let p = Pair::new(&t);
     write_send_ping_pong(&p, ROUNDS);
     for (side, ep) in [("a", &p.a), ("b", &p.b)] {
-        let notes = ep.attr().notes;
-        let silent: u64 = notes
-            .iter()
-            .find(|(n, _)| n == "silent")
-            .map(|(_, v)| v.parse().unwrap())
-            .expect("silent");
+        let silent = ep_count(&**ep, "silent");
         let dtos = 2 * ROUNDS;
         println!("{side}: {silent} of {dtos} DTOs silent");
-        assert!(silent * 100 >= dtos * 94, "{side}: {silent} of {dtos} silent: {notes:?}");
+        assert!(
+            silent * 100 >= dtos * 94,
+            "{side}: {silent} of {dtos} silent: {:?}",
+            ep.attr().notes
+        );
     }
 }

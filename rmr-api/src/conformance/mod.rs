@@ -354,6 +354,22 @@ fn write_send_ping_pong_peer(
     }
 }
 
+/// The value of `ep`'s attribute note `name` ([`crate::EpAttr::notes`]);
+/// panics, listing the notes, when there is none.
+pub fn ep_note(ep: &dyn Ep, name: &str) -> String {
+    let notes = ep.attr().notes;
+    match notes.iter().find(|(n, _)| n == name) {
+        Some((_, v)) => v.clone(),
+        None => panic!("no {name} note: {notes:?}"),
+    }
+}
+
+/// [`ep_note`] read as a count.
+pub fn ep_count(ep: &dyn Ep, name: &str) -> u64 {
+    let v = ep_note(ep, name);
+    v.parse().unwrap_or_else(|_| panic!("note {name} = {v:?} is not a count"))
+}
+
 /// Deterministic test pattern: byte `i` of message `seed`.
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
