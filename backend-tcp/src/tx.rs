@@ -135,7 +135,10 @@ fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
         .map_err(|e| io::Error::other(e.to_string()))?;
         match r {
             Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "socket closed")),
-            Ok(n) => f.sent += n,
+            Ok(n) => {
+                f.sent += n;
+                rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
+            }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Progress::Blocked),
             Err(e) => return Err(e),

@@ -23,6 +23,14 @@ pub enum Stage {
     TxWrite = 4,
     /// The application began a wait.
     WaitBegun = 5,
+    /// A socket write returned (the bytes are in the kernel).
+    TxDone = 6,
+    /// A spinning waiter's zero-timeout `poll` found nothing.
+    PollDone = 7,
+    /// A spinning waiter's yield returned.
+    Yielded = 8,
+    /// A `poll` found a descriptor ready.
+    PollReady = 9,
 }
 
 #[cfg(feature = "stages")]
