@@ -254,10 +254,14 @@ pub struct SoftEvd {
     /// a new wait skips them until `poll` reports them (a hint only; a
     /// wrong bit costs one `poll`, never an event).
     idle: AtomicU64,
-    /// Drivers (by index, the first 64) that moved nothing in the last wait
-    /// that got its event through a driver: a spinning waiter's `poll`
-    /// looks at them only once in [`QUIET_LOOK`] (a hint only, as `idle`).
+    /// Drivers (by index, the first 8) that moved nothing in the last
+    /// [`QUIET_WAITS`] waits that got something through a driver: a
+    /// spinning waiter's `poll` looks at them only once in [`QUIET_LOOK`]
+    /// (a hint only, as `idle`).
     quiet: AtomicU64,
+    /// Per driver (the first 8, a byte each): such waits since it last
+    /// moved, saturating.
+    ages: AtomicU64,
 }
 
 impl Default for SoftEvd {
@@ -290,6 +294,12 @@ static POLLERS: AtomicUsize = AtomicUsize::new(0);
 /// idle rail costs a small message's wait nothing, and a rail that wakes
 /// up is seen within a few microseconds.
 const QUIET_LOOK: u32 = 8;
+
+/// Waits answered through a driver that another driver must sit out before
+/// it counts as quiet: a peer that speaks every few waits (a barrier's
+/// rounds, a runtime's regular partners) never does; a multirail
+/// endpoint's idle rail does.
+const QUIET_WAITS: u64 = 32;
 
 /// Which drivers a waiter drives next.
 enum Ready {
@@ -326,6 +336,7 @@ impl SoftEvd {
             queued: AtomicUsize::new(0),
             idle: AtomicU64::new(0),
             quiet: AtomicU64::new(0),
+            ages: AtomicU64::new(0),
             recent_wait: AtomicU64::new(0),
             max_spin,
             capacity,
@@ -614,19 +625,37 @@ impl SoftEvd {
             looks = looks.wrapping_add(1);
             ready = self.poll_once(&drivers, deadline, done, false, spinning, skip);
         };
-        // The drivers that moved nothing are quiet for the next waits, if
-        // this one got anything through them (a wait that found its event
-        // queued by someone else says nothing about them).
+        // Only a wait that got something through a driver counts (one that
+        // found its event queued by someone else says nothing about them).
         if several && moved_any != 0 {
-            let quiet = !moved_any;
-            if self.quiet.load(Ordering::Relaxed) != quiet {
-                self.quiet.store(quiet, Ordering::Relaxed);
-            }
+            self.note_moved(moved_any, drivers.len());
         }
         for d in &drivers {
             d.leave();
         }
         res
+    }
+
+    /// A wait got something through the drivers in `moved` (by index) of
+    /// `n`: the others age by one such wait; those that reach
+    /// [`QUIET_WAITS`] are quiet (see `SoftEvd::quiet`).
+    fn note_moved(&self, moved: u64, n: usize) {
+        let old = self.ages.load(Ordering::Relaxed);
+        let (mut ages, mut quiet) = (0u64, 0u64);
+        for i in 0..n.min(8) {
+            let age = if moved & 1 << i != 0 { 0 } else { (old >> (8 * i) & 0xff).min(254) + 1 };
+            ages |= age << (8 * i);
+            if age >= QUIET_WAITS {
+                quiet |= 1 << i;
+            }
+        }
+        // Written only when they change (no store per wait once settled).
+        if ages != old {
+            self.ages.store(ages, Ordering::Relaxed);
+        }
+        if self.quiet.load(Ordering::Relaxed) != quiet {
+            self.quiet.store(quiet, Ordering::Relaxed);
+        }
     }
 
     /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
@@ -1229,11 +1258,15 @@ mod tests {
             evd.drivers().iter().position(|x| Arc::ptr_eq(x, d)).expect("registered")
         };
         let (ia, ib) = (at(&a), at(&b));
-        // A wait answered through A leaves B quiet (and A not).
-        rustix::io::write(&wr_a, &[1]).unwrap();
-        assert!(matches!(evd.wait(Some(Duration::from_secs(5)), 1), Ok(Event::Software(1))));
-        let quiet = evd.quiet.load(Ordering::Relaxed);
-        assert!(quiet & 1 << ib != 0 && quiet & 1 << ia == 0, "quiet {quiet:#b}");
+        // Waits answered through A make B quiet (and A not), after QUIET_WAITS.
+        for k in 1..=QUIET_WAITS {
+            rustix::io::write(&wr_a, &[1]).unwrap();
+            let got = evd.wait(Some(Duration::from_secs(5)), 1);
+            assert!(matches!(got, Ok(Event::Software(1))), "{got:?}");
+            let quiet = evd.quiet.load(Ordering::Relaxed);
+            assert_eq!(quiet & 1 << ib != 0, k == QUIET_WAITS, "wait {k}: quiet {quiet:#b}");
+            assert_eq!(quiet & 1 << ia, 0, "wait {k}: quiet {quiet:#b}");
+        }
         // Input on the quiet driver still ends the wait, long before its end.
         let t = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(30));
