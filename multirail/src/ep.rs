@@ -1359,7 +1359,13 @@ impl Core {
         let u = self.recv_done(&mut st, &c)?;
         st.recv_direct += 1;
         drop(st);
-        self.deliver_one(TO_RECV, u, None);
+        // Straight to the application thread if it is the one waiting for
+        // it here (it drives the rail), else queued for it.
+        if let Some(m) = self.user.recv.as_any().downcast_ref::<MrEvd>() {
+            if let Some(u) = crate::evd::hand_over(&m.q, u) {
+                m.q.push(u);
+            }
+        }
         None
     }
 

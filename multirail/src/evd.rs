@@ -8,11 +8,70 @@ use crate::ep::Core;
 use rmr_api::{Error, Evd, Event, Result, SoftEvd};
 use smallvec::SmallVec;
 use std::any::Any;
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 type Cores = SmallVec<[Arc<Core>; 4]>;
+
+thread_local! {
+    /// The queue of the multirail EVD this thread waits on for one event,
+    /// while it drives the rails' sockets in that wait (null otherwise).
+    static WAITING_ON: Cell<*const SoftEvd> = const { Cell::new(std::ptr::null()) };
+    /// A receive's completion handed to that wait by [`hand_over`].
+    static HANDED: Cell<Option<Event>> = const { Cell::new(None) };
+}
+
+/// Hands `ev`, bound for `q`, straight to the calling thread's wait if that
+/// wait is for one event of `q` and `q` holds nothing (so `ev` is its
+/// oldest): no queueing and dequeueing, a poke to end the wait's spin.
+/// Returns the event when it cannot (the caller queues it). For a rail
+/// EVD's sink, which runs in whichever thread drives the rail's socket:
+/// in a small-message ping-pong, the waiter itself.
+pub(crate) fn hand_over(q: &SoftEvd, ev: Event) -> Option<Event> {
+    if !std::ptr::eq(WAITING_ON.get(), q) || !q.is_empty() {
+        return Some(ev);
+    }
+    match HANDED.take() {
+        Some(held) => {
+            HANDED.set(Some(held));
+            Some(ev)
+        }
+        None => {
+            HANDED.set(Some(ev));
+            q.poke();
+            None
+        }
+    }
+}
+
+/// Marks the calling thread as waiting on `q` for [`hand_over`] while it
+/// lives; an event handed over and not taken (a wait left by a panic) is
+/// queued when it ends.
+struct Waiting<'a> {
+    q: &'a SoftEvd,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(q: &'a SoftEvd) -> Self {
+        WAITING_ON.set(q);
+        Waiting { q }
+    }
+    /// The event handed over since, if any.
+    fn take(&self) -> Option<Event> {
+        HANDED.take()
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        WAITING_ON.set(std::ptr::null());
+        if let Some(ev) = HANDED.take() {
+            self.q.push_front(ev);
+        }
+    }
+}
 
 /// An EVD of the multirail provider.
 #[derive(Default)]
@@ -107,7 +166,18 @@ impl MrEvd {
                 // long as a single-rail waiter would, then blocking) until an
                 // event or a poke.
                 let spin = self.q.spin_time().saturating_sub(waited);
-                match self.q.wait_or_poke_spin(left, threshold, seen, spin)? {
+                // A receive the rails' sink translates in this thread comes
+                // straight here (see `hand_over`), older than anything queued.
+                let waiting = (threshold == 1).then(|| Waiting::new(&self.q));
+                let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
+                if let Some(h) = waiting.as_ref().and_then(Waiting::take) {
+                    if let Ok(Some(e)) = r {
+                        self.q.push_front(e);
+                    }
+                    return Ok(h);
+                }
+                drop(waiting);
+                match r? {
                     Some(e) => return Ok(e),
                     None => {
                         idle = 0;
@@ -189,5 +259,58 @@ impl Evd for MrEvd {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(e: Option<Event>) -> Option<u64> {
+        match e {
+            Some(Event::Software(v)) => Some(v),
+            None => None,
+            Some(e) => panic!("{e:?}"),
+        }
+    }
+
+    #[test]
+    fn a_receive_is_handed_only_to_this_threads_wait_on_its_empty_queue() {
+        let q = SoftEvd::new(16);
+        let other = SoftEvd::new(16);
+        // Nobody waits: queued by the caller.
+        assert_eq!(value(hand_over(&q, Event::Software(1))), Some(1));
+        let w = Waiting::new(&q);
+        // Bound for another queue: not this wait's.
+        assert_eq!(value(hand_over(&other, Event::Software(2))), Some(2));
+        // Another thread's sink: not this thread's wait.
+        let e = std::thread::scope(|s| s.spawn(|| hand_over(&q, Event::Software(3))).join());
+        assert_eq!(value(e.unwrap()), Some(3));
+        // This wait, an empty queue: handed over, the wait poked.
+        let pokes = q.poke_gen();
+        assert_eq!(value(hand_over(&q, Event::Software(4))), None);
+        assert_eq!(q.poke_gen(), pokes + 1, "the wait's spin ends");
+        // One at a time: the next is queued behind.
+        assert_eq!(value(hand_over(&q, Event::Software(5))), Some(5));
+        assert_eq!(value(w.take()), Some(4));
+        // A queue with events: the new one must follow them.
+        q.push(Event::Software(6));
+        assert_eq!(value(hand_over(&q, Event::Software(7))), Some(7));
+        drop(w);
+        assert_eq!(value(hand_over(&q, Event::Software(8))), Some(8), "the wait ended");
+    }
+
+    #[test]
+    fn an_event_handed_to_a_wait_that_left_is_queued_first() {
+        let q = SoftEvd::new(16);
+        {
+            let _w = Waiting::new(&q);
+            assert_eq!(value(hand_over(&q, Event::Software(1))), None);
+            // Pushed later by another thread.
+            q.push(Event::Software(2));
+        }
+        assert_eq!(value(q.try_pop()), Some(1), "the older, handed-over event first");
+        assert_eq!(value(q.try_pop()), Some(2));
+        assert_eq!(value(q.try_pop()), None);
     }
 }

@@ -976,6 +976,18 @@ impl SoftEvd {
         self.notify_observers();
     }
 
+    /// Puts `ev` back at the head of the queue: an event taken from it
+    /// that an older one, handed to the taker by other means, must precede
+    /// (see the multirail EVD's hand-over of a receive to its waiter).
+    pub fn push_front(&self, ev: Event) {
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_front(ev);
+        self.queued.store(q.len(), Ordering::SeqCst);
+        drop(q);
+        self.wake_all();
+        self.notify_observers();
+    }
+
     fn pop(&self, threshold: usize) -> Option<Event> {
         // Too few events: no lock (a waiter woken by a poke looks here first).
         if self.queued.load(Ordering::Acquire) < threshold.max(1) {
