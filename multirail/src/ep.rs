@@ -807,23 +807,40 @@ impl Core {
     }
 
     /// Records request `id` (the next one), already posted whole on `rail`:
-    /// [`Core::note_stripes`] for one stripe, its record complete before it
-    /// is queued (the post of every small message comes here).
-    /// The record is queued first and completed in place: a request is a
-    /// few hundred bytes, and every move of it is a copy.
-    fn record_whole(&self, st: &mut State, id: u64, req: Req, rail: usize, silent: bool) {
+    /// [`Core::note_stripes`] for one stripe, the request built complete
+    /// in its queue slot (the post of every small message comes here; a
+    /// request is a few hundred bytes, and every move is a copy).
+    #[allow(clippy::too_many_arguments)]
+    fn record_whole(
+        &self,
+        st: &mut State,
+        id: u64,
+        (cookie, kind, signalled): (u64, Kind, bool),
+        local: Segs,
+        remote: Option<(RmrContext, u64)>,
+        bytes: u64,
+        rail: usize,
+        silent: bool,
+    ) {
         debug_assert_eq!(id, st.front_id + st.reqs.len() as u64);
-        st.reqs.push_back(req);
-        let req = st.reqs.back().expect("just queued");
-        let (bytes, at) = (req.bytes, req.remote.filter(|_| matches!(req.kind, Kind::Write)));
-        if let Some(at) = at {
+        if let Some(at) = remote.filter(|_| matches!(kind, Kind::Write)) {
             st.probe_at[rail] = Some(at);
         }
         let now = self.adaptive.then(Instant::now);
         let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
-        let req = st.reqs.back_mut().expect("just queued");
-        req.stripes.push(StripeRec { rail, off: 0, len: bytes, done: false, seq });
-        req.remaining = 1;
+        st.reqs.push_back(Req {
+            cookie,
+            kind,
+            signalled,
+            bytes,
+            remaining: 1,
+            status: Status::Success,
+            imm: None,
+            local,
+            remote,
+            stripes: smallvec::smallvec![StripeRec { rail, off: 0, len: bytes, done: false, seq }],
+            times: Vec::new(),
+        });
     }
 
     /// The rail a DTO goes to whole, now and from the caller, if it can:
@@ -951,8 +968,8 @@ impl Core {
                 Err(e) if is_input_error(&e) => return Err(e),
                 r => r,
             };
-            let req = Req::new(cookie, kind, signalled, bytes, segs, remote);
-            self.record_whole(&mut st, id, req, rail, silent);
+            let what = (cookie, kind, signalled);
+            self.record_whole(&mut st, id, what, segs, remote, bytes, rail, silent);
             if let Err(e) = posted {
                 self.fail_on(rail, rc, &e);
             }
