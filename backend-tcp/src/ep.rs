@@ -743,7 +743,18 @@ impl Driver for EpShared {
     }
 
     fn leave(&self) {
-        self.left_at.store(now_ns(), Ordering::SeqCst);
+        self.stamp_left(now_ns());
+    }
+
+    fn leave_at(&self, now: Instant) {
+        self.stamp_left(now.saturating_duration_since(base()).as_nanos() as u64);
+    }
+}
+
+impl EpShared {
+    /// [`Driver::leave`] at `at` (ns after [`base`]).
+    fn stamp_left(&self, at: u64) {
+        self.left_at.store(at, Ordering::SeqCst);
         if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {
             self.kick();
         }
