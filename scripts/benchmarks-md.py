@@ -270,25 +270,36 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   penalty goes: eight paired rounds on 2026-11-24 gave a median of 1.02
   (0.98-1.11) where ten paired rounds at MTU 1500 just before gave 1.24; the lab now
   measures the latency rounds at both MTUs (`LAB_MTU=9000 scripts/lab.sh`).
-- Small messages at 8-512 B. The multirail layer's own work, a fixed
-  ~0.6-0.7 us per half round trip on this host (three runs on 2026-11-24:
-  one rail 5.8 to 6.9 us at 8 B, two rails 6.5 to 7.5 us), so the ratio
-  moves with the host's speed: 1.09-1.10 in a run where one rail took
-  6.9 us, 1.13 where it took 5.8 us; the rounds are bimodal (at 64 B in
-  this run 1.06-1.07 or 1.11-1.16). Counted (the instructions table
-  below, both ends of the round trip), a two-rail round trip takes ~1.43x
-  the instructions of a plain tcp one, ~3,400 more per side, spread over
-  every step (callgrind, 2026-11-24, per side: the three posts ~1,900
-  more, ~900 of them the write's: the layer's checks, rail choice, request
-  record and silent bookkeeping around the tcp post; the receive's
-  hand-over from the rail's EVD to the user's ~430; the wait's flush of the
-  frames the rails hold, its endpoint lists and loop ~900; the harvest of
-  the one signalled completion in ~32 DTOs, which retires the silent ones
-  before it, ~500), no one step large. Queuing each request record once
-  and retiring finished ones in place (two ~300-byte copies fewer per DTO),
-  and flushing the rails through driver handles taken at connection
-  instead of a lookup per wait, took 4.6% off the two-rail round trip
-  (24019 to 22909 instructions); each further step is 1-2%.
+- Small messages at 8-512 B. Stage timelines of the paired runs (client
+  side, one rail and two taking turns in one client, 2026-11-24) put the
+  layer's own time per half round trip at ~0.65 us before that day's last
+  changes: the three posts +0.24-0.36 us (checks, rail choice and request
+  record around the tcp posts; warm medians from `rtcost`: receive 110
+  against 60 ns, write 270 against 165, send 193 against 115), the
+  receive's way from the rail's completion to the application +0.17-0.26
+  (the sink translating it under the EP's lock, then a push to and a pop
+  from the user's EVD), the zero-timeout `poll` that finds the reply +0.1
+  (`poll(2)` pays per descriptor, 470 ns for one socket and 525 for two
+  here, and the waiter looked at both rails' sockets on every turn), and
+  the second rail's leave (a clock read and two locked instructions);
+  the multirail wait sends its frames first, -0.07. Four changes took
+  ~0.3 us of it away: a spinning waiter looks at a driver that moved
+  nothing in 32 waits answered through others only once in 8 polls; the
+  sink hands a receive straight to the application thread waiting for it
+  in the same call (a poke, no queue push and pop); a whole DTO's request
+  is built in its queue slot; a waiter reads the clock once for all the
+  drivers it leaves. What is left: the posts +0.25 us, the receive +0.1.
+  Ten alternating paired rounds of the binaries before and after (3000
+  round trips per size, a fresh server each): 8 B 1.10 -> 1.04, 512 B
+  1.06 -> 1.04, one rail unchanged (~6.0 us). The lab run's rounds are
+  bimodal per session, though: a session comes out at 1.02-1.07 or at
+  1.10-1.11 (512 B in this run: three rounds at 1.06-1.09, five at
+  1.10-1.105), and the client's own stage timelines are the same in both
+  kinds (the extra is on the server's side or in the kernel's path of
+  that session's connections; not traced yet). Counted (the instructions
+  table below, both ends), a two-rail round trip takes 1.43x tcp's
+  instructions; the time went out mostly in system-call-sized and locked
+  steps, not in instructions.
 - Two unshaped rails at 1 MiB. One rail keeps ~1.45 of the 2 CPUs busy
   (the sender's and the receiver's copies); two rails reach more than
   the remaining CPU would suggest, because each CPU carries more per byte
