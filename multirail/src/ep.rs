@@ -386,7 +386,11 @@ impl Core {
         if take.is_some_and(|t| std::ptr::eq(t, &*m.q) && t.is_empty()) {
             return Some(ev);
         }
-        m.q.push(ev);
+        // Straight to the application thread that waits for it, if this is
+        // that thread (it drives the rails: the sink runs in it), else queued.
+        if let Some(ev) = crate::evd::hand_over(&m.q, ev) {
+            m.q.push(ev);
+        }
         None
     }
 
@@ -1376,13 +1380,7 @@ impl Core {
         let u = self.recv_done(&mut st, &c)?;
         st.recv_direct += 1;
         drop(st);
-        // Straight to the application thread if it is the one waiting for
-        // it here (it drives the rail), else queued for it.
-        if let Some(m) = self.user.recv.as_any().downcast_ref::<MrEvd>() {
-            if let Some(u) = crate::evd::hand_over(&m.q, u) {
-                m.q.push(u);
-            }
-        }
+        self.deliver_one(TO_RECV, u, None);
         None
     }
 

@@ -261,13 +261,10 @@ pub struct SoftEvd {
     /// a new wait skips them until `poll` reports them (a hint only; a
     /// wrong bit costs one `poll`, never an event).
     idle: AtomicU64,
-    /// Drivers (by index, the first 8) that moved nothing in the last
-    /// [`QUIET_WAITS`] waits that got something through a driver: a
-    /// spinning waiter's `poll` looks at them only once in [`QUIET_LOOK`]
-    /// (a hint only, as `idle`).
-    quiet: AtomicU64,
-    /// Per driver (the first 8, a byte each): such waits since it last
-    /// moved, saturating.
+    /// Per driver (the first 8, a byte each): the waits that got something
+    /// through a driver since it last moved, saturating. Those at
+    /// [`QUIET_WAITS`] or more are quiet: a spinning waiter's `poll` looks
+    /// at them only once in [`QUIET_LOOK`] (a hint only, as `idle`).
     ages: AtomicU64,
 }
 
@@ -295,7 +292,7 @@ static DRIVERS_GEN: AtomicU64 = AtomicU64::new(1);
 static POLLERS: AtomicUsize = AtomicUsize::new(0);
 
 /// A spinning waiter with several drivers puts the quiet ones (see
-/// `SoftEvd::quiet`) in one zero-timeout `poll` of this many: `poll(2)`
+/// `SoftEvd::ages`) in one zero-timeout `poll` of this many: `poll(2)`
 /// pays for every descriptor (here 470 ns for one socket, 525 for two),
 /// and that look is on the path of every message. A multirail endpoint's
 /// idle rail costs a small message's wait nothing, and a rail that wakes
@@ -342,7 +339,6 @@ impl SoftEvd {
             waiters: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             idle: AtomicU64::new(0),
-            quiet: AtomicU64::new(0),
             ages: AtomicU64::new(0),
             recent_wait: AtomicU64::new(0),
             max_spin,
@@ -565,7 +561,9 @@ impl SoftEvd {
         } else {
             Ready::Some((0..drivers.len()).map(|i| i >= 64 || idle & 1 << i == 0).collect())
         };
-        // Drivers that moved in this wait, and zero-timeout looks so far.
+        // Drivers that moved in this wait, and zero-timeout looks so far;
+        // the quiet ones, as the last waits left them.
+        let quiet = if several { self.quiet() } else { 0 };
         let mut moved_any = 0u64;
         let mut looks = 0u32;
         let res = 'wait: loop {
@@ -624,11 +622,7 @@ impl SoftEvd {
                 std::thread::yield_now();
                 crate::stages::stamp(crate::stages::Stage::Yielded);
             }
-            let skip = if spinning && several && looks % QUIET_LOOK != 0 {
-                self.quiet.load(Ordering::Relaxed)
-            } else {
-                0
-            };
+            let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
             looks = looks.wrapping_add(1);
             ready = self.poll_once(&drivers, deadline, done, false, spinning, skip);
         };
@@ -653,25 +647,24 @@ impl SoftEvd {
     }
 
     /// A wait got something through the drivers in `moved` (by index) of
-    /// `n`: the others age by one such wait; those that reach
-    /// [`QUIET_WAITS`] are quiet (see `SoftEvd::quiet`).
+    /// `n`: the others age by one such wait (see `SoftEvd::ages`).
     fn note_moved(&self, moved: u64, n: usize) {
         let old = self.ages.load(Ordering::Relaxed);
-        let (mut ages, mut quiet) = (0u64, 0u64);
+        let mut ages = 0u64;
         for i in 0..n.min(8) {
             let age = if moved & 1 << i != 0 { 0 } else { (old >> (8 * i) & 0xff).min(254) + 1 };
             ages |= age << (8 * i);
-            if age >= QUIET_WAITS {
-                quiet |= 1 << i;
-            }
         }
         // Written only when they change (no store per wait once settled).
         if ages != old {
             self.ages.store(ages, Ordering::Relaxed);
         }
-        if self.quiet.load(Ordering::Relaxed) != quiet {
-            self.quiet.store(quiet, Ordering::Relaxed);
-        }
+    }
+
+    /// The quiet drivers, by index (see `SoftEvd::ages`).
+    fn quiet(&self) -> u64 {
+        let ages = self.ages.load(Ordering::Relaxed);
+        (0..8).filter(|i| ages >> (8 * i) & 0xff >= QUIET_WAITS).fold(0, |q, i| q | 1 << i)
     }
 
     /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
@@ -990,10 +983,7 @@ impl SoftEvd {
             _ => ev,
         };
         q.push_back(ev);
-        self.queued.store(q.len(), Ordering::SeqCst);
-        drop(q);
-        self.wake_all();
-        self.notify_observers();
+        self.published(q);
     }
 
     /// Puts `ev` back at the head of the queue: an event taken from it
@@ -1002,6 +992,12 @@ impl SoftEvd {
     pub fn push_front(&self, ev: Event) {
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         q.push_front(ev);
+        self.published(q);
+    }
+
+    /// An event was queued in `q` (this EVD's locked queue): publishes the
+    /// new length, unlocks, and wakes waiters and observers.
+    fn published(&self, q: std::sync::MutexGuard<'_, VecDeque<Event>>) {
         self.queued.store(q.len(), Ordering::SeqCst);
         drop(q);
         self.wake_all();
@@ -1295,7 +1291,7 @@ mod tests {
             rustix::io::write(&wr_a, &[1]).unwrap();
             let got = evd.wait(Some(Duration::from_secs(5)), 1);
             assert!(matches!(got, Ok(Event::Software(1))), "{got:?}");
-            let quiet = evd.quiet.load(Ordering::Relaxed);
+            let quiet = evd.quiet();
             assert_eq!(quiet & 1 << ib != 0, k == QUIET_WAITS, "wait {k}: quiet {quiet:#b}");
             assert_eq!(quiet & 1 << ia, 0, "wait {k}: quiet {quiet:#b}");
         }
@@ -1313,7 +1309,7 @@ mod tests {
         // Not found by the last look at the wait's deadline (a liveness
         // bound, 30 ms against 3 s, not a speed).
         assert!(took < Duration::from_secs(2), "seen after {took:?}");
-        let quiet = evd.quiet.load(Ordering::Relaxed);
+        let quiet = evd.quiet();
         assert!(quiet & 1 << ib == 0, "B moved: not quiet any more ({quiet:#b})");
     }
 
