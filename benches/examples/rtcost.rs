@@ -7,7 +7,8 @@
 //! the instructions one round trip costs (both ends) on a plain `tcp`
 //! endpoint and on multirail endpoints, counted rather than timed, so the
 //! multirail layer's own cost per small message can be compared on a
-//! noisy host. Run alone it prints the median time of each post.
+//! noisy host. Run alone it prints the mean round trip and the median time
+//! of each post.
 //!
 //! `cargo run --release -p rmr-bench --example rtcost -- SPEC [N]`
 //! (SPEC as in rmr's endpoint specs: `tcp:127.0.0.1`,
@@ -36,9 +37,11 @@ fn main() {
     let n: u64 = args.next().map_or(2000, |s| s.parse().expect("ROUND_TRIPS: a number"));
     let t = Target::new("rtcost", register, &spec, &spec);
     let p = Pair::new(&t);
+    let t0 = std::time::Instant::now();
     let took = write_send_ping_pong(&p, n);
+    let rt = t0.elapsed().as_nanos() / u128::from(n.max(1));
     println!(
-        "{spec}: {n} round trips; median post times: receive {} ns, write {} ns, send {} ns",
+        "{spec}: {n} round trips, {rt} ns each on average; median post times: receive {} ns, write {} ns, send {} ns",
         median(&took, 0),
         median(&took, 1),
         median(&took, 2)

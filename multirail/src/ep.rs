@@ -122,6 +122,8 @@ struct StripeRec {
     done: bool,
     /// Its place among the DTOs posted on its rail (`State::posted`).
     seq: u64,
+    /// Its time for the adaptive weights, once measured (striped DTOs only).
+    time: Option<f64>,
 }
 
 /// A silent stripe waiting for a later completion of its rail.
@@ -145,8 +147,6 @@ struct Req {
     /// One inline (a whole DTO); a striped DTO's go to the heap. Kept
     /// small: requests move in and out of the queue on every post.
     stripes: SmallVec<[StripeRec; 1]>,
-    /// Stripe times for the adaptive weights (striped DTOs only).
-    times: Vec<(usize, f64)>,
 }
 
 impl Req {
@@ -170,7 +170,6 @@ impl Req {
             local,
             remote,
             stripes: SmallVec::new(),
-            times: Vec::new(),
         }
     }
 }
@@ -281,6 +280,9 @@ pub(crate) struct Core {
     max_sges: usize,
     rails: Vec<Rail>,
     user: EpEvds,
+    /// The queues of `user`'s request, receive and connection EVDs where
+    /// they are multirail EVDs (looked up once, not on every delivery).
+    user_q: [Option<Arc<SoftEvd>>; 3],
     st: Mutex<State>,
     stop: AtomicBool,
     /// Held while dequeuing rail events and handling them, so each rail's
@@ -377,19 +379,14 @@ impl Core {
     /// Delivers one user event to its EVD, or hands it back for `take`
     /// (see [`Core::deliver_taking`]).
     fn deliver_one(&self, to: u8, ev: Event, take: Option<&SoftEvd>) -> Option<Event> {
-        let evd = match to {
-            TO_REQ => &self.user.request,
-            TO_RECV => &self.user.recv,
-            _ => &self.user.conn,
-        };
-        let m = evd.as_any().downcast_ref::<MrEvd>()?;
-        if take.is_some_and(|t| std::ptr::eq(t, &*m.q) && t.is_empty()) {
+        let q = self.user_q[usize::from(to.min(TO_CONN))].as_deref()?;
+        if take.is_some_and(|t| std::ptr::eq(t, q) && t.is_empty()) {
             return Some(ev);
         }
         // Straight to the application thread that waits for it, if this is
         // that thread (it drives the rails: the sink runs in it), else queued.
-        if let Some(ev) = crate::evd::hand_over(&m.q, ev) {
-            m.q.push(ev);
+        if let Some(ev) = crate::evd::hand_over(q, ev) {
+            q.push(ev);
         }
         None
     }
@@ -448,7 +445,10 @@ impl Core {
             many = local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
             &many
         };
-        let remote = remote.map(|(c, o)| (c.rail(rail), *o));
+        // The rail's own context (the keys were counted against the rails
+        // when the DTO was posted).
+        let remote = remote
+            .map(|(c, o)| (c.keys().get(rail).map(|&k| RmrContext::new(k, c.addr, c.len)), *o));
         let mut start = None;
         loop {
             let r = match (kind, &remote) {
@@ -459,7 +459,7 @@ impl Core {
                     }
                     ep.post_send(sges, cookie, f)
                 }
-                (Kind::Write, Some((Ok(c), o))) => {
+                (Kind::Write, Some((Some(c), o))) => {
                     let f = if silent {
                         DtoFlags::SUPPRESS
                     } else if cookie & PROBE_BIT != 0 {
@@ -469,19 +469,21 @@ impl Core {
                     };
                     ep.post_rdma_write(sges, c, *o, cookie, f)
                 }
-                (Kind::Read, Some((Ok(c), o))) => {
+                (Kind::Read, Some((Some(c), o))) => {
                     ep.post_rdma_read(sges, c, *o, cookie, DtoFlags::empty())
                 }
-                (Kind::WriteImm(imm), Some((Ok(c), o))) => {
+                (Kind::WriteImm(imm), Some((Some(c), o))) => {
                     ep.post_rdma_write_imm(sges, c, *o, imm, cookie, DtoFlags::empty())
                 }
-                (Kind::FetchAdd(add), Some((Ok(c), o))) => {
+                (Kind::FetchAdd(add), Some((Some(c), o))) => {
                     ep.post_fetch_add(sges[0], c, *o, add, cookie, DtoFlags::empty())
                 }
-                (Kind::CmpSwap(cmp, swp), Some((Ok(c), o))) => {
+                (Kind::CmpSwap(cmp, swp), Some((Some(c), o))) => {
                     ep.post_cmp_swap(sges[0], c, *o, cmp, swp, cookie, DtoFlags::empty())
                 }
-                (_, Some((Err(e), _))) => return Err(Error::invalid(e.to_string())),
+                (_, Some((None, _))) => {
+                    return Err(Error::invalid(format!("rmr context has no rail {rail}")));
+                }
                 (_, None) => return Err(Error::invalid("remote operation without a target")),
             };
             match r {
@@ -774,6 +776,7 @@ impl Core {
                 len: s.len,
                 done: false,
                 seq,
+                time: None,
             });
         }
         st.reqs[idx].remaining = plan.len();
@@ -842,8 +845,14 @@ impl Core {
             imm: None,
             local,
             remote,
-            stripes: smallvec::smallvec![StripeRec { rail, off: 0, len: bytes, done: false, seq }],
-            times: Vec::new(),
+            stripes: smallvec::smallvec![StripeRec {
+                rail,
+                off: 0,
+                len: bytes,
+                done: false,
+                seq,
+                time: None
+            }],
         });
     }
 
@@ -1183,7 +1192,7 @@ impl Core {
                 if let Some(t) = st.rate[rail].time_for(1).map(|per_byte| w * per_byte) {
                     let req = &mut st.reqs[(id - st.front_id) as usize];
                     if req.stripes.len() > 1 {
-                        req.times.push((rail, t));
+                        req.stripes[idx].time = Some(t);
                     }
                 }
             }
@@ -1233,13 +1242,12 @@ impl Core {
             req.remaining -= 1;
         }
         let req = &mut st.reqs[(id - st.front_id) as usize];
-        if req.remaining == 0
-            && req.stripes.len() > 1
-            && req.status.is_ok()
-            && req.times.len() == req.stripes.len()
-        {
-            let t = std::mem::take(&mut req.times);
-            st.planner.feedback(&t);
+        if req.remaining == 0 && req.stripes.len() > 1 && req.status.is_ok() {
+            let t: SmallVec<[(usize, f64); 8]> =
+                req.stripes.iter().filter_map(|s| Some((s.rail, s.time?))).collect();
+            if t.len() == req.stripes.len() {
+                st.planner.feedback(&t);
+            }
         }
         self.release(st, evs);
         // A finished DTO held behind an earlier one that waits only for
@@ -1695,6 +1703,8 @@ impl MrEp {
             max_sges: attr.max_sges,
             rails,
             user: evds.clone(),
+            user_q: [&evds.request, &evds.recv, &evds.conn]
+                .map(|e| e.as_any().downcast_ref::<MrEvd>().map(|m| m.q.clone())),
             st: Mutex::new(State {
                 conn: EpState::Unconnected,
                 planner,

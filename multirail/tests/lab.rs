@@ -138,10 +138,15 @@ const RAILS_B: &str = "tcp:198.18.0.2,tcp:198.18.1.2";
 const RAILS_A: &str = "tcp:198.18.0.1,tcp:198.18.1.1";
 const SERVICE: u16 = 7600;
 
+/// Environment variable naming the striping policy of both roles (`even`
+/// unless set).
+const POLICY: &str = "RMR_LAB_POLICY";
+
 fn open(rails: &str) -> Arc<dyn rmr_api::Ia> {
     backend_tcp::register();
     multirail::register();
-    rmr_api::open(&format!("multirail:{rails};engine=pinned;policy=even;threshold=8K"))
+    let policy = std::env::var(POLICY).unwrap_or_else(|_| "even".into());
+    rmr_api::open(&format!("multirail:{rails};engine=pinned;policy={policy};threshold=8K"))
         .expect("open multirail")
 }
 
@@ -232,6 +237,10 @@ fn client(len: usize, rounds: u64) {
         );
     }
     println!("RESULT secs={:.3}", t0.elapsed().as_secs_f64());
+    if let Some(m) = ep.as_any().downcast_ref::<multirail::MrEp>() {
+        let w: Vec<String> = m.weights().iter().map(|w| format!("{w:.3}")).collect();
+        println!("RESULT weights={}", w.join(","));
+    }
     println!("RESULT ok=1");
     let _ = ep.disconnect();
 }
@@ -266,6 +275,31 @@ fn lab_striped_write_uses_every_rail() {
             );
         }
         println!("per-rail bytes {sent:?}, {} s", result(&c, "secs"));
+    });
+}
+
+/// Adaptive striping (BSS) over rails of 4:1 learns their speeds from
+/// its own stripes' completion times: the fast rail's weight grows from
+/// an even 0.5 towards 0.8 while the data stays intact.
+#[test]
+fn lab_adaptive_weights_follow_rail_speed() {
+    role_or_run("lab_adaptive_weights_follow_rail_speed", 1 << 20, 40, |name| {
+        let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(lab) = Lab::pair("rmrl6", "400mbit,100mbit") else { return };
+        let env = [(POLICY, "adaptive".to_string())];
+        let srv = spawn_role(&lab.ns('b'), name, "server", &env);
+        std::thread::sleep(Duration::from_millis(300));
+        let cli = spawn_role(&lab.ns('a'), name, "client", &env);
+        let c = finish(cli, "client");
+        let s = finish(srv, "server");
+        assert_eq!(result(&c, "ok"), "1");
+        assert_eq!(result(&s, "bad_rounds"), "0");
+        let w: Vec<f64> =
+            result(&c, "weights").split(',').map(|x| x.parse().expect("weight")).collect();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!((w[0] + w[1] - 1.0).abs() < 1e-6, "weights sum to 1: {w:?}");
+        assert!(w[0] > 0.65, "the 400 Mbit/s rail's weight stayed at {w:?}");
+        println!("weights after 40 MiB over 4:1 rails {w:?}, {} s", result(&c, "secs"));
     });
 }
 
