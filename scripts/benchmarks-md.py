@@ -270,36 +270,29 @@ rmr-api/stages`, and `perf`; the commands are in issue #10's notes):
   penalty goes: eight paired rounds on 2026-11-24 gave a median of 1.02
   (0.98-1.11) where ten paired rounds at MTU 1500 just before gave 1.24; the lab now
   measures the latency rounds at both MTUs (`LAB_MTU=9000 scripts/lab.sh`).
-- Small messages at 8-512 B. Stage timelines of the paired runs (client
-  side, one rail and two taking turns in one client, 2026-11-24) put the
-  layer's own time per half round trip at ~0.65 us before that day's last
-  changes: the three posts +0.24-0.36 us (checks, rail choice and request
-  record around the tcp posts; warm medians from `rtcost`: receive 110
-  against 60 ns, write 270 against 165, send 193 against 115), the
-  receive's way from the rail's completion to the application +0.17-0.26
-  (the sink translating it under the EP's lock, then a push to and a pop
-  from the user's EVD), the zero-timeout `poll` that finds the reply +0.1
-  (`poll(2)` pays per descriptor, 470 ns for one socket and 525 for two
-  here, and the waiter looked at both rails' sockets on every turn), and
-  the second rail's leave (a clock read and two locked instructions);
-  the multirail wait sends its frames first, -0.07. Four changes took
-  ~0.3 us of it away: a spinning waiter looks at a driver that moved
-  nothing in 32 waits answered through others only once in 8 polls; the
-  sink hands a receive straight to the application thread waiting for it
-  in the same call (a poke, no queue push and pop); a whole DTO's request
-  is built in its queue slot; a waiter reads the clock once for all the
-  drivers it leaves. What is left: the posts +0.25 us, the receive +0.1.
-  Ten alternating paired rounds of the binaries before and after (3000
-  round trips per size, a fresh server each): 8 B 1.10 -> 1.04, 512 B
-  1.06 -> 1.04, one rail unchanged (~6.0 us). The lab run's rounds are
-  bimodal per session, though: a session comes out at 1.02-1.07 or at
-  1.10-1.11 (512 B in this run: three rounds at 1.06-1.09, five at
-  1.10-1.105), and the client's own stage timelines are the same in both
-  kinds (the extra is on the server's side or in the kernel's path of
-  that session's connections; not traced yet). Counted (the instructions
-  table below, both ends), a two-rail round trip takes 1.43x tcp's
-  instructions; the time went out mostly in system-call-sized and locked
-  steps, not in instructions.
+- Small messages at 8-512 B. The ratio sits a few percent under the
+  target, and the host moves it: across 26 alternating paired rounds
+  (3000 round trips per size, a fresh server each, 2026-11-24) the
+  medians were 1.06-1.08 at 8 and 512 B, single rounds ranged
+  1.02-1.15, and a whole lab run lands in one phase of the host (the run
+  at 027a480 read 1.10 at 64 and 512 B, this one 1.07-1.08). Stage
+  timelines (one rail and two taking turns in one client) put the
+  layer's own time per half round trip at ~0.45 us of ~7.5: the three
+  posts +0.31 (receive +0.06, write +0.14, send +0.12; in each, the
+  checks and rail choice ~0.05 and the request record ~0.05 around the
+  tcp post), the receive's way from the rail's completion to the
+  application +0.18 (the sink's try-locks and translation 0.07, the
+  hand-over to the waiting thread 0.05, the wait's own exit 0.04), and
+  the multirail wait sends its frames first, -0.07. It is many small
+  steps, each through memory the kernel's path between them has
+  evicted: under callgrind's cache model a two-rail round trip misses
+  the first-level caches ~5x as often as tcp's (its code and request
+  queue do not fit beside tcp's), while it runs 1.43x tcp's
+  instructions (the table below). Bounds measured on the way: posting
+  with no request record at all (not a valid EP: failures and failover
+  need it) took 0.013-0.02 off the ratio; silent limits of 8 or 128
+  stripes per rail instead of 32, and a whole-program LTO build,
+  changed it by less than the rounds' noise (0.01).
 - Two unshaped rails at 1 MiB. One rail keeps ~1.45 of the 2 CPUs busy
   (the sender's and the receiver's copies); two rails reach more than
   the remaining CPU would suggest, because each CPU carries more per byte
