@@ -299,15 +299,6 @@ static POLLERS: AtomicUsize = AtomicUsize::new(0);
 /// up is seen within a few microseconds.
 const QUIET_LOOK: u32 = 8;
 
-/// A spinning waiter yields its CPU on one turn in this many while the
-/// machine has a CPU for every runnable thread (see `cpus_spare`), and on
-/// every turn otherwise. A yield is a system call even with nothing else
-/// to run: 0.6-0.8 us in a VM, more than the zero-timeout `poll` of the
-/// turn, and a reply that lands during it waits for it. Every fourth turn
-/// still lets a thread woken onto this CPU (where the kernel could not
-/// place it elsewhere) in within a few microseconds.
-const SPARE_YIELD: u32 = 4;
-
 /// Waits answered through a driver that another driver must sit out before
 /// it counts as quiet: a peer that speaks every few waits (a barrier's
 /// rounds, a runtime's regular partners) never does; a multirail
@@ -622,12 +613,12 @@ impl SoftEvd {
             // have input (one system call for any number of endpoints);
             // after that, block in it.
             let spinning = now.duration_since(start) < spin;
-            if spinning && (looks % SPARE_YIELD == 0 || !cpus_spare()) {
+            if spinning {
                 // Spin politely: a thread this one just woke (the peer of a
                 // ping-pong, a forwarder) may be queued on this very CPU —
                 // wake-ups go to the waker's CPU — and would otherwise wait
-                // out the whole spin. On every turn while some thread waits
-                // for a CPU; with CPUs to spare, on one turn in SPARE_YIELD.
+                // out the whole spin. With nothing else runnable the yield
+                // returns at once, so an uncontended spin is unchanged.
                 std::thread::yield_now();
                 crate::stages::stamp(crate::stages::Stage::Yielded);
             }
