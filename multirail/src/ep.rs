@@ -150,26 +150,30 @@ struct Req {
 }
 
 impl Req {
-    /// A user DTO not yet planned.
+    /// A user DTO (`cookie`, `kind`, `signalled`) of `bytes` from `local`
+    /// to `remote`, with its `stripes` if planned (none: not yet, and
+    /// `remaining` unknown). Inlined, so that a request is built where it
+    /// is queued (a request is a few hundred bytes; every move is a copy).
+    #[inline(always)]
     fn new(
-        cookie: u64,
-        kind: Kind,
-        signalled: bool,
+        (cookie, kind, signalled): (u64, Kind, bool),
         bytes: u64,
         local: Segs,
         remote: Option<(RmrContext, u64)>,
+        stripes: SmallVec<[StripeRec; 1]>,
     ) -> Self {
+        let remaining = if stripes.is_empty() { usize::MAX } else { stripes.len() };
         Req {
             cookie,
             kind,
             signalled,
             bytes,
-            remaining: usize::MAX,
+            remaining,
             status: Status::Success,
             imm: None,
             local,
             remote,
-            stripes: SmallVec::new(),
+            stripes,
         }
     }
 }
@@ -822,7 +826,7 @@ impl Core {
         &self,
         st: &mut State,
         id: u64,
-        (cookie, kind, signalled): (u64, Kind, bool),
+        what: (u64, Kind, bool),
         local: Segs,
         remote: Option<(RmrContext, u64)>,
         bytes: u64,
@@ -830,30 +834,13 @@ impl Core {
         silent: bool,
     ) {
         debug_assert_eq!(id, st.front_id + st.reqs.len() as u64);
-        if let Some(at) = remote.filter(|_| matches!(kind, Kind::Write)) {
+        if let Some(at) = remote.filter(|_| matches!(what.1, Kind::Write)) {
             st.probe_at[rail] = Some(at);
         }
         let now = self.adaptive.then(Instant::now);
         let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
-        st.reqs.push_back(Req {
-            cookie,
-            kind,
-            signalled,
-            bytes,
-            remaining: 1,
-            status: Status::Success,
-            imm: None,
-            local,
-            remote,
-            stripes: smallvec::smallvec![StripeRec {
-                rail,
-                off: 0,
-                len: bytes,
-                done: false,
-                seq,
-                time: None
-            }],
-        });
+        let stripe = StripeRec { rail, off: 0, len: bytes, done: false, seq, time: None };
+        st.reqs.push_back(Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]));
     }
 
     /// The rail a DTO goes to whole, now and from the caller, if it can:
@@ -991,7 +978,7 @@ impl Core {
         check_local_sges(local, self.pz_id, need, self.max_sges)?;
         self.post_queued(
             st,
-            Req::new(cookie, kind, signalled, bytes, segs, remote),
+            Req::new((cookie, kind, signalled), bytes, segs, remote, SmallVec::new()),
             id,
             full,
             placed,

@@ -237,10 +237,7 @@ fn client(len: usize, rounds: u64) {
         );
     }
     println!("RESULT secs={:.3}", t0.elapsed().as_secs_f64());
-    if let Some(m) = ep.as_any().downcast_ref::<multirail::MrEp>() {
-        let w: Vec<String> = m.weights().iter().map(|w| format!("{w:.3}")).collect();
-        println!("RESULT weights={}", w.join(","));
-    }
+    println!("RESULT weights={}", rmr_api::conformance::ep_note(&*ep, "weights"));
     println!("RESULT ok=1");
     let _ = ep.disconnect();
 }

@@ -25,7 +25,8 @@ pub enum Stage {
     WaitBegun = 5,
     /// A socket write returned (the bytes are in the kernel).
     TxDone = 6,
-    /// A spinning waiter's zero-timeout `poll` found nothing.
+    /// A waiter's `poll` found nothing (a spinning waiter's zero-timeout
+    /// look, or a blocking poll that timed out).
     PollDone = 7,
     /// A spinning waiter's yield returned.
     Yielded = 8,
