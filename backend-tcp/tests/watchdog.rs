@@ -65,9 +65,11 @@ fn endpoints_driven_by_one_waiter_sleep_and_the_watchdog_goes_when_idle() {
     // does: each drives all four endpoints for a millisecond and leaves.
     let _ = cevd.wait(Some(Duration::from_millis(1)), 1);
     // A new thread names itself once it first runs: on a busy host the last
-    // progress thread may still carry its parent's name for a moment.
+    // progress thread may still carry its parent's name for a moment (one
+    // too few), and the watchdog thread, which a progress thread starts,
+    // its parent's `rmr-tcp-ep…` (one too many).
     let named_by = Instant::now() + Duration::from_secs(5);
-    while switches("rmr-tcp-ep").1 < 2 * EPS && Instant::now() < named_by {
+    while switches("rmr-tcp-ep").1 != 2 * EPS && Instant::now() < named_by {
         std::thread::sleep(Duration::from_millis(5));
     }
     let (before, threads) = switches("rmr-tcp-ep");
