@@ -19,9 +19,10 @@ use crate::ffi::{Cqe, EAGAIN, fi_error};
 use crate::lmr::OfiLmr;
 use crate::msg::{self, Iov, Remote};
 use ofi_sys as sys;
+use rmr_api::provider::check_local_sges;
 use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Error, Event, MemRegion, Result, RmrContext, Sge,
-    Status, check_local_sges,
+    Status,
 };
 use smallvec::SmallVec;
 use std::collections::VecDeque;

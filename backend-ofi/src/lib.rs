@@ -109,7 +109,8 @@ pub use pz::OfiPz;
 /// The raw bindings, as an escape hatch.
 pub use ofi_sys as sys;
 
-use rmr_api::{Ia, Provider, Result};
+use rmr_api::provider::Provider;
+use rmr_api::{Ia, Result};
 use std::sync::Arc;
 
 /// The `ofi` provider.
@@ -129,9 +130,9 @@ impl Provider for OfiProvider {
     }
 }
 
-/// Registers the `ofi` provider with [`rmr_api::register`].
+/// Registers the `ofi` provider with [`rmr_api::provider::register`].
 pub fn register() {
-    rmr_api::register(Arc::new(OfiProvider));
+    rmr_api::provider::register(Arc::new(OfiProvider));
 }
 
 /// The libfabric version of the library loaded at run time, as `(major, minor)`.

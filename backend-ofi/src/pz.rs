@@ -26,7 +26,12 @@ impl PzShared {
         } else {
             Domain::open(&ia.fabric, &ia.info)?
         };
-        Ok(Arc::new(PzShared { id: rmr_api::fresh_id(), ia: ia.clone(), domain, is_default }))
+        Ok(Arc::new(PzShared {
+            id: rmr_api::provider::fresh_id(),
+            ia: ia.clone(),
+            domain,
+            is_default,
+        }))
     }
 }
 

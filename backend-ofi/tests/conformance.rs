@@ -6,7 +6,7 @@
 //! case's own minimum), with `FI_SOCKETS_PE_WAITTIME=0` set before libfabric
 //! reads its parameters.
 
-use rmr_api::conformance::Target;
+use rmr_api::provider::conformance::Target;
 
 fn register() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -32,9 +32,9 @@ fn sockets() -> Target {
 
 mod conformance {
     mod tcp {
-        rmr_api::conformance_suite!(super::super::tcp);
+        rmr_api::provider::conformance_suite!(super::super::tcp);
     }
     mod sockets {
-        rmr_api::conformance_suite!(super::super::sockets);
+        rmr_api::provider::conformance_suite!(super::super::sockets);
     }
 }

@@ -5,9 +5,10 @@ use crate::ia::IaShared;
 use crate::rx::{End, RxState};
 use crate::tx::{Pushed, Seg, Segs, Tx};
 use crate::wire::{self, F_ACK_NOW, F_ACK_REQ, F_SOLICITED, HDR, Header, Op};
+use rmr_api::provider::{Driver, Interest, SoftEvd, WaitOn, check_local_sges};
 use rmr_api::{
-    Access, Driver, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
-    Event, Interest, Result, RmrContext, Sge, SoftEvd, Status, WaitOn, check_local_sges,
+    Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event,
+    Result, RmrContext, Sge, Status,
 };
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use std::any::Any;

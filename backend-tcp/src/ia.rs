@@ -4,9 +4,9 @@
 use crate::ep::TcpEp;
 use crate::psp::TcpPsp;
 use crate::wire;
+use rmr_api::provider::SoftEvd;
 use rmr_api::{
     Access, Caps, EpEvds, Error, Evd, Ia, IaAttr, Lmr, MemRegion, Psp, Pz, Result, RmrContext,
-    SoftEvd,
 };
 use std::any::Any;
 use std::collections::HashMap;
@@ -171,7 +171,7 @@ impl Ia for TcpIa {
     }
 
     fn create_pz(&self) -> Result<Arc<dyn Pz>> {
-        Ok(Arc::new(TcpPz { id: rmr_api::fresh_id(), ia: self.shared.clone() }))
+        Ok(Arc::new(TcpPz { id: rmr_api::provider::fresh_id(), ia: self.shared.clone() }))
     }
 
     fn create_evd(&self) -> Result<Arc<dyn Evd>> {

@@ -73,8 +73,8 @@
 //! thread drives any. Acknowledgements a peer asks for are delayed briefly
 //! so that a reply carries them. Small frames are held for batching until
 //! the next frame or drive; a thread that posts inside
-//! [`rmr_api::with_deferred_doorbell`] sends its batch itself
-//! ([`rmr_api::SoftEvd::flush_writes`]) and wakes nobody for it (a forwarder
+//! [`rmr_api::provider::with_deferred_doorbell`] sends its batch itself
+//! ([`rmr_api::provider::SoftEvd::flush_writes`]) and wakes nobody for it (a forwarder
 //! posting to endpoints another thread waits on); drivers send such a batch
 //! only once it is 500 µs overdue. A peer that sends requests but does not
 //! read their responses is pushed back by TCP itself: past three windows of
@@ -98,7 +98,7 @@
 //!   and yielding the CPU between looks) before it blocks in `poll(2)`; the
 //!   spin grows to twice the EVD's recent waits while no thread waits for a
 //!   CPU, so that a ping-pong keeps spinning where a sleeping thread wakes
-//!   slowly (0: never spin). See [`rmr_api::SoftEvd::spin_time`].
+//!   slowly (0: never spin). See [`rmr_api::provider::SoftEvd::spin_time`].
 //! - `RMR_EVD_SPIN_MAX_US` (1000): the longest that spin grows to (at most
 //!   `RMR_EVD_SPIN_US`: it never grows).
 #![deny(missing_docs)]
@@ -116,7 +116,8 @@ pub use ep::TcpEp;
 pub use ia::{TcpConfig, TcpIa, TcpLmr, TcpPz};
 pub use psp::TcpPsp;
 
-use rmr_api::{Error, Ia, Provider, Result};
+use rmr_api::provider::Provider;
+use rmr_api::{Error, Ia, Result};
 use std::sync::Arc;
 
 /// The `tcp` provider.
@@ -140,7 +141,7 @@ impl Provider for TcpProvider {
     }
 }
 
-/// Registers the `tcp` provider with [`rmr_api::register`].
+/// Registers the `tcp` provider with [`rmr_api::provider::register`].
 pub fn register() {
-    rmr_api::register(Arc::new(TcpProvider));
+    rmr_api::provider::register(Arc::new(TcpProvider));
 }

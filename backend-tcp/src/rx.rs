@@ -12,6 +12,7 @@ use rmr_api::{Access, DtoCompletion, DtoOp, EpState, Event, Status};
 use smallvec::SmallVec;
 use std::io::{self, Read};
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -293,7 +294,13 @@ impl EpShared {
                                 Err(e) => Err(End::Broken(e.to_string())),
                             }
                         } else if n >= DIRECT {
-                            match s.region.read_some_from(s.off + at, n, &mut &*sock) {
+                            match rmr_api::provider::io::recv_into(
+                                &s.region,
+                                s.off + at,
+                                n,
+                                sock.as_fd(),
+                                libc::MSG_DONTWAIT,
+                            ) {
                                 Ok(Ok(0)) => {
                                     Err(End::Broken("stream ended inside a payload".into()))
                                 }

@@ -15,10 +15,10 @@
 use crate::wire::{HDR, Header};
 use rmr_api::MemRegion;
 use smallvec::SmallVec;
-use socket2::SockRef;
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -33,7 +33,7 @@ pub(crate) const HOLD_FRAME: u64 = 4 << 10;
 /// A held batch is sent once it reaches this size.
 const HOLD_BATCH: usize = 64 << 10;
 /// A batch held only by posters that ring the doorbell themselves
-/// ([`rmr_api::with_deferred_doorbell`]) is left to them; should one not,
+/// ([`rmr_api::provider::with_deferred_doorbell`]) is left to them; should one not,
 /// whoever drives the endpoint sends the batch once it is this old.
 const DEFERRED_GRACE: Duration = Duration::from_micros(500);
 
@@ -123,14 +123,14 @@ enum Progress {
 }
 
 fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
-    let sock = SockRef::from(stream);
     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
     while f.sent < f.total {
-        let r = MemRegion::gather_io(
+        let r = rmr_api::provider::io::send_gather(
+            stream.as_fd(),
             f.head.bytes(),
             f.segs.iter().map(|s| (&*s.region, s.off, s.len)),
             f.sent,
-            |iov| sock.send_vectored_with_flags(iov, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
         )
         .map_err(|e| io::Error::other(e.to_string()))?;
         match r {
@@ -226,14 +226,14 @@ impl Tx {
             st.held.extend_from_slice(&hdr.encode());
             for s in &segs {
                 s.region
-                    .with_slice(s.off, s.len, |b| st.held.extend_from_slice(b))
+                    .append_to(s.off, s.len, &mut st.held)
                     .map_err(|e| io::Error::other(e.to_string()))?;
             }
             if st.held_since.is_none() {
                 st.held_since = Some(Instant::now());
             }
             // The batch is news to drivers only when it opens to them.
-            let deferred = rmr_api::doorbell_deferred();
+            let deferred = rmr_api::provider::doorbell_deferred();
             let opened = !deferred && !st.held_open;
             st.held_open |= !deferred;
             self.publish(st);

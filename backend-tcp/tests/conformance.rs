@@ -1,7 +1,7 @@
 //! The rmr-api conformance suite against the TCP backend over loopback.
 
-fn target() -> rmr_api::conformance::Target {
-    rmr_api::conformance::Target::new(
+fn target() -> rmr_api::provider::conformance::Target {
+    rmr_api::provider::conformance::Target::new(
         "tcp",
         backend_tcp::register,
         "tcp:127.0.0.1",
@@ -10,5 +10,5 @@ fn target() -> rmr_api::conformance::Target {
 }
 
 mod conformance {
-    rmr_api::conformance_suite!(super::target);
+    rmr_api::provider::conformance_suite!(super::target);
 }

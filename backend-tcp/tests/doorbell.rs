@@ -1,9 +1,10 @@
 //! Deferred doorbells: a poster that rings the doorbell itself
-//! (`rmr_api::with_deferred_doorbell` + `SoftEvd::flush_writes`) sends its
+//! (`rmr_api::provider::with_deferred_doorbell` + `SoftEvd::flush_writes`) sends its
 //! held batch when it says so; one that never does still gets it sent,
 //! by whoever drives the endpoint, once the batch is overdue.
 
-use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, MemRegion, Sge, SoftEvd};
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, MemRegion, Sge};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,7 @@ fn a_deferred_batch_goes_when_its_poster_rings() {
     let mut held = 0;
     for _ in 0..5 {
         let _ = cevd.wait(Some(Duration::ZERO), 1);
-        rmr_api::with_deferred_doorbell(|| {
+        rmr_api::provider::with_deferred_doorbell(|| {
             cep.post_send(&[Sge::whole(&*ml)], 1, DtoFlags::SUPPRESS).unwrap();
         });
         held += usize::from(soft.flush_writes());
@@ -72,7 +73,7 @@ fn a_deferred_batch_nobody_rings_for_still_goes() {
     let (cep, _cevd, sep, sevd, pz) = pair(7932);
     let msg = MemRegion::from_bytes(b"doorbell");
     let ml = pz.register_all(&msg, Access::empty()).unwrap();
-    rmr_api::with_deferred_doorbell(|| {
+    rmr_api::provider::with_deferred_doorbell(|| {
         cep.post_send(&[Sge::whole(&*ml)], 1, DtoFlags::SUPPRESS).unwrap();
     });
     // Nobody waits on the sender's EVD: its progress thread sends it once overdue.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use support::rig;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    rmr_api::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), target)
+    rmr_api::provider::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 #[test]

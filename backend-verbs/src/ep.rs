@@ -15,9 +15,10 @@ use crate::sys::device::{AsyncEvent, Ctx};
 use crate::sys::mr::Mr;
 use crate::sys::qp::QpRef;
 use crate::wr::{self, LocalSeg, RemoteTarget, Segs, WrKind, WrQueue, decode_wr_id, encode_wr_id};
+use rmr_api::provider::check_local_sges;
 use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpId, EpState, Error, Event, MemRegion,
-    Result, RmrContext, Sge, check_local_sges,
+    Result, RmrContext, Sge,
 };
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};

@@ -99,7 +99,8 @@ pub use psp::VerbsPsp;
 pub use pz::VerbsPz;
 pub use spec::{Spec, VerbsConfig};
 
-use rmr_api::{Ia, Provider, Result};
+use rmr_api::provider::Provider;
+use rmr_api::{Ia, Result};
 use std::sync::Arc;
 
 /// The `verbs` provider.
@@ -120,9 +121,9 @@ impl Provider for VerbsProvider {
     }
 }
 
-/// Registers the `verbs` provider with [`rmr_api::register`].
+/// Registers the `verbs` provider with [`rmr_api::provider::register`].
 pub fn register() {
-    rmr_api::register(Arc::new(VerbsProvider));
+    rmr_api::provider::register(Arc::new(VerbsProvider));
 }
 
 /// Names of the RDMA devices present.

@@ -23,7 +23,7 @@ pub struct VerbsPz {
 impl VerbsPz {
     pub(crate) fn new(ia: Arc<IaCore>) -> Result<VerbsPz> {
         let pd = Pd::alloc(ia.ctx)?;
-        Ok(VerbsPz { core: Arc::new(PzCore { id: rmr_api::fresh_id(), pd, ia }) })
+        Ok(VerbsPz { core: Arc::new(PzCore { id: rmr_api::provider::fresh_id(), pd, ia }) })
     }
 }
 

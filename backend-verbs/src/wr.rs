@@ -23,7 +23,7 @@ pub type Segs = SmallVec<[LocalSeg; 4]>;
 /// Translates LMR triplets into scatter/gather entries. `lkey` gives the
 /// local key of an LMR (None for an LMR of another provider or one that is
 /// deregistered). Bounds, rights and the PZ are checked before this, by
-/// [`rmr_api::check_local_sges`].
+/// [`rmr_api::provider::check_local_sges`].
 ///
 /// # Errors
 /// [`Error::InvalidArgument`] for a foreign LMR or a segment over 4 GiB.

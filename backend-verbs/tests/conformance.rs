@@ -9,7 +9,7 @@
 //! - else the first address rdma_cm binds to a device port
 //!   ([`backend_verbs::discover`]), used by both sides (loopback through the HCA).
 
-use rmr_api::conformance::Target;
+use rmr_api::provider::conformance::Target;
 
 fn spec_from_env(dev: &str, addr: &str) -> Option<String> {
     if let Ok(d) = std::env::var(dev) {
@@ -35,5 +35,5 @@ fn target() -> Target {
 }
 
 mod conformance {
-    rmr_api::conformance_suite!(super::target);
+    rmr_api::provider::conformance_suite!(super::target);
 }

@@ -56,5 +56,5 @@ fn malformed_specs_are_bad_specs_before_any_device_lookup() {
     for spec in ["verbs:", "verbs:mlx5_0:0", "verbs:mlx5_0:port"] {
         assert!(matches!(rmr_api::open(spec), Err(Error::BadSpec { .. })), "{spec}");
     }
-    assert_eq!(rmr_api::provider("verbs").map(|p| p.name()), Some("verbs"));
+    assert_eq!(rmr_api::provider::provider("verbs").map(|p| p.name()), Some("verbs"));
 }

@@ -5,7 +5,8 @@
 use backend_tcp::wire::{Header, Op};
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use multirail::{Planner, Policy};
-use rmr_api::{Evd, Event, SoftEvd};
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Evd, Event};
 
 fn planner(c: &mut Criterion) {
     let mut even = Planner::new(2, Policy::Even, 8 << 10, 4096);

@@ -13,7 +13,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use rmr_api::conformance::{Buf, Pair, Target, expect_ok, next_dto};
+use rmr_api::provider::conformance::{Buf, Pair, Target, expect_ok, next_dto};
 use rmr_api::{Access, DtoFlags};
 use std::time::{Duration, Instant};
 

@@ -14,7 +14,7 @@
 //! (SPEC as in rmr's endpoint specs: `tcp:127.0.0.1`,
 //! `multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned`).
 
-use rmr_api::conformance::{Pair, Target, write_send_ping_pong};
+use rmr_api::provider::conformance::{Pair, Target, write_send_ping_pong};
 
 fn register() {
     backend_tcp::register();

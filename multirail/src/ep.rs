@@ -17,9 +17,10 @@ use crate::objects::{MrIa, MrLmr, MrLmrInner, MrPz};
 use crate::planner::{Planner, Stripe, Stripes};
 use crate::psp::header;
 use crate::{Engine, MrConfig};
+use rmr_api::provider::{SoftEvd, check_local_sges};
 use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Evd, Event,
-    Result, RmrContext, Sge, SoftEvd, Status, check_local_sges,
+    Result, RmrContext, Sge, Status,
 };
 use smallvec::SmallVec;
 use std::any::Any;
@@ -268,7 +269,7 @@ pub(crate) struct Rail {
     evd: Arc<dyn Evd>,
     /// The drivers of the rail EVD (its endpoint's socket), taken once the
     /// rail is connected: what [`Core::flush_rails`] pushes out.
-    drivers: std::sync::OnceLock<Vec<Arc<dyn rmr_api::Driver>>>,
+    drivers: std::sync::OnceLock<Vec<Arc<dyn rmr_api::provider::Driver>>>,
     /// Work handed to the rail thread and not yet posted by it.
     pending: std::sync::atomic::AtomicUsize,
     tx: Mutex<Option<crossbeam_channel::Sender<Work>>>,
@@ -1863,8 +1864,8 @@ impl Ep for MrEp {
             }
             st.conn = EpState::Pending;
         }
-        let session =
-            getrandom::u64().unwrap_or_else(|_| rmr_api::fresh_id() ^ 0x9e37_79b9_7f4a_7c15);
+        let session = getrandom::u64()
+            .unwrap_or_else(|_| rmr_api::provider::fresh_id() ^ 0x9e37_79b9_7f4a_7c15);
         let n = c.rails.len();
         let results: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..n)

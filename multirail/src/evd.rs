@@ -5,7 +5,8 @@
 //! sleeps when nothing moves.
 
 use crate::ep::Core;
-use rmr_api::{Error, Evd, Event, Result, SoftEvd};
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Error, Evd, Event, Result};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::cell::Cell;

@@ -88,7 +88,8 @@ pub use objects::{MrIa, MrLmr, MrPz};
 pub use planner::{Planner, Policy, Stripe};
 pub use psp::MrPsp;
 
-use rmr_api::{Error, Ia, Provider, Result};
+use rmr_api::provider::Provider;
+use rmr_api::{Error, Ia, Result};
 use std::fmt;
 use std::sync::Arc;
 
@@ -257,5 +258,5 @@ impl Provider for MultiRailProvider {
 
 /// Registers the `multirail` provider.
 pub fn register() {
-    rmr_api::register(Arc::new(MultiRailProvider));
+    rmr_api::provider::register(Arc::new(MultiRailProvider));
 }

@@ -75,7 +75,7 @@ impl Ia for MrIa {
 
     fn create_pz(&self) -> Result<Arc<dyn Pz>> {
         let rails = self.rails.iter().map(|r| r.create_pz()).collect::<Result<Vec<_>>>()?;
-        Ok(Arc::new(MrPz { id: rmr_api::fresh_id(), rails }))
+        Ok(Arc::new(MrPz { id: rmr_api::provider::fresh_id(), rails }))
     }
 
     fn create_evd(&self) -> Result<Arc<dyn Evd>> {

@@ -1,7 +1,7 @@
 //! The pinned engine binds one thread per rail to a core with hwloc and
 //! reports the binding in the EP's attributes (`rail<i>.cpu`).
 
-use rmr_api::conformance::{Pair, Target};
+use rmr_api::provider::conformance::{Pair, Target};
 use std::time::{Duration, Instant};
 
 fn register() {

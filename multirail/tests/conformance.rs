@@ -3,7 +3,7 @@
 //! fork-join. Messages of 8 KiB and more are striped over every rail (a
 //! threshold below the default 32 KiB, so that more of the suite stripes).
 
-use rmr_api::conformance::Target;
+use rmr_api::provider::conformance::Target;
 
 fn register() {
     backend_tcp::register();
@@ -34,12 +34,12 @@ fn two_fork_join() -> Target {
 
 mod conformance {
     mod two_rails_pinned {
-        rmr_api::conformance_suite!(crate::two_pinned);
+        rmr_api::provider::conformance_suite!(crate::two_pinned);
     }
     mod three_rails_inline {
-        rmr_api::conformance_suite!(crate::three_inline);
+        rmr_api::provider::conformance_suite!(crate::three_inline);
     }
     mod two_rails_fork_join {
-        rmr_api::conformance_suite!(crate::two_fork_join);
+        rmr_api::provider::conformance_suite!(crate::two_fork_join);
     }
 }

@@ -7,7 +7,8 @@ mod mr_rig;
 
 #[test]
 fn replay_mr_psp() {
-    let files = rmr_api::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), "mr_psp");
+    let files =
+        rmr_api::provider::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), "mr_psp");
     assert!(!files.is_empty());
     let rig = mr_rig::MrRig::new();
     for (p, data) in files {

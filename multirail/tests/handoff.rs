@@ -7,7 +7,9 @@
 //! (`direct=all`, the default there) the caller posts those too. Real TCP
 //! rails on loopback.
 
-use rmr_api::conformance::{Buf, Pair, Target, ep_count, ep_note, expect_ok, next_dto, pattern};
+use rmr_api::provider::conformance::{
+    Buf, Pair, Target, ep_count, ep_note, expect_ok, next_dto, pattern,
+};
 use rmr_api::{Access, DtoFlags};
 
 const RW: Access = Access::ALL;

@@ -237,7 +237,7 @@ fn client(len: usize, rounds: u64) {
         );
     }
     println!("RESULT secs={:.3}", t0.elapsed().as_secs_f64());
-    println!("RESULT weights={}", rmr_api::conformance::ep_note(&*ep, "weights"));
+    println!("RESULT weights={}", rmr_api::provider::conformance::ep_note(&*ep, "weights"));
     println!("RESULT ok=1");
     let _ = ep.disconnect();
 }

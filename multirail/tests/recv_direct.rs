@@ -8,7 +8,7 @@
 //! write's completion queues on the rail ahead of the answer: the answer
 //! still goes direct (it overtakes a request completion, never a receive).
 
-use rmr_api::conformance::{Buf, Pair, Target, ep_count, next_dto};
+use rmr_api::provider::conformance::{Buf, Pair, Target, ep_count, next_dto};
 use rmr_api::{Access, DtoFlags, DtoOp};
 
 fn register() {

@@ -7,7 +7,7 @@
 //! suppressed sends. Small suppressed writes (up to 1 KiB) go silent the
 //! same way. Real TCP rails on loopback, both engines.
 
-use rmr_api::conformance::{
+use rmr_api::provider::conformance::{
     Buf, Pair, Target, ep_count, expect_ok, next_dto, pattern, write_send_ping_pong,
 };
 use rmr_api::{Access, DtoFlags, DtoOp, Error};

@@ -6,8 +6,9 @@
 //! rails on loopback, every engine.
 
 use backend_tcp::{TcpConfig, TcpIa};
-use rmr_api::conformance::{Buf, Pair, Target, pattern};
-use rmr_api::{Access, DtoFlags, DtoOp, Error, Event, Ia, Provider};
+use rmr_api::provider::Provider;
+use rmr_api::provider::conformance::{Buf, Pair, Target, pattern};
+use rmr_api::{Access, DtoFlags, DtoOp, Error, Event, Ia};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,7 +30,7 @@ impl Provider for SlowAck {
 }
 
 fn register() {
-    rmr_api::register(Arc::new(SlowAck));
+    rmr_api::provider::register(Arc::new(SlowAck));
     multirail::register();
 }
 

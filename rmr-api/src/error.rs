@@ -1,5 +1,6 @@
 //! The one error type of the API and the `Result` alias.
 
+use crate::{DtoOp, EpId, Status};
 use std::io;
 
 /// Errors returned by every rmr-api operation.
@@ -38,11 +39,22 @@ pub enum Error {
     /// Memory of one protection zone was used with an endpoint of another.
     #[error("protection error: {0}")]
     Protection(String),
-    /// A remote key that the target does not know.
-    #[error("bad remote key {key:#x}")]
-    BadKey {
-        /// The offending key.
-        key: u64,
+    /// A DTO ended with an error completion (the target refused it, the
+    /// connection broke under it, ...): what the completion says, nothing
+    /// invented. Match on `status` for the kind (for example
+    /// [`Status::BadKey`], [`Status::ReceiverNotReady`]); see also
+    /// [`Error::status`].
+    #[error("{op:?} on endpoint {} failed: {status}", ep.0)]
+    Dto {
+        /// The operation.
+        op: DtoOp,
+        /// The endpoint it was posted on (names the peer).
+        ep: EpId,
+        /// How it ended.
+        #[source]
+        status: Status,
+        /// Bytes the completion reports (for a receive: the message's size).
+        bytes: u64,
     },
     /// An access outside a registered region (local or remote).
     #[error("out of bounds: offset {offset} + length {len} exceeds {limit}")]
@@ -115,6 +127,26 @@ impl Error {
     /// Wraps an `io::Error` with the step that failed.
     pub fn io(what: impl Into<String>, source: io::Error) -> Self {
         Error::Io { what: what.into(), source }
+    }
+
+    /// The completion status this error stands for, for code that treats
+    /// local and remote failures alike: the status of an [`Error::Dto`],
+    /// and the status a local check would have reported for the matching
+    /// synchronous error ([`Error::OutOfBounds`], [`Error::Protection`],
+    /// [`Error::RemoteAccess`], [`Error::RecvTooSmall`], [`Error::Flushed`],
+    /// [`Error::Broken`], [`Error::Unsupported`]).
+    pub fn status(&self) -> Option<Status> {
+        Some(match self {
+            Error::Dto { status, .. } => *status,
+            Error::OutOfBounds { .. } => Status::OutOfBounds,
+            Error::Protection(_) => Status::Protection,
+            Error::RemoteAccess(_) => Status::RemoteAccess,
+            Error::RecvTooSmall { .. } => Status::RecvTooSmall,
+            Error::Flushed => Status::Flushed,
+            Error::Broken(_) => Status::Broken,
+            Error::Unsupported(_) => Status::Unsupported,
+            _ => return None,
+        })
     }
 
     /// Builds an [`Error::InvalidArgument`].

@@ -28,9 +28,10 @@ impl DtoCompletion {
     /// `Ok(())` for success, otherwise the matching [`crate::Error`].
     ///
     /// # Errors
-    /// The error corresponding to [`DtoCompletion::status`].
+    /// [`crate::Error::Dto`] with this completion's operation, endpoint and
+    /// status when it did not succeed.
     pub fn result(&self) -> Result<()> {
-        crate::status_to_result(self.status, self.bytes)
+        crate::provider::completion_result(self)
     }
 }
 

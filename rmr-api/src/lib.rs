@@ -57,30 +57,18 @@ mod evd;
 mod event;
 mod memory;
 mod objects;
-mod provider;
+pub mod provider;
+mod registry;
 pub mod stages;
 mod types;
 
-#[cfg(feature = "conformance")]
-pub mod conformance;
-
 pub use error::{Error, Result};
-pub use evd::{
-    Driver, Evd, Interest, Sink, SoftEvd, WaitOn, cpus_idle, doorbell_deferred,
-    with_deferred_doorbell,
-};
+pub use evd::Evd;
 pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
 pub use memory::{MemRegion, REGION_ALIGN};
-pub use objects::{Ep, EpEvds, Ia, Lmr, Psp, Pz, check_local_sges, status_to_result};
-pub use provider::{Provider, open, provider, providers, register, split_spec};
+pub use objects::{Ep, EpEvds, Ia, Listener, Lmr, Psp, Pz};
+pub use registry::{open, providers};
 pub use types::{
     Access, Caps, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr, MAX_RAIL_KEYS, RmrContext, Sge,
     Status, sge_total,
 };
-
-/// A fresh process-unique id for protection zones and other objects.
-pub fn fresh_id() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(1);
-    NEXT.fetch_add(1, Ordering::Relaxed)
-}

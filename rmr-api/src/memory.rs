@@ -9,7 +9,6 @@
 
 use crate::{Error, Result};
 use std::alloc::{Layout, alloc_zeroed, dealloc};
-use std::io::{self, IoSlice, Read};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -170,92 +169,51 @@ impl MemRegion {
         Ok(())
     }
 
-    /// Reads exactly `len` bytes from `r` straight into the region at `off`
-    /// (how transports place incoming payloads without staging them).
+    /// Copies `len` bytes at `src_off` of `src` to `dst_off` of this
+    /// region (the two may be the same region, ranges may overlap): how a
+    /// forwarder moves a payload between registered buffers without a
+    /// staging copy.
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] before any byte is read; the reader's error otherwise.
-    pub fn read_exact_from(&self, off: u64, len: u64, r: &mut dyn Read) -> Result<io::Result<()>> {
-        self.check(off, len)?;
-        // SAFETY: bounds checked; the slice lives only for this call. Concurrent RDMA into the
-        // same bytes is a user error with unspecified bytes as result, as on any RDMA NIC.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(self.as_ptr().add(off as usize), len as usize)
+    /// [`Error::OutOfBounds`] when either range lies outside its region
+    /// (nothing is copied).
+    pub fn copy_from(&self, dst_off: u64, src: &MemRegion, src_off: u64, len: u64) -> Result<()> {
+        self.check(dst_off, len)?;
+        src.check(src_off, len)?;
+        // SAFETY: both ranges are in bounds (checked above) of allocations the
+        // two `&MemRegion`s keep alive; `ptr::copy` allows overlap; no Rust
+        // reference to region bytes is created.
+        unsafe {
+            std::ptr::copy(
+                src.as_ptr().add(src_off as usize),
+                self.as_ptr().add(dst_off as usize),
+                len as usize,
+            )
         };
-        Ok(r.read_exact(dst))
+        Ok(())
     }
 
-    /// Reads at most `len` bytes from `r` straight into the region at `off`
-    /// with one `read` call: how a transport with non-blocking sockets
-    /// places a payload as it arrives. Returns the bytes read.
+    /// Appends a copy of `len` bytes at `off` to `v` (how a transport
+    /// batches small payloads into one buffer).
     ///
     /// # Errors
-    /// [`Error::OutOfBounds`] before any byte is read; the reader's error otherwise.
-    pub fn read_some_from(
-        &self,
-        off: u64,
-        len: u64,
-        r: &mut dyn Read,
-    ) -> Result<io::Result<usize>> {
+    /// [`Error::OutOfBounds`] (nothing is appended).
+    pub fn append_to(&self, off: u64, len: u64, v: &mut Vec<u8>) -> Result<()> {
         self.check(off, len)?;
-        // SAFETY: bounds checked; the slice lives only for this call. Concurrent RDMA into the
-        // same bytes is a user error with unspecified bytes as result, as on any RDMA NIC.
-        let dst = unsafe {
-            std::slice::from_raw_parts_mut(self.as_ptr().add(off as usize), len as usize)
-        };
-        Ok(r.read(dst))
-    }
-
-    /// Calls `f` with a read-only view of `[off, off+len)`; the view does not
-    /// escape the call. This is how transports hand payloads to `writev`
-    /// without copying them.
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`].
-    pub fn with_slice<R>(&self, off: u64, len: u64, f: impl FnOnce(&[u8]) -> R) -> Result<R> {
-        self.check(off, len)?;
-        // SAFETY: bounds checked; the slice does not outlive the call. Bytes a peer writes
-        // concurrently are unspecified (RDMA semantics), never out of bounds.
-        let s =
-            unsafe { std::slice::from_raw_parts(self.as_ptr().add(off as usize), len as usize) };
-        Ok(f(s))
-    }
-
-    /// Calls `f` with `IoSlice`s over `head` followed by the given region
-    /// ranges, leaving out the first `skip` bytes of that concatenation: how a
-    /// transport hands a header plus a gather list to one `writev`, resuming
-    /// after a partial write, without copying. The views do not escape `f`.
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] when a range lies outside its region.
-    pub fn gather_io<'a, R>(
-        head: &[u8],
-        segs: impl IntoIterator<Item = (&'a MemRegion, u64, u64)>,
-        mut skip: usize,
-        f: impl FnOnce(&[IoSlice<'_>]) -> R,
-    ) -> Result<R> {
-        let mut iov: smallvec::SmallVec<[IoSlice<'_>; 8]> = smallvec::SmallVec::new();
-        if skip < head.len() {
-            iov.push(IoSlice::new(&head[skip..]));
-            skip = 0;
-        } else {
-            skip -= head.len();
+        let len = len as usize;
+        v.reserve(len);
+        // SAFETY: the source range is in bounds (checked above); the
+        // destination is `v`'s spare capacity, reserved above and distinct
+        // from the region; `len` bytes are initialised before `set_len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.as_ptr().add(off as usize),
+                v.as_mut_ptr().add(v.len()),
+                len,
+            );
+            v.set_len(v.len() + len);
         }
-        for (r, off, len) in segs {
-            r.check(off, len)?;
-            if skip as u64 >= len {
-                skip -= len as usize;
-                continue;
-            }
-            let (o, l) = (off + skip as u64, len - skip as u64);
-            skip = 0;
-            // SAFETY: bounds checked above; the view lives only until `f` returns, while the
-            // caller holds the region's Arc. Concurrent RDMA into the bytes leaves their
-            // value unspecified (RDMA semantics), never out of bounds.
-            let s = unsafe { std::slice::from_raw_parts(r.as_ptr().add(o as usize), l as usize) };
-            iov.push(IoSlice::new(s));
-        }
-        Ok(f(&iov))
+        Ok(())
     }
 
     /// A read-only view of the whole region.
@@ -310,20 +268,19 @@ mod tests {
     }
 
     #[test]
-    fn gather_skips_across_segments() {
+    fn copies_between_regions_and_into_vectors() {
         let a = MemRegion::from_bytes(b"abcdef");
-        let b = MemRegion::from_bytes(b"XYZ");
-        let flat = |skip| {
-            MemRegion::gather_io(b"hd", [(&*a, 1, 3), (&*b, 0, 3)], skip, |iov| {
-                iov.iter().flat_map(|s| s.iter().copied()).collect::<Vec<u8>>()
-            })
-            .unwrap()
-        };
-        assert_eq!(flat(0), b"hdbcdXYZ");
-        assert_eq!(flat(1), b"dbcdXYZ");
-        assert_eq!(flat(4), b"dXYZ");
-        assert_eq!(flat(5), b"XYZ");
-        assert_eq!(flat(8), b"");
-        assert!(MemRegion::gather_io(b"", [(&*b, 2, 2)], 0, |_| ()).is_err());
+        let b = MemRegion::new(6);
+        b.copy_from(1, &a, 2, 3).unwrap();
+        assert_eq!(b.to_vec(0, 6).unwrap(), b"\0cde\0\0");
+        a.copy_from(1, &a, 0, 5).unwrap(); // overlapping, same region
+        assert_eq!(a.to_vec(0, 6).unwrap(), b"aabcde");
+        assert!(b.copy_from(4, &a, 0, 3).is_err());
+        assert!(b.copy_from(0, &a, 4, 3).is_err());
+        let mut v = b"x".to_vec();
+        a.append_to(4, 2, &mut v).unwrap();
+        assert_eq!(v, b"xde");
+        assert!(a.append_to(5, 2, &mut v).is_err());
+        assert_eq!(v, b"xde");
     }
 }

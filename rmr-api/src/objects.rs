@@ -59,6 +59,100 @@ pub trait Ia: Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
+impl dyn Ia {
+    /// Listens on `service` (0 picks a free one) with an EVD of its own for
+    /// the connection requests: the simple way to accept connections, see
+    /// [`Listener::accept`].
+    ///
+    /// # Errors
+    /// As [`Ia::create_evd`] and [`Ia::create_psp`].
+    pub fn listen(&self, service: u16) -> Result<Listener> {
+        let evd = self.create_evd()?;
+        let psp = self.create_psp(service, &evd)?;
+        Ok(Listener { psp, evd })
+    }
+}
+
+/// A PSP with an EVD of its own, made by [`Ia::listen`](trait.Ia.html#method.listen):
+/// connection requests wait there until [`Listener::accept`] takes them.
+pub struct Listener {
+    psp: Arc<dyn Psp>,
+    evd: Arc<dyn Evd>,
+}
+
+impl Listener {
+    /// Waits up to `timeout` for the next connection request, accepts it
+    /// onto `ep` (an unconnected EP of the same IA) sending `reply` as the
+    /// private data, and returns the connector's private data. The EP is
+    /// connected when this returns (its [`crate::Event::Established`] also
+    /// arrives on its connection EVD).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when no request came in time (`ep` stays
+    /// unconnected and usable); the accept's own errors otherwise.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ia: std::sync::Arc<dyn rmr_api::Ia>) -> rmr_api::Result<()> {
+    /// use rmr_api::EpEvds;
+    /// use std::time::Duration;
+    /// let (pz, evd) = (ia.create_pz()?, ia.create_evd()?);
+    /// let listener = ia.listen(7471)?;
+    /// let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
+    /// let hello = listener.accept(&ep, b"welcome", Duration::from_secs(30))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn accept(&self, ep: &Arc<dyn Ep>, reply: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // Only connection requests reach this EVD; anything else (an
+            // asynchronous error of the listener) is not for an EP.
+            if let crate::Event::ConnectionRequest(cr) = self.evd.wait(Some(left), 1)? {
+                let pd = cr.private_data().to_vec();
+                cr.accept(ep, reply)?;
+                return Ok(pd);
+            }
+        }
+    }
+
+    /// Waits up to `timeout` for the next connection request and hands it
+    /// over undecided (to look at its private data, then accept or reject).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when none came in time.
+    pub fn next_request(&self, timeout: Duration) -> Result<crate::ConnRequest> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if let crate::Event::ConnectionRequest(cr) = self.evd.wait(Some(left), 1)? {
+                return Ok(cr);
+            }
+        }
+    }
+
+    /// The service id listened on.
+    pub fn service(&self) -> u16 {
+        self.psp.service()
+    }
+
+    /// The local address, as a peer passes it to [`Ep::connect`].
+    pub fn address(&self) -> String {
+        self.psp.address()
+    }
+
+    /// The PSP itself.
+    pub fn psp(&self) -> &Arc<dyn Psp> {
+        &self.psp
+    }
+}
+
+impl std::fmt::Debug for Listener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Listener({}:{})", self.address(), self.service())
+    }
+}
+
 /// A protection zone: memory registered in it is usable only by endpoints of
 /// the same zone, locally and remotely.
 pub trait Pz: Send + Sync {
@@ -255,71 +349,37 @@ pub trait Ep: Send + Sync {
     fn as_any(&self) -> &dyn Any;
 }
 
-/// Validates a local segment list for a DTO: every LMR registered, in the
-/// EP's protection zone, holding `need` rights, in bounds, at most
-/// `max_sges` entries. Returns the total length.
-///
-/// # Errors
-/// [`Error::Protection`], [`Error::OutOfBounds`], [`Error::RemoteAccess`] is never
-/// returned here; [`Error::InvalidArgument`] for too many segments or a
-/// deregistered LMR.
-pub fn check_local_sges(
-    sges: &[Sge<'_>],
-    pz_id: u64,
-    need: Access,
-    max_sges: usize,
-) -> Result<u64> {
-    if sges.len() > max_sges {
-        return Err(Error::invalid(format!("{} segments, at most {max_sges}", sges.len())));
-    }
-    let mut total = 0u64;
-    for s in sges {
-        if !s.lmr.is_registered() {
-            return Err(Error::invalid("local LMR is deregistered"));
-        }
-        if s.lmr.pz_id() != pz_id {
-            return Err(Error::Protection(format!(
-                "local LMR of PZ {} used on an EP of PZ {pz_id}",
-                s.lmr.pz_id()
-            )));
-        }
-        if !s.lmr.access().contains(need) {
-            return Err(Error::Protection(format!(
-                "local LMR lacks {need:?} (has {:?})",
-                s.lmr.access()
-            )));
-        }
-        match s.offset.checked_add(s.len) {
-            Some(end) if end <= s.lmr.len() => {}
-            _ => {
-                return Err(Error::OutOfBounds {
-                    offset: s.offset,
-                    len: s.len,
-                    limit: s.lmr.len(),
-                });
+impl dyn Ep {
+    /// [`Ep::connect`], retried while the peer refuses (it has not started
+    /// listening yet), until `timeout` has passed in all: how a client that
+    /// may start before its server connects. A rejection is not retried.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the peer never accepted in time;
+    /// [`Error::Rejected`] and the connect's other errors at once.
+    pub fn connect_with_retry(
+        &self,
+        remote: &str,
+        service: u16,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut nap = Duration::from_millis(1);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout);
+            }
+            match self.connect(remote, service, private_data, left) {
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::ConnectionRefused =>
+                {
+                    std::thread::sleep(nap.min(left));
+                    nap = (nap * 2).min(Duration::from_millis(100));
+                }
+                r => return r,
             }
         }
-        total += s.len;
-    }
-    Ok(total)
-}
-
-/// Maps a completion status to a `Result`, for [`crate::DtoCompletion::result`].
-///
-/// # Errors
-/// The error variant matching `status`.
-pub fn status_to_result(status: crate::Status, bytes: u64) -> Result<()> {
-    use crate::Status as S;
-    match status {
-        S::Success => Ok(()),
-        S::RemoteAccess => Err(Error::RemoteAccess("target refused the access".into())),
-        S::Protection => Err(Error::Protection("target region is in another PZ".into())),
-        S::BadKey => Err(Error::BadKey { key: 0 }),
-        S::OutOfBounds => Err(Error::OutOfBounds { offset: 0, len: bytes, limit: 0 }),
-        S::RecvTooSmall => Err(Error::RecvTooSmall { need: bytes, have: 0 }),
-        S::ReceiverNotReady => Err(Error::Broken("no receive posted at the target".into())),
-        S::Flushed => Err(Error::Flushed),
-        S::Broken => Err(Error::Broken("connection broke under the DTO".into())),
-        S::Unsupported => Err(Error::Unsupported("operation refused by the peer")),
     }
 }

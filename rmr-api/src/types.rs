@@ -290,6 +290,25 @@ pub enum Status {
     Unsupported,
 }
 
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Status::Success => "success",
+            Status::RemoteAccess => "the target refused the access",
+            Status::Protection => "the target region is in another protection zone",
+            Status::BadKey => "the target does not know the remote key",
+            Status::OutOfBounds => "outside the target region (or a misaligned atomic)",
+            Status::RecvTooSmall => "the receive buffer is smaller than the message",
+            Status::ReceiverNotReady => "no receive was posted at the target in time",
+            Status::Flushed => "flushed: the endpoint disconnected or broke first",
+            Status::Broken => "the connection broke under the operation",
+            Status::Unsupported => "the peer does not support the operation",
+        })
+    }
+}
+
+impl std::error::Error for Status {}
+
 impl Status {
     /// Wire/FFI code.
     pub fn code(self) -> u16 {

@@ -49,8 +49,9 @@
 //! ## Progress and oversubscription
 //! A process waiting for a flag must make its endpoints progress, or on
 //! the TCP backend the write lands only after a hand-off to the endpoint's
-//! progress thread. Waits on a TCP (`SoftEvd`) EVD drive the endpoints'
-//! sockets themselves ([`rmr_api::SoftEvd::drive_until`]), blocking in
+//! progress thread. Waits go through the EVD's public progress wait
+//! ([`rmr_api::Evd::progress_until`]): on a TCP EVD they drive the endpoints'
+//! sockets themselves, blocking in
 //! `poll(2)` after a short spin; other EVDs are polled with
 //! [`rmr_api::Evd::dequeue`]. Every other poll loop (shared memory, other
 //! EVDs) spins briefly, then yields, then sleeps with a growing backoff,

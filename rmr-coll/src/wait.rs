@@ -1,30 +1,29 @@
 //! Waiting without burning the node: the one helper every poll loop of the
 //! barrier goes through.
 //!
-//! On an oversubscribed node (more processes than cores) a poller that
-//! spins steals the core from the very process it waits for. So every
-//! wait here spins briefly, then yields, then sleeps with a growing
-//! backoff. A wait on an EVD of the TCP backend ([`rmr_api::SoftEvd`])
-//! instead *drives* the endpoints (their sockets) until the flag is set,
-//! blocking in `poll(2)` on them after a short spin: the RDMA write lands
-//! in the waiter's own context, at once, and an idle waiter costs nothing.
-//! Other EVDs (libfabric, verbs, multirail) make progress in
-//! [`rmr_api::Evd::dequeue`], which the backoff loop calls.
+//! Every wait goes through the EVD's own public progress wait
+//! ([`rmr_api::Evd::progress_until`]): on the TCP backend the waiter drives
+//! the endpoints' sockets itself until the flag is set, blocking in
+//! `poll(2)` after a short spin, so the RDMA write lands in the waiter's
+//! own context at once and an idle waiter costs nothing; other backends
+//! block on their EVD's wait fd, or spin, yield and nap. On an
+//! oversubscribed node (more processes than cores) the barrier's `spin`
+//! setting keeps the spin short: a poller that spins steals the core from
+//! the very process it waits for.
 
 use crate::{Error, Result};
-use rmr_api::{Evd, Event, SoftEvd};
+use rmr_api::{Evd, Event};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Spin, then yield, then sleep 2^k µs (up to 256 µs).
+/// Spin, then yield, then sleep 2^k µs (up to 256 µs): for polls that have
+/// no EVD to wait on (the shared-memory stage, connection set-up).
 #[derive(Default)]
 pub(crate) struct Backoff {
     n: u32,
 }
 
 const SPINS: u32 = 64;
-/// Longest single block in `poll(2)` of a flag wait.
-const SLICE: Duration = Duration::from_millis(5);
 const YIELDS: u32 = 64;
 
 impl Backoff {
@@ -41,22 +40,21 @@ impl Backoff {
     }
 }
 
+/// Longest single progress wait of a flag wait: a write that lands without
+/// raising an event (placed by another thread) costs at most one.
+const SLICE: Duration = Duration::from_millis(5);
+
 /// Waits on one EVD (the one every barrier endpoint reports to).
 pub(crate) struct Waiter {
     evd: Arc<dyn Evd>,
     pub(crate) timeout: Duration,
-    /// How long a TCP-backend wait spins before blocking in `poll(2)`
-    /// (`None`: the EVD's own setting).
+    /// How long a wait spins before blocking (`None`: the EVD's own setting).
     spin: Option<Duration>,
 }
 
 impl Waiter {
     pub(crate) fn new(evd: Arc<dyn Evd>, timeout: Duration, spin: Option<Duration>) -> Waiter {
         Waiter { evd, timeout, spin }
-    }
-
-    fn soft(&self) -> Option<&SoftEvd> {
-        self.evd.as_any().downcast_ref::<SoftEvd>()
     }
 
     /// Makes progress until `done()` holds, handing every event that shows
@@ -67,7 +65,6 @@ impl Waiter {
         on_event: &mut dyn FnMut(Event) -> Result<()>,
     ) -> Result<bool> {
         let deadline = Instant::now() + self.timeout;
-        let mut b = Backoff::default();
         loop {
             if done() {
                 return Ok(true);
@@ -80,25 +77,12 @@ impl Waiter {
             if got {
                 continue;
             }
-            if let Some(s) = self.soft() {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Ok(done());
-                }
-                // In slices: a write that lands without waking this waiter
-                // (placed by another thread, raising no event) costs at most one.
-                let left = deadline.saturating_duration_since(now).min(SLICE);
-                let ready = || done() || !s.is_empty();
-                let _ = match self.spin {
-                    Some(spin) => s.drive_until_spin(Some(left), spin, &ready),
-                    None => s.drive_until(Some(left), &ready),
-                };
-            } else {
-                if Instant::now() >= deadline {
-                    return Ok(done());
-                }
-                b.snooze();
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(done());
             }
+            let left = deadline.saturating_duration_since(now).min(SLICE);
+            self.evd.progress_until(Some(left), self.spin, done);
         }
     }
 
@@ -111,32 +95,19 @@ impl Waiter {
 
     /// The next event (for the send/recv barrier), or `None` on timeout.
     pub(crate) fn next_event(&self) -> Option<Event> {
-        if let Some(s) = self.soft() {
-            let Some(spin) = self.spin else {
-                return self.evd.wait(Some(self.timeout), 1).ok();
-            };
-            // As `Evd::wait`, with this barrier's spin.
-            let deadline = Instant::now() + self.timeout;
-            loop {
-                if let Some(e) = self.evd.dequeue() {
-                    return Some(e);
-                }
-                let left = deadline.saturating_duration_since(Instant::now());
-                if !s.drive_until_spin(Some(left), spin, &|| !s.is_empty()) {
-                    return self.evd.dequeue();
-                }
-            }
-        }
+        let Some(spin) = self.spin else {
+            return self.evd.wait(Some(self.timeout), 1).ok();
+        };
+        // As `Evd::wait`, with this barrier's spin.
         let deadline = Instant::now() + self.timeout;
-        let mut b = Backoff::default();
         loop {
             if let Some(e) = self.evd.dequeue() {
                 return Some(e);
             }
-            if Instant::now() >= deadline {
-                return None;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !self.evd.progress_until(Some(left), Some(spin), &|| false) {
+                return self.evd.dequeue();
             }
-            b.snooze();
         }
     }
 }

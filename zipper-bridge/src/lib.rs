@@ -87,5 +87,5 @@ pub use world::{BridgeDesc, Cluster, ProcessDesc, WorldDesc};
 pub fn register() {
     backend_tcp::register();
     multirail::register();
-    rmr_api::register(std::sync::Arc::new(ZipperProvider));
+    rmr_api::provider::register(std::sync::Arc::new(ZipperProvider));
 }

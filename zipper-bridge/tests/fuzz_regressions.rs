@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 fn inputs(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    rmr_api::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), target)
+    rmr_api::provider::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), target)
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! peer on the same IA that must keep working whatever the raw peer does).
 
 use backend_tcp::wire::{HDR, Header, MAGIC, Op};
-use rmr_api::conformance::{Buf, checksum, pattern};
+use rmr_api::provider::conformance::{Buf, checksum, pattern};
 use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext, Status};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

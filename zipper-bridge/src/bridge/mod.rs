@@ -19,9 +19,8 @@ use crate::credit::{CreditConfig, Credits};
 use crate::handshake::{BridgeHello, ClientHello, Reply};
 use crate::ring::Ring;
 use crate::wire::HDR;
-use rmr_api::{
-    Access, ConnRequest, Ep, EpEvds, EpId, Error, Evd, Event, Ia, Psp, Pz, Result, SoftEvd,
-};
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Access, ConnRequest, Ep, EpEvds, EpId, Error, Evd, Event, Ia, Psp, Pz, Result};
 use splice::{CTL_SLOTS, Link, Splice, SpliceSt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -163,7 +162,7 @@ impl Shared {
                 // send them: this thread does, right after the batch (the far
                 // side's EVD is another thread's, and a hand-off to it would
                 // cost a wake-up per message).
-                rmr_api::with_deferred_doorbell(|| {
+                rmr_api::provider::with_deferred_doorbell(|| {
                     self.handle(s, ev);
                     let mut n = 0;
                     while n < 256 {

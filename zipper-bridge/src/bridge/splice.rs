@@ -80,7 +80,7 @@ fn post_status(e: &Error) -> Status {
         Error::Broken(_) | Error::NotConnected | Error::Flushed => Status::Broken,
         Error::Protection(_) => Status::Protection,
         Error::Unsupported(_) => Status::Unsupported,
-        Error::BadKey { .. } => Status::BadKey,
+        Error::Dto { status, .. } => *status,
         Error::OutOfBounds { .. } | Error::InvalidArgument(_) => Status::OutOfBounds,
         _ => Status::RemoteAccess,
     }

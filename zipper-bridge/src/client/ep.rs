@@ -18,9 +18,10 @@ use crate::credit::{Credits, Returns};
 use crate::handshake::{BridgeHello, ClientHello, Reply};
 use crate::ring::Ring;
 use crate::wire::{HDR, Header, Kind, flags};
+use rmr_api::provider::{SoftEvd, check_local_sges};
 use rmr_api::{
     Access, ConnRequest, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
-    Evd, Event, Lmr, MemRegion, Result, RmrContext, Sge, SoftEvd, Status, check_local_sges,
+    Evd, Event, Lmr, MemRegion, Result, RmrContext, Sge, Status,
 };
 use smallvec::SmallVec;
 use std::any::Any;
@@ -202,7 +203,7 @@ fn scatter(segs: &Segs, off: u64, src: &MemRegion, src_off: u64, len: u64) {
     for (l, o, n) in slice(segs, off, len) {
         let dst = l.region().clone();
         let at = l.offset() + o;
-        let _ = src.with_slice(src_off, n, |s| dst.write(at, s));
+        let _ = dst.copy_from(at, src, src_off, n);
         src_off += n;
     }
 }

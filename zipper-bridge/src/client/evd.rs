@@ -5,7 +5,8 @@
 //! (`observe`), so a completion reaches it with no hand-off between threads.
 
 use super::ep::Core;
-use rmr_api::{Error, Evd, Event, Result, SoftEvd};
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Error, Evd, Event, Result};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -108,8 +109,11 @@ impl BridgeEvd {
         // EVD's waiter would before it blocks: a reply that comes within
         // it costs no wake-up.
         // Spin only when a CPU is free (as plain EVD waiters do).
-        let spin =
-            if rmr_api::cpus_idle() { self.q.spin_time() } else { std::time::Duration::ZERO };
+        let spin = if rmr_api::provider::cpus_idle() {
+            self.q.spin_time()
+        } else {
+            std::time::Duration::ZERO
+        };
         loop {
             if self.q.len() >= threshold {
                 if let Some(e) = self.q.dequeue() {

@@ -102,7 +102,7 @@ impl Ia for BridgeIa {
     }
 
     fn create_pz(&self) -> Result<Arc<dyn Pz>> {
-        Ok(Arc::new(BridgePz { id: rmr_api::fresh_id(), inner: self.inner.create_pz()? }))
+        Ok(Arc::new(BridgePz { id: rmr_api::provider::fresh_id(), inner: self.inner.create_pz()? }))
     }
 
     fn create_evd(&self) -> Result<Arc<dyn Evd>> {
@@ -203,7 +203,7 @@ impl Lmr for BridgeLmr {
 /// for an IA that only listens).
 pub struct ZipperProvider;
 
-impl rmr_api::Provider for ZipperProvider {
+impl rmr_api::provider::Provider for ZipperProvider {
     fn name(&self) -> &'static str {
         "zipper"
     }

@@ -2,16 +2,16 @@
 //! so "passes the suite" means one thing.
 //!
 //! A backend's `tests/conformance.rs` names a [`Target`] (provider specs for
-//! two IAs that can reach each other) and expands [`conformance_suite!`](crate::conformance_suite)
+//! two IAs that can reach each other) and expands [`conformance_suite!`](crate::provider::conformance_suite)
 //! inside a module named `conformance`, which generates one `#[test]` per case
 //! (`conformance::rdma_read`, `conformance::bad_key`, ...):
 //!
 //! ```text
-//! fn target() -> rmr_api::conformance::Target {
-//!     rmr_api::conformance::Target::new("tcp", backend_tcp::register, "tcp:127.0.0.1", "tcp:127.0.0.1")
+//! fn target() -> rmr_api::provider::conformance::Target {
+//!     rmr_api::provider::conformance::Target::new("tcp", backend_tcp::register, "tcp:127.0.0.1", "tcp:127.0.0.1")
 //! }
 //! mod conformance {
-//!     rmr_api::conformance_suite!(super::target);
+//!     rmr_api::provider::conformance_suite!(super::target);
 //! }
 //! ```
 //!
@@ -413,6 +413,7 @@ pub fn regression_inputs(crate_dir: &str, target: &str) -> Vec<(std::path::PathB
 /// `fn() -> Target`). Expand it inside a module named `conformance` so the
 /// test names read `conformance::<case>`.
 #[macro_export]
+#[doc(hidden)]
 macro_rules! conformance_suite {
     ($target:path) => {
         $crate::conformance_suite!(@cases $target;
@@ -466,7 +467,7 @@ macro_rules! conformance_suite {
             };
             let t = $target();
             if !t.skipped() {
-                $crate::conformance::cases::peer_killed_broken_event(&t, &name)
+                $crate::provider::conformance::cases::peer_killed_broken_event(&t, &name)
             }
         }
     };
@@ -476,7 +477,7 @@ macro_rules! conformance_suite {
             fn $case() {
                 let t = $target();
                 if !t.skipped() {
-                    $crate::conformance::cases::$case(&t)
+                    $crate::provider::conformance::cases::$case(&t)
                 }
             }
         )*

@@ -1,0 +1,66 @@
+//! Checks and mappings every backend needs the same way.
+
+use crate::{Access, Error, Result, Sge};
+
+/// Validates a local segment list for a DTO: every LMR registered, in the
+/// EP's protection zone, holding `need` rights, in bounds, at most
+/// `max_sges` entries. Returns the total length.
+///
+/// # Errors
+/// [`Error::Protection`], [`Error::OutOfBounds`], [`Error::RemoteAccess`] is never
+/// returned here; [`Error::InvalidArgument`] for too many segments or a
+/// deregistered LMR.
+pub fn check_local_sges(
+    sges: &[Sge<'_>],
+    pz_id: u64,
+    need: Access,
+    max_sges: usize,
+) -> Result<u64> {
+    if sges.len() > max_sges {
+        return Err(Error::invalid(format!("{} segments, at most {max_sges}", sges.len())));
+    }
+    let mut total = 0u64;
+    for s in sges {
+        if !s.lmr.is_registered() {
+            return Err(Error::invalid("local LMR is deregistered"));
+        }
+        if s.lmr.pz_id() != pz_id {
+            return Err(Error::Protection(format!(
+                "local LMR of PZ {} used on an EP of PZ {pz_id}",
+                s.lmr.pz_id()
+            )));
+        }
+        if !s.lmr.access().contains(need) {
+            return Err(Error::Protection(format!(
+                "local LMR lacks {need:?} (has {:?})",
+                s.lmr.access()
+            )));
+        }
+        match s.offset.checked_add(s.len) {
+            Some(end) if end <= s.lmr.len() => {}
+            _ => {
+                return Err(Error::OutOfBounds {
+                    offset: s.offset,
+                    len: s.len,
+                    limit: s.lmr.len(),
+                });
+            }
+        }
+        total += s.len;
+    }
+    Ok(total)
+}
+
+/// Maps a completion to a `Result`, for [`crate::DtoCompletion::result`]:
+/// success, or an [`Error::Dto`] carrying the completion's own operation,
+/// endpoint, status and byte count (nothing invented).
+///
+/// # Errors
+/// [`Error::Dto`] for every status but [`crate::Status::Success`].
+pub fn completion_result(c: &crate::DtoCompletion) -> Result<()> {
+    if c.status.is_ok() {
+        Ok(())
+    } else {
+        Err(Error::Dto { op: c.op, ep: c.ep, status: c.status, bytes: c.bytes })
+    }
+}

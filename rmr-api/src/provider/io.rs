@@ -1,0 +1,151 @@
+//! Moving bytes between sockets and registered memory the way DMA does:
+//! through raw pointers, never through a Rust reference.
+//!
+//! A peer (or a NIC, or a transport thread) may write a registered region
+//! at any moment, so no safe code may hold a `&[u8]`/`&mut [u8]` (or an
+//! `IoSlice`) over its bytes. These helpers hand the kernel raw iovecs
+//! built from a [`MemRegion`]'s address after a bounds check; the bytes a
+//! concurrent writer changes during the call come out unspecified, as on
+//! any RDMA NIC, and nothing outside the checked range is ever touched.
+//! They are the only place a transport needs `unsafe` for its data path:
+//! backend-tcp, built on them, keeps `#![forbid(unsafe_code)]`.
+
+use crate::{MemRegion, Result};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use smallvec::SmallVec;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+/// Receives at most `len` bytes from the socket `fd` straight into
+/// `region` at `off`, with one `recv(2)` (`flags`, e.g. `MSG_DONTWAIT`).
+/// Returns the bytes received (0: the stream ended).
+///
+/// # Errors
+/// [`crate::Error::OutOfBounds`] before anything is received; the OS error of
+/// `recv` otherwise, in the inner result.
+pub fn recv_into(
+    region: &MemRegion,
+    off: u64,
+    len: u64,
+    fd: BorrowedFd<'_>,
+    flags: i32,
+) -> Result<io::Result<usize>> {
+    region.check(off, len)?;
+    // SAFETY: `[off, off+len)` lies inside the region (checked above), whose
+    // allocation the caller's `&MemRegion` keeps alive for the call; the kernel
+    // writes through the raw pointer, no Rust reference to the bytes exists.
+    let n = unsafe {
+        libc::recv(fd.as_raw_fd(), region.as_ptr().add(off as usize).cast(), len as usize, flags)
+    };
+    Ok(if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) })
+}
+
+/// Sends `head` followed by the given region ranges on the socket `fd`
+/// with one `sendmsg(2)` (`flags`, e.g. `MSG_DONTWAIT | MSG_NOSIGNAL`),
+/// leaving out the first `skip` bytes of that concatenation (to resume
+/// after a partial send). Returns the bytes sent.
+///
+/// # Errors
+/// [`crate::Error::OutOfBounds`] when a range lies outside its region
+/// (nothing is sent); the OS error of `sendmsg` otherwise, in the inner result.
+pub fn send_gather<'a>(
+    fd: BorrowedFd<'_>,
+    head: &[u8],
+    segs: impl IntoIterator<Item = (&'a MemRegion, u64, u64)>,
+    mut skip: usize,
+    flags: i32,
+) -> Result<io::Result<usize>> {
+    let mut iov: SmallVec<[libc::iovec; 8]> = SmallVec::new();
+    if skip < head.len() {
+        iov.push(libc::iovec {
+            iov_base: head[skip..].as_ptr() as *mut libc::c_void,
+            iov_len: head.len() - skip,
+        });
+        skip = 0;
+    } else {
+        skip -= head.len();
+    }
+    for (r, off, len) in segs {
+        r.check(off, len)?;
+        if skip as u64 >= len {
+            skip -= len as usize;
+            continue;
+        }
+        let (o, l) = (off + skip as u64, len - skip as u64);
+        skip = 0;
+        // `wrapping_add` computes the address without a reference; it is in
+        // bounds (checked above) and only the kernel reads through it.
+        iov.push(libc::iovec {
+            iov_base: r.as_ptr().wrapping_add(o as usize).cast(),
+            iov_len: l as usize,
+        });
+    }
+    if iov.is_empty() {
+        return Ok(Ok(0));
+    }
+    // SAFETY: an all-zero msghdr is valid (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: every iovec points into `head` (borrowed for the call) or into a
+    // region range checked above, whose allocation the caller's `&MemRegion`
+    // keeps alive; the kernel only reads them.
+    let n = unsafe { libc::sendmsg(fd.as_raw_fd(), &msg, flags) };
+    Ok(if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) })
+}
+
+/// Blocks until `fd` is readable or `timeout` passes; true when readable.
+///
+/// # Errors
+/// The OS error of `poll(2)` (`EINTR` counts as "not readable yet").
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: timeout.subsec_nanos() as i64,
+    };
+    match poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsFd;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // sockets
+    fn gather_skips_across_segments_and_recv_lands_in_place() {
+        let a = MemRegion::from_bytes(b"abcdef");
+        let b = MemRegion::from_bytes(b"XYZ");
+        for (skip, want) in
+            [(0, &b"hdbcdXYZ"[..]), (1, b"dbcdXYZ"), (4, b"dXYZ"), (5, b"XYZ"), (8, b"")]
+        {
+            let (mut rx, tx) = UnixStream::pair().unwrap();
+            let n = send_gather(tx.as_fd(), b"hd", [(&*a, 1, 3), (&*b, 0, 3)], skip, 0)
+                .unwrap()
+                .unwrap();
+            assert_eq!(n, want.len());
+            drop(tx);
+            let mut got = Vec::new();
+            rx.read_to_end(&mut got).unwrap();
+            assert_eq!(got, want, "skip {skip}");
+        }
+        let (_rx, tx) = UnixStream::pair().unwrap();
+        assert!(send_gather(tx.as_fd(), b"", [(&*b, 2, 2)], 0, 0).is_err());
+
+        let dst = MemRegion::new(8);
+        let (rx, mut tx) = UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut tx, b"1234").unwrap();
+        assert_eq!(recv_into(&dst, 2, 6, rx.as_fd(), 0).unwrap().unwrap(), 4);
+        assert_eq!(dst.to_vec(0, 8).unwrap(), b"\0\x001234\0\0");
+        assert!(recv_into(&dst, 4, 5, rx.as_fd(), 0).is_err());
+        assert!(poll_readable(rx.as_fd(), Duration::ZERO).is_ok_and(|r| !r));
+    }
+}

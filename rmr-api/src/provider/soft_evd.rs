@@ -1,0 +1,1423 @@
+//! [`SoftEvd`], the software event queue the TCP backend, the multirail
+//! layer and the bridge build their EVDs on, and the progress machinery
+//! around it: [`Driver`]s that a waiting thread runs itself, doorbells, and
+//! the spin-then-sleep policy.
+//!
+//! ## Progress by the waiter
+//! A backend whose progress is plain socket IO (the TCP backend) registers
+//! a [`Driver`] per endpoint with the endpoint's EVDs. A thread waiting on
+//! such an EVD then reads and writes the sockets itself — it blocks in
+//! `poll(2)` on them and handles what arrives in its own context — so a
+//! completion reaches the waiter with no hand-off between threads, as a
+//! raw TCP ping-pong does. The backend's own progress thread stands back
+//! while a waiter drives, and takes over when nobody does, so RDMA into a
+//! passive target still lands.
+
+use crate::{Error, Evd, Event, Result};
+use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
+use smallvec::SmallVec;
+use std::any::Any;
+use std::collections::VecDeque;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
+use std::time::{Duration, Instant};
+
+/// What a [`Driver`] waits for on its file descriptor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Interest {
+    /// Wake when readable.
+    pub read: bool,
+    /// Wake when writable.
+    pub write: bool,
+}
+
+/// Where a [`Driver`] can block: a descriptor with an [`Interest`], and a
+/// deadline by which [`Driver::drive`] must run again (a timer of the
+/// backend's, such as a receiver-not-ready timeout).
+pub struct WaitOn<'a> {
+    /// The descriptor, or `None` when only the deadline (or another thread) can help.
+    pub fd: Option<(BorrowedFd<'a>, Interest)>,
+    /// When to drive again at the latest.
+    pub deadline: Option<Instant>,
+}
+
+/// Progress that a thread waiting on an EVD can make itself: a backend's
+/// endpoint whose IO is non-blocking socket reads and writes. Registered
+/// with [`SoftEvd::add_driver`].
+pub trait Driver: Send + Sync {
+    /// Does all IO that is ready now, without blocking; events it produces
+    /// are pushed to their EVDs. Returns true when anything moved.
+    fn drive(&self) -> bool;
+    /// Where to block when [`Driver::drive`] had nothing to do.
+    fn wait_on(&self) -> WaitOn<'_>;
+    /// A thread starts driving (waiting on an EVD this driver reports to):
+    /// the backend's own progress thread may stand back.
+    fn enter(&self) {}
+    /// That thread stops driving.
+    fn leave(&self) {}
+    /// [`Driver::leave`] at `now`, read once by a waiter that leaves several
+    /// drivers (a backend that stamps the time of leaving needs no clock
+    /// read of its own). Default: [`Driver::leave`].
+    fn leave_at(&self, now: Instant) {
+        let _ = now;
+        self.leave();
+    }
+    /// Sends what waits to go out (frames held for batching, frames queued
+    /// behind a full socket) without reading or blocking; true when any
+    /// went. See [`SoftEvd::flush_writes`]. Default: nothing to flush.
+    fn flush(&self) -> bool {
+        false
+    }
+}
+
+thread_local! {
+    static DOORBELL_DEFERRED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with this thread's doorbells deferred: a backend that holds
+/// small frames for batching (TCP) does not wake other threads to send
+/// what `f` posts — the caller rings the doorbell itself, with
+/// [`SoftEvd::flush_writes`] on the EVDs of the endpoints it posted to,
+/// before it blocks. For a forwarder that posts on endpoints whose EVD
+/// another thread waits on: each post would otherwise wake that thread
+/// for nothing (the poster sends the batch a moment later anyway).
+pub fn with_deferred_doorbell<R>(f: impl FnOnce() -> R) -> R {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            DOORBELL_DEFERRED.with(|d| d.set(self.0));
+        }
+    }
+    let _r = Reset(DOORBELL_DEFERRED.with(|d| d.replace(true)));
+    f()
+}
+
+/// True inside [`with_deferred_doorbell`] (backends consult it).
+pub fn doorbell_deferred() -> bool {
+    DOORBELL_DEFERRED.with(|d| d.get())
+}
+
+/// Whether a spinning waiter would not take a CPU someone else needs: the
+/// kernel's count of runnable threads (`/proc/loadavg`, read at most every
+/// 10 ms) exceeds the machine's online CPUs by at most one (a spinner and
+/// its peer, plus one). Spinning on a busy machine delays the very peer
+/// whose answer the spinner waits for (on two cores with other work, a
+/// spinning ping-pong is several times slower than a blocking one), so
+/// then waiters block at once.
+///
+/// The count is machine-wide, so it is weighed against the machine's CPUs,
+/// not against the ones this process may use: two ranks pinned one per
+/// core are two runnable spinners on two CPUs, not a crowd on one.
+pub fn cpus_idle() -> bool {
+    runnable_excess() <= 1
+}
+
+/// Whether no thread waits for a CPU at all (runnable threads at most the
+/// machine's CPUs): only then may a spin outlast its base (see
+/// [`SoftEvd::spin_time`]). An oversubscribed node (ranks sharing cores)
+/// keeps short spins; a long one would hold the core a peer needs.
+fn cpus_spare() -> bool {
+    runnable_excess() == 0
+}
+
+/// Runnable threads beyond the machine's online CPUs (`/proc/loadavg`,
+/// read at most every 10 ms; 0 where it cannot be read), capped at 255.
+fn runnable_excess() -> u8 {
+    use std::sync::atomic::AtomicU8;
+    static CHECKED: AtomicU64 = AtomicU64::new(0);
+    static EXCESS: AtomicU8 = AtomicU8::new(0);
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    let cpus = *CPUS.get_or_init(online_cpus);
+    // Waiters ask on every wait: the coarse clock (the kernel's last tick,
+    // read from the vDSO without the TSC) is plenty for a 10 ms period and
+    // costs a fraction of `Instant::now`, which a VM may make dear.
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    let now = (t.tv_sec as u64).wrapping_mul(1000).wrapping_add(t.tv_nsec as u64 / 1_000_000) + 1;
+    let last = CHECKED.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= 10
+        && CHECKED.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        // "0.52 0.51 0.78 2/291 12345": the fourth field is runnable/total.
+        let running = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse::<usize>().ok());
+        let excess = running.map_or(0, |r| r.saturating_sub(cpus).min(255) as u8);
+        EXCESS.store(excess, Ordering::Relaxed);
+    }
+    EXCESS.load(Ordering::Relaxed)
+}
+
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
+/// that cannot be read, the CPUs this process may use.
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|l| count_cpu_list(&l))
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The number of CPUs in a kernel CPU list such as "0-3,8,10-11".
+fn count_cpu_list(list: &str) -> Option<usize> {
+    list.trim().split(',').try_fold(0usize, |n, r| {
+        let (a, b) = r.split_once('-').unwrap_or((r, r));
+        let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+        Some(n + b.checked_sub(a)? + 1)
+    })
+}
+
+/// How long a waiter spins before it sleeps, at least: short enough that an
+/// idle process costs nothing, long enough that a ping-pong between two
+/// spinning peers never sleeps.
+const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+
+/// The longest a waiter's spin grows to by default (`RMR_EVD_SPIN_MAX_US`;
+/// see [`SoftEvd::spin_time`]). Where
+/// waking a sleeping thread costs ~100 µs (a virtual CPU halted by its
+/// host), a ping-pong whose two ends both sleep takes two wake-ups per round
+/// trip: each end's wait then outlasts a fixed 50 µs spin, so both keep
+/// sleeping, ten times slower than when both spin. A spin that grows to
+/// twice the recent waits breaks that; waits longer than this (a peer
+/// computing, an idle server) teach it nothing and it shrinks back.
+const MAX_SPIN: Duration = Duration::from_millis(1);
+
+/// A software EVD: a queue with a condition variable, and optionally
+/// [`Driver`]s that its waiters drive (see the module docs). Waiters spin
+/// briefly, then block (an idle process does not burn a core).
+pub struct SoftEvd {
+    q: Mutex<VecDeque<Event>>,
+    cv: Condvar,
+    waiters: AtomicUsize,
+    queued: AtomicUsize,
+    capacity: usize,
+    spin: Duration,
+    pokes: AtomicU64,
+    has_observers: AtomicBool,
+    observers: RwLock<Vec<Weak<SoftEvd>>>,
+    /// Drivers of endpoints that report here, and EVDs whose drivers are driven too.
+    drivers: RwLock<Vec<Weak<dyn Driver>>>,
+    through: RwLock<Vec<Weak<dyn Evd>>>,
+    has_drivers: AtomicBool,
+    /// The flattened, deduplicated driver list a waiter last built, with
+    /// the [`DRIVERS_GEN`] it was built at (rebuilt only when some EVD's
+    /// drivers changed).
+    cached: Mutex<(u64, WeakDrivers)>,
+    /// Waiters blocked in `poll(2)`; pushes and pokes wake them through `efd`.
+    poll_waiters: AtomicUsize,
+    efd: OnceLock<Option<OwnedFd>>,
+    /// Helpers in [`SoftEvd::wait_poke_flushing`], woken by pokes only.
+    poke_waiters: AtomicUsize,
+    poke_efd: OnceLock<Option<OwnedFd>>,
+    /// Takes events pushed while the queue is empty (see [`SoftEvd::set_sink`]).
+    sink: OnceLock<Box<Sink>>,
+    /// Recent waits, in ns (a moving average; waits beyond `max_spin`
+    /// count as zero): what [`SoftEvd::spin_time`] grows to cover.
+    recent_wait: AtomicU64,
+    /// The longest the spin grows to ([`MAX_SPIN`], `RMR_EVD_SPIN_MAX_US`).
+    max_spin: Duration,
+    /// Drivers (by index, the first 64) whose last drive found nothing:
+    /// a new wait skips them until `poll` reports them (a hint only; a
+    /// wrong bit costs one `poll`, never an event).
+    idle: AtomicU64,
+    /// Per driver (the first 8, a byte each): the waits that got something
+    /// through a driver since it last moved, saturating. Those at
+    /// [`QUIET_WAITS`] or more are quiet: a spinning waiter's `poll` looks
+    /// at them only once in [`QUIET_LOOK`] (a hint only, as `idle`).
+    ages: AtomicU64,
+}
+
+impl Default for SoftEvd {
+    fn default() -> Self {
+        Self::new(1 << 20)
+    }
+}
+
+type Drivers = SmallVec<[Arc<dyn Driver>; 4]>;
+
+/// What [`SoftEvd::set_sink`] takes: an event and the events queued ahead
+/// of it; `None` when it took it.
+pub type Sink = dyn Fn(Event, &VecDeque<Event>) -> Option<Event> + Send + Sync;
+type WeakDrivers = SmallVec<[Weak<dyn Driver>; 4]>;
+
+/// Bumped whenever any EVD's drivers change (a driver added or removed, an
+/// EVD driven through): waiters rebuild their cached driver lists.
+static DRIVERS_GEN: AtomicU64 = AtomicU64::new(1);
+
+/// Event waiters blocked in `poll(2)` on any [`SoftEvd`] of the process:
+/// while there are none, [`SoftEvd::wake`] has no observer to wake and
+/// skips looking them up (a frame held on a multirail rail, posted by a
+/// spinning waiter, costs no lock).
+static POLLERS: AtomicUsize = AtomicUsize::new(0);
+
+/// A spinning waiter with several drivers puts the quiet ones (see
+/// `SoftEvd::ages`) in one zero-timeout `poll` of this many: `poll(2)`
+/// pays for every descriptor (here 470 ns for one socket, 525 for two),
+/// and that look is on the path of every message. A multirail endpoint's
+/// idle rail costs a small message's wait nothing, and a rail that wakes
+/// up is seen within a few microseconds.
+const QUIET_LOOK: u32 = 8;
+
+/// Waits answered through a driver that another driver must sit out before
+/// it counts as quiet: a peer that speaks every few waits (a barrier's
+/// rounds, a runtime's regular partners) never does; a multirail
+/// endpoint's idle rail does.
+const QUIET_WAITS: u64 = 32;
+
+/// Which drivers a waiter drives next.
+enum Ready {
+    All,
+    Some(SmallVec<[bool; 8]>),
+}
+
+impl Ready {
+    fn has(&self, i: usize) -> bool {
+        match self {
+            Ready::All => true,
+            Ready::Some(v) => v.get(i).copied().unwrap_or(true),
+        }
+    }
+}
+
+impl SoftEvd {
+    /// An EVD holding at most `capacity` software events.
+    pub fn new(capacity: usize) -> Self {
+        let spin = std::env::var("RMR_EVD_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or(DEFAULT_SPIN);
+        let max_spin = std::env::var("RMR_EVD_SPIN_MAX_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or(MAX_SPIN);
+        SoftEvd {
+            q: Mutex::new(VecDeque::with_capacity(256)),
+            cv: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            idle: AtomicU64::new(0),
+            ages: AtomicU64::new(0),
+            recent_wait: AtomicU64::new(0),
+            max_spin,
+            capacity,
+            spin,
+            pokes: AtomicU64::new(0),
+            has_observers: AtomicBool::new(false),
+            observers: RwLock::new(Vec::new()),
+            drivers: RwLock::new(Vec::new()),
+            through: RwLock::new(Vec::new()),
+            has_drivers: AtomicBool::new(false),
+            cached: Mutex::new((0, SmallVec::new())),
+            poll_waiters: AtomicUsize::new(0),
+            efd: OnceLock::new(),
+            poke_waiters: AtomicUsize::new(0),
+            poke_efd: OnceLock::new(),
+            sink: OnceLock::new(),
+        }
+    }
+
+    /// How long a waiter spins (driving) before it blocks: `RMR_EVD_SPIN_US`
+    /// (50 µs; 0 never spins), grown to twice the recent waits this EVD saw
+    /// (see [`SoftEvd::note_wait`]), at most `RMR_EVD_SPIN_MAX_US` (1 ms; at
+    /// most the base: no growth), while no thread waits for a CPU. A
+    /// ping-pong keeps spinning however slowly its peer wakes; a process
+    /// whose waits are long, or whose node is oversubscribed, spins no more
+    /// than the base. Spinning still stops at once when the machine's CPUs
+    /// are all taken (see [`cpus_idle`]).
+    pub fn spin_time(&self) -> Duration {
+        self.spin_with(cpus_spare())
+    }
+
+    /// [`SoftEvd::spin_time`] when the machine has (`spare`) or has not a
+    /// CPU for every runnable thread: only then does the spin grow.
+    fn spin_with(&self, spare: bool) -> Duration {
+        if self.spin.is_zero() || !spare {
+            return self.spin;
+        }
+        let grown = Duration::from_nanos(self.recent_wait.load(Ordering::Relaxed) * 2);
+        self.spin.max(grown.min(self.max_spin))
+    }
+
+    /// Records how long a wait on this EVD took, to size later spins (see
+    /// [`SoftEvd::spin_time`]). Waits longer than the longest spin count as
+    /// zero: spinning would not have caught them. A layer that waits on
+    /// this EVD through its own loop (a multirail EVD) reports its waits
+    /// here; the EVD's own waits report themselves.
+    pub fn note_wait(&self, waited: Duration) {
+        let sample = if waited > self.max_spin { 0 } else { waited.as_nanos() as u64 };
+        let old = self.recent_wait.load(Ordering::Relaxed);
+        // Weight 1/4 to the newest: a few slow round trips are enough to grow
+        // the spin past them; one long wait alone does not undo it.
+        self.recent_wait.store((3 * old + sample) / 4, Ordering::Relaxed);
+    }
+
+    /// Registers a driver: waiters on this EVD will drive it. Held weakly;
+    /// remove it with [`SoftEvd::remove_driver`] when its endpoint ends.
+    pub fn add_driver(&self, d: &Arc<dyn Driver>) {
+        let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        if !v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(d))) {
+            v.push(Arc::downgrade(d));
+        }
+        self.has_drivers.store(true, Ordering::Release);
+        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        drop(v);
+        // A waiter already blocked must learn about the new descriptor.
+        self.wake_pollers();
+    }
+
+    /// Unregisters a driver (by identity).
+    pub fn remove_driver(&self, d: &dyn Driver) {
+        let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), d as *const _));
+        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Makes waiters on this EVD also drive every driver of `other` (one
+    /// level deep; nothing for an EVD that is not a [`SoftEvd`]): a layer
+    /// that harvests several EVDs (multirail) blocks on their endpoints'
+    /// sockets directly instead of waiting for a hand-off.
+    pub fn drive_through(&self, other: &Arc<dyn Evd>) {
+        if other.as_any().downcast_ref::<SoftEvd>().is_none() {
+            return;
+        }
+        let mut v = self.through.write().unwrap_or_else(|p| p.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        if !v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(other))) {
+            v.push(Arc::downgrade(other));
+        }
+        self.has_drivers.store(true, Ordering::Release);
+        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// The drivers registered on this EVD itself (not those of EVDs it
+    /// drives through), as strong handles: for a layer that owns the
+    /// endpoints behind this EVD (multirail's rails) and flushes them
+    /// directly, without looking the list up on every wait.
+    pub fn own_driver_handles(&self) -> Vec<Arc<dyn Driver>> {
+        let mut out = Drivers::new();
+        self.own_drivers(&mut out);
+        out.into_vec()
+    }
+
+    fn own_drivers(&self, out: &mut Drivers) {
+        let v = self.drivers.read().unwrap_or_else(|p| p.into_inner());
+        out.extend(v.iter().filter_map(Weak::upgrade));
+    }
+
+    /// The drivers a waiter here drives: this EVD's own and those of the
+    /// EVDs it drives through, each once. Built once and kept (weakly) until
+    /// some EVD's drivers change: a wait does not walk the lists each time.
+    fn drivers(&self) -> Drivers {
+        if !self.has_drivers.load(Ordering::Acquire) {
+            return Drivers::new();
+        }
+        let g = DRIVERS_GEN.load(Ordering::Acquire);
+        let mut c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
+        if c.0 == g {
+            return c.1.iter().filter_map(Weak::upgrade).collect();
+        }
+        let out = self.build_drivers();
+        *c = (g, out.iter().map(Arc::downgrade).collect());
+        out
+    }
+
+    fn build_drivers(&self) -> Drivers {
+        let mut out = Drivers::new();
+        self.own_drivers(&mut out);
+        let t = self.through.read().unwrap_or_else(|p| p.into_inner());
+        for e in t.iter().filter_map(Weak::upgrade) {
+            let Some(e) = e.as_any().downcast_ref::<SoftEvd>() else { continue };
+            let before = out.len();
+            e.own_drivers(&mut out);
+            // The same endpoint may report to several of these EVDs.
+            let mut i = before;
+            while i < out.len() {
+                if out[..i].iter().any(|d| Arc::ptr_eq(d, &out[i])) {
+                    out.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+        }
+        out
+    }
+
+    fn fd_of(cell: &OnceLock<Option<OwnedFd>>) -> Option<BorrowedFd<'_>> {
+        cell.get_or_init(|| eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC).ok())
+            .as_ref()
+            .map(|f| f.as_fd())
+    }
+
+    fn efd(&self) -> Option<BorrowedFd<'_>> {
+        Self::fd_of(&self.efd)
+    }
+
+    fn wake_pollers(&self) {
+        if self.poll_waiters.load(Ordering::SeqCst) > 0 {
+            if let Some(fd) = self.efd() {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+        }
+    }
+
+    /// Wakes waiters blocked in `poll(2)` without an event, so that they
+    /// look at their drivers again (a driver's interest changed).
+    pub fn wake(&self) {
+        self.wake_pollers();
+        // Waiters of EVDs that drive through this one (see `drive_through`,
+        // paired with `observe`) poll these drivers too.
+        // (A poller announces itself in POLLERS before it reads its drivers'
+        // interest, and the caller changed that interest before this load:
+        // either it is seen here or it sees the change.)
+        if self.has_observers.load(Ordering::Acquire) && POLLERS.load(Ordering::SeqCst) > 0 {
+            let o = self.observers.read().unwrap_or_else(|p| p.into_inner());
+            for e in o.iter().filter_map(Weak::upgrade) {
+                e.wake_pollers();
+            }
+        }
+    }
+
+    /// Makes `by` be poked (see [`SoftEvd::wait_or_poke`]) whenever an event
+    /// is pushed here. A layer that owns several EVDs (multirail) lets one
+    /// waiter sleep on its own EVD yet wake the moment any of them fills.
+    pub fn observe(&self, by: &Arc<SoftEvd>) {
+        let mut o = self.observers.write().unwrap_or_else(|p| p.into_inner());
+        o.retain(|w| w.strong_count() > 0);
+        if !o.iter().any(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(by))) {
+            o.push(Arc::downgrade(by));
+        }
+        self.has_observers.store(true, Ordering::Release);
+    }
+
+    /// The core wait: until `done()` holds (true) or the deadline passes
+    /// (false). Drives the drivers, spins for `spin`, then blocks — in
+    /// `poll(2)` on the drivers' descriptors when there are drivers, on the
+    /// condition variable otherwise.
+    fn block_until(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let drivers = self.drivers();
+        if drivers.is_empty() {
+            return self.cv_block_until(deadline, spin, done);
+        }
+        for d in &drivers {
+            d.enter();
+        }
+        let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
+        let start = Instant::now();
+        // Several drivers: the ones idle at the end of the last wait are
+        // left to `poll` (no read on a socket that had nothing).
+        let several = drivers.len() > 1;
+        let idle = if several { self.idle.load(Ordering::Relaxed) } else { 0 };
+        let mut ready = if idle == 0 {
+            Ready::All
+        } else {
+            Ready::Some((0..drivers.len()).map(|i| i >= 64 || idle & 1 << i == 0).collect())
+        };
+        // Drivers that moved in this wait, and zero-timeout looks so far;
+        // the quiet ones, as the last waits left them.
+        let quiet = if several { self.quiet() } else { 0 };
+        let mut moved_any = 0u64;
+        let mut looks = 0u32;
+        let res = 'wait: loop {
+            if done() {
+                break true;
+            }
+            // After a pass, only the drivers that moved are driven again at
+            // once; the others when `poll` reports them (no read on an idle
+            // socket per pass).
+            let mut moved = false;
+            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            for (i, d) in drivers.iter().enumerate() {
+                if ready.has(i) {
+                    let m = d.drive();
+                    which[i] = m;
+                    moved |= m;
+                    if several && i < 64 {
+                        if m {
+                            moved_any |= 1 << i;
+                        }
+                        // Written only when it changes (no locked
+                        // instruction per drive).
+                        let bit = 1u64 << i;
+                        let was_idle = self.idle.load(Ordering::Relaxed) & bit != 0;
+                        if m && was_idle {
+                            self.idle.fetch_and(!bit, Ordering::Relaxed);
+                        } else if !m && !was_idle {
+                            self.idle.fetch_or(bit, Ordering::Relaxed);
+                        }
+                    }
+                    // What this driver did may be what the waiter waits for:
+                    // it returns now, not after a read on every other socket.
+                    if m && several && done() {
+                        break 'wait true;
+                    }
+                }
+            }
+            if moved {
+                ready = Ready::Some(which);
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break false;
+            }
+            // Spinning, one `poll` with a zero timeout tells which drivers
+            // have input (one system call for any number of endpoints);
+            // after that, block in it.
+            let spinning = now.duration_since(start) < spin;
+            if spinning {
+                // Spin politely: a thread this one just woke (the peer of a
+                // ping-pong, a forwarder) may be queued on this very CPU —
+                // wake-ups go to the waker's CPU — and would otherwise wait
+                // out the whole spin. With nothing else runnable the yield
+                // returns at once, so an uncontended spin is unchanged.
+                std::thread::yield_now();
+                crate::stages::stamp(crate::stages::Stage::Yielded);
+            }
+            let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
+            looks = looks.wrapping_add(1);
+            ready = self.poll_once(&drivers, deadline, done, false, spinning, skip);
+        };
+        // Only a wait that got something through a driver counts (one that
+        // found its event queued by someone else says nothing about them).
+        if several && moved_any != 0 {
+            self.note_moved(moved_any, drivers.len());
+        }
+        if several {
+            // One clock read for all of them (tens of nanoseconds each, on
+            // the way from the event to the application).
+            let left = Instant::now();
+            for d in &drivers {
+                d.leave_at(left);
+            }
+        } else {
+            for d in &drivers {
+                d.leave();
+            }
+        }
+        res
+    }
+
+    /// A wait got something through the drivers in `moved` (by index) of
+    /// `n`: the others age by one such wait (see `SoftEvd::ages`).
+    fn note_moved(&self, moved: u64, n: usize) {
+        let old = self.ages.load(Ordering::Relaxed);
+        let mut ages = 0u64;
+        for i in 0..n.min(8) {
+            let age = if moved & 1 << i != 0 { 0 } else { (old >> (8 * i) & 0xff).min(254) + 1 };
+            ages |= age << (8 * i);
+        }
+        // Written only when they change (no store per wait once settled).
+        if ages != old {
+            self.ages.store(ages, Ordering::Relaxed);
+        }
+    }
+
+    /// The quiet drivers, by index (see `SoftEvd::ages`).
+    fn quiet(&self) -> u64 {
+        let ages = self.ages.load(Ordering::Relaxed);
+        (0..8).filter(|i| ages >> (8 * i) & 0xff >= QUIET_WAITS).fold(0, |q, i| q | 1 << i)
+    }
+
+    /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
+    /// (with `writes_only`, on the drivers that have frames to send; with
+    /// `nowait`, only looks; the drivers in `skip`, by index, not at all
+    /// unless that would leave no descriptor). Returns which drivers to
+    /// drive next.
+    fn poll_once(
+        &self,
+        drivers: &Drivers,
+        deadline: Option<Instant>,
+        done: &dyn Fn() -> bool,
+        writes_only: bool,
+        nowait: bool,
+        skip: u64,
+    ) -> Ready {
+        // Event waiters wake on pushes and pokes; a flushing helper on pokes only.
+        let (waiters, efd) = if nowait {
+            (None, None)
+        } else if writes_only {
+            (Some(&self.poke_waiters), Self::fd_of(&self.poke_efd))
+        } else {
+            (Some(&self.poll_waiters), self.efd())
+        };
+        let counted = waiters.is_some() && !writes_only;
+        if counted {
+            POLLERS.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(w) = waiters {
+            w.fetch_add(1, Ordering::SeqCst);
+            // Re-check after announcing ourselves: a push in between wrote the eventfd.
+            if done() {
+                w.fetch_sub(1, Ordering::SeqCst);
+                if counted {
+                    POLLERS.fetch_sub(1, Ordering::SeqCst);
+                }
+                return Ready::All;
+            }
+        }
+        let mut fds: SmallVec<[PollFd<'_>; 8]> = SmallVec::new();
+        let mut owner: SmallVec<[usize; 8]> = SmallVec::new();
+        if let Some(e) = efd {
+            fds.push(PollFd::from_borrowed_fd(e, PollFlags::IN));
+            owner.push(usize::MAX);
+        }
+        let mut until = deadline;
+        // Skipped only while another driver's descriptor is looked at.
+        let skip = if skip != 0 && (0..drivers.len()).all(|i| i < 64 && skip & 1 << i != 0) {
+            0
+        } else {
+            skip
+        };
+        for (i, d) in drivers.iter().enumerate() {
+            let w = d.wait_on();
+            let skipped = i < 64 && skip & 1 << i != 0;
+            if let Some((fd, int)) = w.fd.filter(|(_, i)| !skipped && (i.write || !writes_only)) {
+                let mut f = PollFlags::empty();
+                if int.read && !writes_only {
+                    f |= PollFlags::IN;
+                }
+                if int.write {
+                    f |= PollFlags::OUT;
+                }
+                fds.push(PollFd::from_borrowed_fd(fd, f));
+                owner.push(i);
+            }
+            // A flushing helper leaves the drivers' timers to their waiters and
+            // progress threads (it does not drive what it does not poll).
+            if let Some(dl) = w.deadline.filter(|_| !writes_only) {
+                until = Some(until.map_or(dl, |u| u.min(dl)));
+            }
+        }
+        let left = if nowait {
+            Some(Duration::ZERO)
+        } else {
+            // Without an eventfd (exhausted descriptors) fall back to short naps.
+            let cap = if efd.is_none() { Some(Duration::from_micros(200)) } else { None };
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            match (left, cap) {
+                (Some(l), Some(c)) => Some(l.min(c)),
+                (l, c) => l.or(c),
+            }
+        };
+        let ts =
+            left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
+        let n = poll(&mut fds, ts.as_ref()).unwrap_or(0);
+        crate::stages::stamp(if n > 0 {
+            crate::stages::Stage::PollReady
+        } else {
+            crate::stages::Stage::PollDone
+        });
+        let mut ready = Ready::All;
+        let mut woke = false;
+        if n > 0 {
+            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            for (f, &o) in fds.iter().zip(&owner) {
+                if f.revents().is_empty() {
+                    continue;
+                }
+                if o == usize::MAX {
+                    woke = true;
+                } else {
+                    which[o] = true;
+                }
+            }
+            // A wake-up (push, poke, changed interest) means: look at everything.
+            if !woke {
+                ready = Ready::Some(which);
+            }
+        } else if nowait {
+            // Nothing ready and no timer can be due sooner than we look again,
+            // unless one already is.
+            let due = until.is_some_and(|u| u <= Instant::now());
+            if !due {
+                ready = Ready::Some(SmallVec::from_elem(false, drivers.len()));
+            }
+        }
+        drop(fds);
+        if let Some(w) = waiters {
+            w.fetch_sub(1, Ordering::SeqCst);
+        }
+        if counted {
+            POLLERS.fetch_sub(1, Ordering::SeqCst);
+        }
+        if woke {
+            if let Some(e) = efd {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(e, &mut b);
+            }
+        }
+        ready
+    }
+
+    fn cv_block_until(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < spin {
+            if done() {
+                return true;
+            }
+            // Yield rather than burn: the thread that will push may be queued on this CPU.
+            std::thread::yield_now();
+        }
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let res = loop {
+            // `done` reads atomics only; checking it under the queue lock closes
+            // the gap between the check and the wait (pushers notify under it).
+            if done() {
+                break true;
+            }
+            match deadline {
+                None => q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break false;
+                    }
+                    q = self.cv.wait_timeout(q, d - now).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        res
+    }
+
+    /// Waits until at least one event is queued, or a poke after generation
+    /// `seen` (see [`SoftEvd::poke_gen`]), or `timeout`, without dequeuing:
+    /// for a consumer that must dequeue under a lock of its own to keep events
+    /// in order. Spins for `spin` first. Returns whether events are queued.
+    pub fn wait_ready(&self, seen: u64, spin: Duration, timeout: Duration) -> bool {
+        let done =
+            || self.queued.load(Ordering::SeqCst) > 0 || self.pokes.load(Ordering::SeqCst) != seen;
+        self.block_until(Some(Instant::now() + timeout), spin, &done);
+        self.queued.load(Ordering::Acquire) > 0
+    }
+
+    /// For a helper thread that feeds the endpoints reporting here (a
+    /// multirail rail thread): returns once poked after `seen` (see
+    /// [`SoftEvd::poke_gen`]) or after `timeout`, meanwhile pushing out the
+    /// endpoints' queued frames as their sockets drain. It never blocks on
+    /// reads and does not count as a waiter, so the endpoints' own progress
+    /// keeps serving the receive side.
+    pub fn wait_poke_flushing(&self, seen: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let done = || self.pokes.load(Ordering::SeqCst) != seen;
+        loop {
+            if done() {
+                return;
+            }
+            let drivers = self.drivers();
+            let mut moved = false;
+            for d in &drivers {
+                if d.wait_on().fd.is_some_and(|(_, i)| i.write) {
+                    moved |= d.drive();
+                }
+            }
+            if moved {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            self.poll_once(&drivers, Some(deadline), &done, true, false, 0);
+        }
+    }
+
+    /// Wakes this EVD's waiters in [`SoftEvd::wait_or_poke`] without an event.
+    pub fn poke(&self) {
+        self.pokes.fetch_add(1, Ordering::SeqCst);
+        self.wake_all();
+        if self.poke_waiters.load(Ordering::SeqCst) > 0 {
+            if let Some(fd) = Self::fd_of(&self.poke_efd) {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+        }
+    }
+
+    fn wake_all(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.q.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv.notify_all();
+        }
+        self.wake_pollers();
+    }
+
+    /// The poke generation: read it *before* checking other sources, then
+    /// pass it to [`SoftEvd::wait_or_poke`] so that no poke is missed.
+    pub fn poke_gen(&self) -> u64 {
+        self.pokes.load(Ordering::SeqCst)
+    }
+
+    /// Like [`Evd::wait`], but also returns `Ok(None)` once poked after
+    /// generation `seen` (from [`SoftEvd::poke_gen`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_or_poke(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+    ) -> Result<Option<Event>> {
+        self.wait_or_poke_spin(timeout, threshold, seen, Duration::ZERO)
+    }
+
+    /// [`SoftEvd::wait_or_poke`] that first spins (driving) for `spin`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_or_poke_spin(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+        spin: Duration,
+    ) -> Result<Option<Event>> {
+        let threshold = threshold.max(1);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let done = || {
+                self.queued.load(Ordering::SeqCst) >= threshold
+                    || self.pokes.load(Ordering::SeqCst) != seen
+            };
+            let ok = self.block_until(deadline, spin, &done);
+            if let Some(e) = self.pop(threshold) {
+                return Ok(Some(e));
+            }
+            if self.pokes.load(Ordering::SeqCst) != seen {
+                return Ok(None);
+            }
+            if !ok {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    fn notify_observers(&self) {
+        if !self.has_observers.load(Ordering::Acquire) {
+            return;
+        }
+        let o = self.observers.read().unwrap_or_else(|p| p.into_inner());
+        for e in o.iter().filter_map(Weak::upgrade) {
+            e.poke();
+        }
+    }
+
+    /// Lets `sink` take the events pushed here: it is called with the event
+    /// and the events queued ahead of it, under this EVD's queue lock, and
+    /// returns `None` when it took it (or `Some(event)` to queue it as
+    /// usual, behind those). Taking an event overtakes the ones queued: the
+    /// sink takes only events whose order against them does not matter to
+    /// it. For a layer whose own queue is fed from this one (multirail): an
+    /// event it can translate at once goes straight to its queue, with no
+    /// hand-off through this one. The sink must not block (try-locks only)
+    /// and must not push here. One sink per EVD; returns false if one was
+    /// set.
+    pub fn set_sink(&self, sink: Box<Sink>) -> bool {
+        self.sink.set(sink).is_ok()
+    }
+
+    /// Appends an event (backends call this; events are never dropped:
+    /// the capacity only bounds software events).
+    pub fn push(&self, ev: Event) {
+        crate::stages::stamp(crate::stages::Stage::Push);
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        let ev = match self.sink.get() {
+            Some(sink) => match sink(ev, &q) {
+                None => return,
+                Some(ev) => ev,
+            },
+            _ => ev,
+        };
+        q.push_back(ev);
+        self.published(q);
+    }
+
+    /// Puts `ev` back at the head of the queue: an event taken from it
+    /// that an older one, handed to the taker by other means, must precede
+    /// (see the multirail EVD's hand-over of a receive to its waiter).
+    pub fn push_front(&self, ev: Event) {
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_front(ev);
+        self.published(q);
+    }
+
+    /// An event was queued in `q` (this EVD's locked queue): publishes the
+    /// new length, unlocks, and wakes waiters and observers.
+    fn published(&self, q: std::sync::MutexGuard<'_, VecDeque<Event>>) {
+        self.queued.store(q.len(), Ordering::SeqCst);
+        drop(q);
+        self.wake_all();
+        self.notify_observers();
+    }
+
+    fn pop(&self, threshold: usize) -> Option<Event> {
+        // Too few events: no lock (a waiter woken by a poke looks here first).
+        if self.queued.load(Ordering::Acquire) < threshold.max(1) {
+            return None;
+        }
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        if q.len() < threshold.max(1) {
+            return None;
+        }
+        let e = q.pop_front();
+        self.queued.store(q.len(), Ordering::SeqCst);
+        e
+    }
+
+    /// Drives this EVD's endpoints until `done()` holds (true) or `timeout`
+    /// passes (false), blocking in `poll(2)` on their sockets in between; no
+    /// event is dequeued. This is how a process that waits for an RDMA
+    /// write to land in its own memory (a barrier flag, a mailbox) makes the
+    /// write land at once instead of after a hand-off from the endpoint's
+    /// progress thread: `done` checks the memory. On an EVD without drivers
+    /// it waits for events with the same bound.
+    pub fn drive_until(&self, timeout: Option<Duration>, done: &dyn Fn() -> bool) -> bool {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let ok = self.block_until(deadline, self.spin_time(), done);
+        self.note_wait(if ok { start.elapsed() } else { Duration::MAX });
+        ok
+    }
+
+    /// Dequeues the oldest event without driving anything (for a layer that
+    /// drives this EVD's endpoints by other means, see
+    /// [`SoftEvd::drive_through`]).
+    pub fn try_pop(&self) -> Option<Event> {
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.pop(1)
+    }
+
+    /// [`SoftEvd::drive_until`] with a spin of the caller's choosing instead
+    /// of the EVD's (`RMR_EVD_SPIN_US`): a process on an oversubscribed node
+    /// should block at once rather than spin on a core its peers need.
+    pub fn drive_until_spin(
+        &self,
+        timeout: Option<Duration>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        self.block_until(deadline, spin, done)
+    }
+
+    /// Rings the doorbell of every endpoint reporting here: sends the
+    /// frames they hold for batching (or queue behind a full socket) now,
+    /// without reading and without blocking. For a thread that posts on
+    /// these endpoints but waits on another EVD (a forwarder posting to the
+    /// far side, a rail thread): without it a held frame waits for this
+    /// EVD's waiter or the endpoint's progress thread — a hand-off between
+    /// threads. Returns whether anything went.
+    pub fn flush_writes(&self) -> bool {
+        let mut moved = false;
+        for d in &self.drivers() {
+            moved |= d.flush();
+        }
+        moved
+    }
+
+    /// Drives every driver once, without blocking (what a dequeue on an
+    /// empty queue does). Returns whether anything moved.
+    pub fn drive_once(&self) -> bool {
+        let drivers = self.drivers();
+        let mut moved = false;
+        for d in &drivers {
+            d.enter();
+            moved |= d.drive();
+            d.leave();
+        }
+        moved
+    }
+}
+
+impl Evd for SoftEvd {
+    fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
+        let threshold = threshold.max(1);
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        loop {
+            let done = || self.queued.load(Ordering::SeqCst) >= threshold;
+            let ok = self.block_until(deadline, self.spin_time(), &done);
+            if let Some(e) = self.pop(threshold) {
+                self.note_wait(start.elapsed());
+                return Ok(e);
+            }
+            if !ok {
+                self.note_wait(Duration::MAX);
+                return Err(Error::Timeout);
+            }
+        }
+    }
+
+    fn dequeue(&self) -> Option<Event> {
+        if self.queued.load(Ordering::Acquire) == 0 && !self.drive_once() {
+            return None;
+        }
+        self.pop(1)
+    }
+
+    fn len(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    fn post_software(&self, value: u64) -> Result<()> {
+        if self.len() >= self.capacity {
+            return Err(Error::QueueFull);
+        }
+        self.push(Event::Software(value));
+        Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.efd()
+    }
+
+    fn progress_until(
+        &self,
+        timeout: Option<Duration>,
+        spin: Option<Duration>,
+        ready: &dyn Fn() -> bool,
+    ) -> bool {
+        let ready = || ready() || self.queued.load(Ordering::SeqCst) > 0;
+        match spin {
+            Some(spin) => self.drive_until_spin(timeout, spin, &ready),
+            None => self.drive_until(timeout, &ready),
+        }
+    }
+
+    fn arm(&self) -> bool {
+        // Armed only for EVDs that need no driving: a driven EVD's progress is
+        // on its drivers' sockets, not on this descriptor.
+        if self.has_drivers.load(Ordering::Acquire) {
+            return false;
+        }
+        self.poll_waiters.fetch_add(1, Ordering::SeqCst);
+        let ready = self.queued.load(Ordering::SeqCst) > 0;
+        self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
+        !ready
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_counted_and_bad_ones_refused() {
+        assert_eq!(count_cpu_list("0-1\n"), Some(2));
+        assert_eq!(count_cpu_list("0-3,8,10-11"), Some(7));
+        assert_eq!(count_cpu_list("5"), Some(1));
+        assert_eq!(count_cpu_list("3-1"), None);
+        assert_eq!(count_cpu_list("x"), None);
+        // This machine's own list counts at least the CPUs this process may use.
+        let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(online_cpus() >= mine);
+    }
+
+    #[test]
+    fn spin_grows_to_cover_recent_waits_and_shrinks_after_long_ones() {
+        let e = SoftEvd::new(4);
+        let base = e.spin_with(true);
+        if base.is_zero() || e.max_spin <= base {
+            // RMR_EVD_SPIN_US=0 never spins; a cap at or below the base
+            // (RMR_EVD_SPIN_MAX_US) never grows: whatever the waits were.
+            e.note_wait(Duration::from_micros(200));
+            assert_eq!(e.spin_with(true), base);
+            return;
+        }
+        // Round trips of 200 us (two peers that both slept): within a few
+        // waits the spin outlasts them, so the next ones are caught spinning.
+        for _ in 0..8 {
+            e.note_wait(Duration::from_micros(200));
+        }
+        let grown = e.spin_with(true);
+        // Not while a thread waits for a CPU (an oversubscribed node).
+        assert_eq!(e.spin_with(false), base);
+        assert!(grown > Duration::from_micros(200), "{grown:?}");
+        assert!(grown <= e.max_spin.max(base), "{grown:?}");
+        // Never past the cap, however slow the waits just under it.
+        for _ in 0..32 {
+            e.note_wait(e.max_spin);
+        }
+        assert_eq!(e.spin_with(true), e.max_spin.max(base));
+        // Waits longer than any spin (an idle server, a peer computing)
+        // bring it back to the base: spinning would not have caught them.
+        for _ in 0..64 {
+            e.note_wait(Duration::from_millis(20));
+        }
+        assert_eq!(e.spin_with(true), base);
+        // A timed-out wait counts as a long one.
+        e.note_wait(Duration::from_micros(300));
+        assert!(e.spin_with(true) > base);
+        assert!(matches!(e.wait(Some(Duration::from_millis(1)), 1), Err(Error::Timeout)));
+        for _ in 0..64 {
+            assert!(matches!(e.wait(Some(Duration::ZERO), 1), Err(Error::Timeout)));
+        }
+        assert_eq!(e.spin_with(true), base);
+    }
+
+    #[test]
+    fn threshold_and_timeout() {
+        let e = SoftEvd::new(4);
+        assert!(matches!(e.wait(Some(Duration::from_millis(5)), 1), Err(Error::Timeout)));
+        e.post_software(1).unwrap();
+        assert!(matches!(e.wait(Some(Duration::from_millis(5)), 2), Err(Error::Timeout)));
+        e.post_software(2).unwrap();
+        assert!(matches!(e.wait(None, 2), Ok(Event::Software(1))));
+        assert!(matches!(e.dequeue(), Some(Event::Software(2))));
+        for i in 0..4 {
+            e.post_software(i).unwrap();
+        }
+        assert!(matches!(e.post_software(9), Err(Error::QueueFull)));
+    }
+
+    /// A driver over a real pipe: the waiter must read it itself.
+    struct PipeDriver {
+        rd: OwnedFd,
+        evd: Weak<SoftEvd>,
+        drives: AtomicUsize,
+    }
+
+    impl Driver for PipeDriver {
+        fn drive(&self) -> bool {
+            self.drives.fetch_add(1, Ordering::Relaxed);
+            let mut b = [0u8; 8];
+            match rustix::io::read(&self.rd, &mut b) {
+                Ok(n) if n > 0 => {
+                    if let Some(e) = self.evd.upgrade() {
+                        e.push(Event::Software(u64::from(b[0])));
+                    }
+                    true
+                }
+                _ => false,
+            }
+        }
+        fn wait_on(&self) -> WaitOn<'_> {
+            WaitOn {
+                fd: Some((self.rd.as_fd(), Interest { read: true, write: false })),
+                deadline: None,
+            }
+        }
+    }
+
+    #[test]
+    fn waiter_drives_a_registered_driver() {
+        let evd = Arc::new(SoftEvd::new(16));
+        let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let d: Arc<dyn Driver> =
+            Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+        evd.add_driver(&d);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            rustix::io::write(&wr, &[42]).unwrap();
+            wr
+        });
+        // Nobody but the waiter reads the pipe: the event exists only if it drove.
+        match evd.wait(Some(Duration::from_secs(5)), 1).unwrap() {
+            Event::Software(42) => {}
+            e => panic!("{e:?}"),
+        }
+        let _wr = t.join().unwrap();
+        assert!(matches!(evd.wait(Some(Duration::from_millis(20)), 1), Err(Error::Timeout)));
+        evd.remove_driver(&*d);
+        assert!(evd.drivers().is_empty());
+    }
+
+    #[test]
+    fn a_quiet_driver_is_looked_at_while_the_waiter_spins() {
+        // A spin longer than the wait: data the spin never looks at times out.
+        let evd = Arc::new(SoftEvd { spin: Duration::from_secs(30), ..SoftEvd::new(16) });
+        let (rd_a, wr_a) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let (rd_b, wr_b) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let w = Arc::downgrade(&evd);
+        let a: Arc<dyn Driver> =
+            Arc::new(PipeDriver { rd: rd_a, evd: w.clone(), drives: AtomicUsize::new(0) });
+        let b: Arc<dyn Driver> =
+            Arc::new(PipeDriver { rd: rd_b, evd: w, drives: AtomicUsize::new(0) });
+        evd.add_driver(&a);
+        evd.add_driver(&b);
+        let at = |d: &Arc<dyn Driver>| {
+            evd.drivers().iter().position(|x| Arc::ptr_eq(x, d)).expect("registered")
+        };
+        let (ia, ib) = (at(&a), at(&b));
+        // Waits answered through A make B quiet (and A not), after QUIET_WAITS.
+        for k in 1..=QUIET_WAITS {
+            rustix::io::write(&wr_a, &[1]).unwrap();
+            let got = evd.wait(Some(Duration::from_secs(5)), 1);
+            assert!(matches!(got, Ok(Event::Software(1))), "{got:?}");
+            let quiet = evd.quiet();
+            assert_eq!(quiet & 1 << ib != 0, k == QUIET_WAITS, "wait {k}: quiet {quiet:#b}");
+            assert_eq!(quiet & 1 << ia, 0, "wait {k}: quiet {quiet:#b}");
+        }
+        // Input on the quiet driver still ends the wait, long before its end.
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            rustix::io::write(&wr_b, &[2]).unwrap();
+            wr_b
+        });
+        let start = Instant::now();
+        let got = evd.wait(Some(Duration::from_secs(3)), 1);
+        let took = start.elapsed();
+        let _wr_b = t.join().unwrap();
+        assert!(matches!(got, Ok(Event::Software(2))), "{got:?}");
+        // Not found by the last look at the wait's deadline (a liveness
+        // bound, 30 ms against 3 s, not a speed).
+        assert!(took < Duration::from_secs(2), "seen after {took:?}");
+        let quiet = evd.quiet();
+        assert!(quiet & 1 << ib == 0, "B moved: not quiet any more ({quiet:#b})");
+    }
+
+    /// A driver with frames to send: counts flushes and full drives.
+    #[derive(Default)]
+    struct Outbox {
+        waiting: AtomicUsize,
+        flushed: AtomicUsize,
+        drives: AtomicUsize,
+    }
+
+    impl Driver for Outbox {
+        fn drive(&self) -> bool {
+            self.drives.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        fn wait_on(&self) -> WaitOn<'_> {
+            WaitOn { fd: None, deadline: None }
+        }
+        fn flush(&self) -> bool {
+            let n = self.waiting.swap(0, Ordering::Relaxed);
+            self.flushed.fetch_add(n, Ordering::Relaxed);
+            n > 0
+        }
+    }
+
+    #[test]
+    fn flush_writes_sends_without_driving() {
+        let evd = SoftEvd::new(16);
+        let ob = Arc::new(Outbox::default());
+        let d: Arc<dyn Driver> = ob.clone();
+        evd.add_driver(&d);
+        assert!(!evd.flush_writes(), "nothing waits");
+        ob.waiting.store(3, Ordering::Relaxed);
+        assert!(evd.flush_writes());
+        assert_eq!(ob.flushed.load(Ordering::Relaxed), 3);
+        assert_eq!(ob.drives.load(Ordering::Relaxed), 0, "no reads, no timers: a flush only");
+    }
+
+    /// The driver list a waiter keeps follows every change, on this EVD and
+    /// on those it drives through, and never keeps a dropped driver alive.
+    #[test]
+    fn cached_driver_list_follows_changes() {
+        let ids = |e: &SoftEvd| -> Vec<*const ()> {
+            e.drivers().iter().map(|d| Arc::as_ptr(d) as *const ()).collect()
+        };
+        let top = SoftEvd::new(16);
+        let rail = Arc::new(SoftEvd::new(16));
+        let rail_dyn: Arc<dyn Evd> = rail.clone();
+        let (a, b) = (Arc::new(Outbox::default()), Arc::new(Outbox::default()));
+        let (da, db): (Arc<dyn Driver>, Arc<dyn Driver>) = (a.clone(), b.clone());
+        let (pa, pb) = (Arc::as_ptr(&a) as *const (), Arc::as_ptr(&b) as *const ());
+        top.add_driver(&da);
+        assert_eq!(ids(&top), [pa]);
+        top.drive_through(&rail_dyn);
+        rail.add_driver(&db);
+        // A driver registered on both counts once.
+        rail.add_driver(&da);
+        assert_eq!(ids(&top), [pa, pb]);
+        assert_eq!(ids(&top), [pa, pb], "the kept list, unchanged");
+        top.remove_driver(&*da);
+        assert_eq!(ids(&top), [pb, pa], "still driven through the rail");
+        rail.remove_driver(&*da);
+        assert_eq!(ids(&top), [pb]);
+        // Dropped without being removed: the kept list holds it weakly.
+        drop((db, b));
+        assert!(ids(&top).is_empty());
+        assert!(!top.flush_writes());
+    }
+
+    /// A sink sees the events queued ahead of each one it is offered and
+    /// takes what it may past them; what it gives back is queued as usual.
+    #[test]
+    fn sink_sees_what_is_queued_ahead_and_takes_what_it_may() {
+        let evd = SoftEvd::new(16);
+        let taken = Arc::new(Mutex::new(Vec::new()));
+        let t = taken.clone();
+        // Takes small even values, but never past a queued big one.
+        assert!(evd.set_sink(Box::new(move |ev, ahead| match ev {
+            Event::Software(v)
+                if v < 100
+                    && v % 2 == 0
+                    && !ahead.iter().any(|e| matches!(e, Event::Software(w) if *w >= 100)) =>
+            {
+                t.lock().unwrap().push(v);
+                None
+            }
+            ev => Some(ev),
+        })));
+        assert!(!evd.set_sink(Box::new(|ev, _| Some(ev))), "one sink per EVD");
+        evd.push(Event::Software(2));
+        assert_eq!(evd.len(), 0, "taken");
+        evd.push(Event::Software(3));
+        assert_eq!(evd.len(), 1, "given back, queued");
+        evd.push(Event::Software(6));
+        assert_eq!(evd.len(), 1, "taken past the queued 3 (its order does not matter)");
+        evd.push(Event::Software(100));
+        evd.push(Event::Software(8));
+        assert_eq!(evd.len(), 3, "not taken past the queued 100");
+        for want in [3, 100, 8] {
+            assert!(matches!(evd.dequeue(), Some(Event::Software(v)) if v == want));
+        }
+        assert_eq!(*taken.lock().unwrap(), [2, 6]);
+        assert!(evd.dequeue().is_none());
+    }
+
+    #[test]
+    fn deferred_doorbell_is_scoped_and_nests() {
+        assert!(!doorbell_deferred());
+        let r = with_deferred_doorbell(|| {
+            assert!(doorbell_deferred());
+            with_deferred_doorbell(|| assert!(doorbell_deferred()));
+            assert!(doorbell_deferred(), "the inner scope leaves the outer one deferred");
+            std::thread::spawn(|| assert!(!doorbell_deferred(), "per thread")).join().unwrap();
+            7
+        });
+        assert_eq!(r, 7);
+        assert!(!doorbell_deferred());
+        let caught = std::panic::catch_unwind(|| with_deferred_doorbell(|| panic!("boom")));
+        assert!(caught.is_err());
+        assert!(!doorbell_deferred(), "restored after a panic too");
+    }
+
+    #[test]
+    fn push_from_another_thread_wakes_a_polling_waiter() {
+        let evd = Arc::new(SoftEvd::new(16));
+        let (rd, _wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+        let d: Arc<dyn Driver> =
+            Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+        evd.add_driver(&d);
+        let e2 = evd.clone();
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(30));
+            e2.post_software(7).unwrap();
+        });
+        assert!(matches!(evd.wait(Some(Duration::from_secs(5)), 1), Ok(Event::Software(7))));
+        t.join().unwrap();
+    }
+}
