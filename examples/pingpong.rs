@@ -6,6 +6,7 @@
 //! cargo run --release -p rmr-examples --example pingpong -- client tcp:127.0.0.1 127.0.0.1:7472
 //! ```
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Ep, Evd, Lmr, MemRegion, Result, Sge};
 use rmr_examples::{accept, register_backends, split_addr, wait_dto};
 use std::sync::Arc;
@@ -25,13 +26,13 @@ fn exchange(ep: &Arc<dyn Ep>, evd: &Arc<dyn Evd>, lmr: &Arc<dyn Lmr>, first: boo
             if i == 100 {
                 t0 = Instant::now(); // warm-up done
             }
-            ep.post_recv(&recv, i, DtoFlags::empty())?;
+            ep.post_recv(&recv, Cookie(i), DtoFlags::empty())?;
             if first {
-                ep.post_send(&send, i, DtoFlags::SUPPRESS)?;
+                ep.post_send(&send, Cookie(i), DtoFlags::SUPPRESS)?;
                 wait_dto(evd)?;
             } else {
                 wait_dto(evd)?;
-                ep.post_send(&send, i, DtoFlags::SUPPRESS)?;
+                ep.post_send(&send, Cookie(i), DtoFlags::SUPPRESS)?;
             }
         }
         if first {

@@ -9,6 +9,7 @@
 //! The server hands its region's RMR context to the client in the
 //! connection's private data: no extra round trip.
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, MemRegion, Result, RmrContext, Sge};
 use rmr_examples::{accept, register_backends, split_addr, wait_dto};
 use std::time::{Duration, Instant};
@@ -39,7 +40,7 @@ fn server(spec: &str, service: u16, ready: Option<std::sync::mpsc::Sender<u16>>)
     }
     let (ep, _) = accept(&ia, &pz, &psp_evd, &evd, &lmr.rmr_context().to_bytes())?;
     for round in 0..ROUNDS {
-        ep.post_recv(&[Sge::whole(&*note_lmr)], round, DtoFlags::empty())?;
+        ep.post_recv(&[Sge::whole(&*note_lmr)], Cookie(round), DtoFlags::empty())?;
         wait_dto(&evd)?;
         let want = note.load_u64(0)?;
         let mut got = vec![0u8; LEN];
@@ -50,7 +51,7 @@ fn server(spec: &str, service: u16, ready: Option<std::sync::mpsc::Sender<u16>>)
             if ok { "ok" } else { "BAD" }
         );
         note.store_u64(8, ok as u64)?;
-        ep.post_send(&[Sge::new(&*note_lmr, 8, 8)], round, DtoFlags::SUPPRESS)?;
+        ep.post_send(&[Sge::new(&*note_lmr, 8, 8)], Cookie(round), DtoFlags::SUPPRESS)?;
         if !ok {
             return Err(rmr_api::Error::Protocol("checksum mismatch".into()));
         }
@@ -74,11 +75,11 @@ fn client(spec: &str, remote: &str, service: u16) -> Result<()> {
         let data = fill(round);
         src.write(0, &data)?;
         note.store_u64(0, checksum(&data))?;
-        ep.post_recv(&[Sge::new(&*note_lmr, 8, 8)], 1000 + round, DtoFlags::empty())?;
+        ep.post_recv(&[Sge::new(&*note_lmr, 8, 8)], Cookie(1000 + round), DtoFlags::empty())?;
         let t = Instant::now();
         // The write needs no completion: the send after it is ordered behind it.
-        ep.post_rdma_write(&[Sge::whole(&*src_lmr)], &ctx, 0, round, DtoFlags::SUPPRESS)?;
-        ep.post_send(&[Sge::new(&*note_lmr, 0, 8)], round, DtoFlags::SUPPRESS)?;
+        ep.post_rdma_write(&[Sge::whole(&*src_lmr)], ctx.at(0), Cookie(round), DtoFlags::SUPPRESS)?;
+        ep.post_send(&[Sge::new(&*note_lmr, 0, 8)], Cookie(round), DtoFlags::SUPPRESS)?;
         wait_dto(&evd)?; // the server's verdict
         secs += t.elapsed().as_secs_f64();
         if note.load_u64(8)? != 1 {

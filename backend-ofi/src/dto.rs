@@ -19,6 +19,7 @@ use crate::ffi::{Cqe, EAGAIN, fi_error};
 use crate::lmr::OfiLmr;
 use crate::msg::{self, Iov, Remote};
 use ofi_sys as sys;
+use rmr_api::Cookie;
 use rmr_api::provider::check_local_sges;
 use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Error, Event, MemRegion, Result, RmrContext, Sge,
@@ -486,7 +487,15 @@ impl EpShared {
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+        DtoCompletion {
+            ep: self.id,
+            cookie: Cookie(cookie),
+            op,
+            status,
+            bytes,
+            imm: None,
+            solicited: false,
+        }
     }
 
     /// Completes everything still recorded with `Flushed` (the endpoint ended).

@@ -15,9 +15,8 @@ use crate::ffi::{Cq, EpH, Info, Mr};
 use crate::ia::{CM_HDR, IaShared};
 use crate::pz::PzShared;
 use ofi_sys as sys;
-use rmr_api::{
-    DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, MemRegion, Result, RmrContext, Sge,
-};
+use rmr_api::{CompareSwap, Cookie, RemoteAddr};
+use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, MemRegion, Result, Sge};
 use std::any::Any;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -515,45 +514,47 @@ impl Ep for OfiEp {
         self.sh.disconnect()
     }
 
-    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         self.sh.post_send(local, cookie, flags)
     }
 
-    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         self.sh.post_recv(local, cookie, flags)
     }
 
     fn post_rdma_write(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.sh.post_rma(false, local, remote, remote_offset, None, cookie, flags)
     }
 
     fn post_rdma_read(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.sh.post_rma(true, local, remote, remote_offset, None, cookie, flags)
     }
 
     fn post_rdma_write_imm(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         imm: u32,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         if self.sh.ia.feat.cq_data < 8 {
             return Err(Error::Unsupported(
                 "rdma write with immediate (provider cq_data_size < 8)",
@@ -565,25 +566,25 @@ impl Ep for OfiEp {
     fn post_fetch_add(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         add: u64,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.sh.post_atomic(result, remote, remote_offset, add, None, cookie, flags)
     }
 
     fn post_cmp_swap(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
-        compare: u64,
-        swap: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        op: CompareSwap,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        let CompareSwap { compare, swap } = op;
         self.sh.post_atomic(result, remote, remote_offset, swap, Some(compare), cookie, flags)
     }
 

@@ -9,7 +9,7 @@
 //!
 //! ## Quick start
 //! ```no_run
-//! use rmr_api::{Access, DtoFlags, EpEvds, Event, MemRegion, Sge};
+//! use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
 //! use std::time::Duration;
 //!
 //! # fn main() -> rmr_api::Result<()> {
@@ -40,10 +40,10 @@
 //! assert_eq!(reply, b"welcome");
 //! let src = MemRegion::from_bytes(b"hello, rdma");
 //! let slmr = pz.register_all(&src, Access::empty())?;
-//! ep.post_rdma_write(&[Sge::whole(&*slmr)], &ctx, 0, 7, DtoFlags::empty())?;
+//! ep.post_rdma_write(&[Sge::whole(&*slmr)], ctx.at(0), Cookie(7), DtoFlags::empty())?;
 //! loop {
 //!     if let Event::Dto(c) = cevd.wait(Some(Duration::from_secs(5)), 1)? {
-//!         assert_eq!(c.cookie, 7);
+//!         assert_eq!(c.cookie.0, 7);
 //!         c.result()?;
 //!         break;
 //!     }

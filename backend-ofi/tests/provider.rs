@@ -2,6 +2,7 @@
 //! a provider that is not there, and the EVD's wait fd (`Evd::wait_fd` /
 //! `Evd::arm`) used with poll(2), on both providers.
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, EpEvds, Error, Event, MemRegion, Sge};
 use std::time::{Duration, Instant};
 
@@ -80,7 +81,7 @@ fn wait_fd_delivers(spec: &str) {
         pz.register_all(&src, Access::empty()).unwrap(),
         pz.register_all(&dst, Access::LOCAL_WRITE).unwrap(),
     );
-    b.post_recv(&[Sge::whole(&*dl)], 1, DtoFlags::empty()).unwrap();
+    b.post_recv(&[Sge::whole(&*dl)], Cookie(1), DtoFlags::empty()).unwrap();
     // Nothing pending: arm() must allow blocking, and poll must time out.
     assert!(bevd.arm(), "arm() refused with nothing pending");
     let mut p = libc::pollfd {
@@ -93,11 +94,11 @@ fn wait_fd_delivers(spec: &str) {
     std::thread::scope(|s| {
         s.spawn(|| {
             std::thread::sleep(Duration::from_millis(50));
-            a.post_send(&[Sge::whole(&*sl)], 2, DtoFlags::SUPPRESS).unwrap();
+            a.post_send(&[Sge::whole(&*sl)], Cookie(2), DtoFlags::SUPPRESS).unwrap();
         });
         match poll_for_event(&bevd, Duration::from_secs(10)) {
             Event::Dto(c) => {
-                assert_eq!((c.cookie, c.bytes), (1, 14));
+                assert_eq!((c.cookie.0, c.bytes), (1, 14));
                 c.result().unwrap();
             }
             e => panic!("{e:?}"),

@@ -10,6 +10,7 @@ use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event,
     Result, RmrContext, Sge, Status,
 };
+use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, Timespec, eventfd, poll};
 use std::any::Any;
 use std::collections::VecDeque;
@@ -363,7 +364,15 @@ impl EpShared {
     }
 
     pub(crate) fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+        DtoCompletion {
+            ep: self.id,
+            cookie: Cookie(cookie),
+            op,
+            status,
+            bytes,
+            imm: None,
+            solicited: false,
+        }
     }
 
     /// Makes the connection live: the stream goes non-blocking, the EP
@@ -1085,7 +1094,8 @@ impl Ep for TcpEp {
         self.sh.disconnect()
     }
 
-    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         let total = self.check(local, Access::empty())?;
         let mut h = Header::new(Op::Send);
         h.len = total as u32;
@@ -1096,7 +1106,8 @@ impl Ep for TcpEp {
         self.sh.post_request(h, self.segs(local), inf, flags)
     }
 
-    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         let total = self.check(local, Access::LOCAL_WRITE)?;
         match self.sh.state() {
             EpState::Disconnected | EpState::Broken => return Err(Error::NotConnected),
@@ -1115,11 +1126,11 @@ impl Ep for TcpEp {
     fn post_rdma_write(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         let total = self.check(local, Access::empty())?;
         let mut h = Self::remote_hdr(Op::Write, remote, remote_offset, total)?;
         h.len = total as u32;
@@ -1130,11 +1141,11 @@ impl Ep for TcpEp {
     fn post_rdma_read(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         let total = self.check(local, Access::LOCAL_WRITE)?;
         let mut h = Self::remote_hdr(Op::ReadReq, remote, remote_offset, total)?;
         h.arg0 = total;
@@ -1145,12 +1156,12 @@ impl Ep for TcpEp {
     fn post_rdma_write_imm(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         imm: u32,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         let total = self.check(local, Access::empty())?;
         let mut h = Self::remote_hdr(Op::WriteImm, remote, remote_offset, total)?;
         h.len = total as u32;
@@ -1162,25 +1173,25 @@ impl Ep for TcpEp {
     fn post_fetch_add(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         add: u64,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.atomic(Op::FetchAdd, result, remote, remote_offset, (add, 0), cookie, flags)
     }
 
     fn post_cmp_swap(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
-        compare: u64,
-        swap: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        op: CompareSwap,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        let CompareSwap { compare, swap } = op;
         self.atomic(Op::CmpSwap, result, remote, remote_offset, (compare, swap), cookie, flags)
     }
 

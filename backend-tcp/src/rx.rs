@@ -8,6 +8,7 @@
 use crate::ep::{EpShared, Inflight};
 use crate::tx::{Seg, Segs};
 use crate::wire::{F_ACK_NOW, F_ACK_REQ, F_SOLICITED, HDR, Header, MAX_PAYLOAD, Op};
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoCompletion, DtoOp, EpState, Event, Status};
 use smallvec::SmallVec;
 use std::io::{self, Read};
@@ -512,7 +513,7 @@ impl EpShared {
         let len = u64::from(h.len);
         let c = DtoCompletion {
             ep: self.id,
-            cookie: wr.cookie,
+            cookie: Cookie(wr.cookie),
             op: if op == Op::Send { DtoOp::Recv } else { DtoOp::RecvWriteImm },
             status: Status::Success,
             bytes: len,

@@ -3,6 +3,7 @@
 //! held batch when it says so; one that never does still gets it sent,
 //! by whoever drives the endpoint, once the batch is overdue.
 
+use rmr_api::Cookie;
 use rmr_api::provider::SoftEvd;
 use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, MemRegion, Sge};
 use std::sync::Arc;
@@ -32,7 +33,7 @@ fn pair(port: u16) -> Pair {
 fn recv_one(ep: &Arc<dyn Ep>, evd: &Arc<dyn Evd>, pz: &Arc<dyn rmr_api::Pz>) -> Duration {
     let buf = MemRegion::new(8);
     let l = pz.register_all(&buf, Access::LOCAL_WRITE).unwrap();
-    ep.post_recv(&[Sge::whole(&*l)], 1, DtoFlags::empty()).unwrap();
+    ep.post_recv(&[Sge::whole(&*l)], Cookie(1), DtoFlags::empty()).unwrap();
     let t0 = Instant::now();
     loop {
         match evd.wait(Some(Duration::from_secs(5)), 1).expect("the message arrives") {
@@ -60,7 +61,7 @@ fn a_deferred_batch_goes_when_its_poster_rings() {
     for _ in 0..5 {
         let _ = cevd.wait(Some(Duration::ZERO), 1);
         rmr_api::provider::with_deferred_doorbell(|| {
-            cep.post_send(&[Sge::whole(&*ml)], 1, DtoFlags::SUPPRESS).unwrap();
+            cep.post_send(&[Sge::whole(&*ml)], Cookie(1), DtoFlags::SUPPRESS).unwrap();
         });
         held += usize::from(soft.flush_writes());
         recv_one(&sep, &sevd, &pz);
@@ -74,7 +75,7 @@ fn a_deferred_batch_nobody_rings_for_still_goes() {
     let msg = MemRegion::from_bytes(b"doorbell");
     let ml = pz.register_all(&msg, Access::empty()).unwrap();
     rmr_api::provider::with_deferred_doorbell(|| {
-        cep.post_send(&[Sge::whole(&*ml)], 1, DtoFlags::SUPPRESS).unwrap();
+        cep.post_send(&[Sge::whole(&*ml)], Cookie(1), DtoFlags::SUPPRESS).unwrap();
     });
     // Nobody waits on the sender's EVD: its progress thread sends it once overdue.
     let took = recv_one(&sep, &sevd, &pz);

@@ -6,6 +6,7 @@
 //! with every posted DTO completed exactly once and no thread or
 //! descriptor left behind.
 
+use rmr_api::Cookie;
 use rmr_api::{
     Access, DtoFlags, EpEvds, EpState, Error, Evd, Event, MemRegion, RmrContext, Sge, Status,
 };
@@ -204,9 +205,8 @@ fn client() {
                 let off = (cookie % 16) * CHUNK;
                 match eps[i].post_rdma_write(
                     &[Sge::whole(&*sl)],
-                    &ctx,
-                    off,
-                    cookie,
+                    ctx.at(off),
+                    Cookie(cookie),
                     DtoFlags::empty(),
                 ) {
                     Ok(()) => posted[i] += 1,
@@ -262,7 +262,10 @@ fn client() {
     }
     for (i, ep) in eps.iter().enumerate() {
         assert_eq!(ep.state(), EpState::Broken, "EP {i}");
-        assert!(ep.post_rdma_write(&[Sge::whole(&*sl)], &ctx, 0, 0, DtoFlags::empty()).is_err());
+        assert!(
+            ep.post_rdma_write(&[Sge::whole(&*sl)], ctx.at(0), Cookie(0), DtoFlags::empty())
+                .is_err()
+        );
     }
     let bytes: u64 = done.iter().sum::<u64>() * CHUNK;
     println!(
@@ -361,17 +364,17 @@ fn receive_buffers_exhausted_is_a_clear_error() {
     let lmr = pz.register_all(&buf, Access::LOCAL_WRITE).unwrap();
     const POSTED: u64 = 4;
     for i in 0..POSTED {
-        b.post_recv(&[Sge::new(&*lmr, i * 64, 64)], 100 + i, DtoFlags::empty()).unwrap();
+        b.post_recv(&[Sge::new(&*lmr, i * 64, 64)], Cookie(100 + i), DtoFlags::empty()).unwrap();
     }
     for i in 0..POSTED + 4 {
-        a.post_send(&[Sge::new(&*lmr, 1024, 32)], i, DtoFlags::empty()).unwrap();
+        a.post_send(&[Sge::new(&*lmr, 1024, 32)], Cookie(i), DtoFlags::empty()).unwrap();
     }
     // Sender: the posted receives' sends succeed, the next one fails with
     // ReceiverNotReady, the rest are flushed by the break.
     let mut statuses = Vec::new();
     while statuses.len() < (POSTED + 4) as usize {
         match aevd.wait(Some(Duration::from_secs(20)), 1) {
-            Ok(Event::Dto(c)) => statuses.push((c.cookie, c.status)),
+            Ok(Event::Dto(c)) => statuses.push((c.cookie.0, c.status)),
             Ok(_) => {}
             Err(e) => panic!("HANG: sender completions {statuses:?}: {e}"),
         }

@@ -10,6 +10,7 @@
 mod support;
 
 use backend_tcp::wire::{F_ACK_REQ, HDR, Header, MAX_PAYLOAD, Op};
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Error, Event, MemRegion, RmrContext, Sge, Status};
 use std::io::{ErrorKind, Read, Write};
 use std::sync::Mutex;
@@ -36,7 +37,7 @@ fn truncated_header_breaks_only_that_endpoint() {
     raw.s.shutdown(std::net::Shutdown::Write).unwrap();
     let why = expect_broken(&cevd);
     assert!(why.contains("closed"), "{why}");
-    assert!(matches!(ep.post_send(&[], 1, DtoFlags::empty()), Err(Error::Broken(_))));
+    assert!(matches!(ep.post_send(&[], Cookie(1), DtoFlags::empty()), Err(Error::Broken(_))));
     t.untouched();
     t.good_works();
 }
@@ -216,7 +217,12 @@ fn peer_that_stops_reading_gets_queue_full_not_unbounded_memory() {
     let mut full = 0u64;
     for i in 0..(2 * max) {
         let len = if i % 2 == 0 { 1 << 10 } else { 256 << 10 };
-        match ep.post_rdma_write(&[Sge::new(&*sl, 0, len)], &far, 0, i, DtoFlags::SUPPRESS) {
+        match ep.post_rdma_write(
+            &[Sge::new(&*sl, 0, len)],
+            far.at(0),
+            Cookie(i),
+            DtoFlags::SUPPRESS,
+        ) {
             Ok(()) => posted += 1,
             Err(Error::QueueFull) => full += 1,
             Err(e) => panic!("unexpected error: {e}"),
@@ -403,7 +409,12 @@ fn reset_during_posts_every_accepted_dto_completes_once() {
         let mut accepted = std::collections::HashSet::new();
         for i in 0..2000u64 {
             let len = if i % 2 == 0 { 64 << 10 } else { 64 };
-            match ep.post_rdma_write(&[Sge::new(&*sl, 0, len)], &far, 0, i, DtoFlags::empty()) {
+            match ep.post_rdma_write(
+                &[Sge::new(&*sl, 0, len)],
+                far.at(0),
+                Cookie(i),
+                DtoFlags::empty(),
+            ) {
                 Ok(()) => {
                     accepted.insert(i);
                 }
@@ -417,10 +428,10 @@ fn reset_during_posts_every_accepted_dto_completes_once() {
         while let Some(ev) = evd.dequeue() {
             if let Event::Dto(c) = ev {
                 assert!(
-                    accepted.contains(&c.cookie),
+                    accepted.contains(&c.cookie.0),
                     "round {round}: a failed post completed: {c:?}"
                 );
-                assert!(seen.insert(c.cookie), "round {round}: completed twice: {c:?}");
+                assert!(seen.insert(c.cookie.0), "round {round}: completed twice: {c:?}");
             }
         }
         assert_eq!(seen.len(), accepted.len(), "round {round}: accepted DTOs never completed");

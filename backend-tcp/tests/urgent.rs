@@ -6,6 +6,7 @@
 //! completes as soon as the peer has placed it.
 
 use backend_tcp::{TcpConfig, TcpIa};
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Ep, EpEvds, Error, Event, Ia, MemRegion, Sge};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -46,7 +47,7 @@ fn an_urgent_write_is_acknowledged_without_the_ack_delay() {
 
     // A plain signalled write: placed at once, acknowledged only after 30 s
     // (nothing flows back to carry the acknowledgement sooner).
-    ep_a.post_rdma_write(&[Sge::whole(&*lsrc)], &ctx, 0, 1, DtoFlags::empty()).unwrap();
+    ep_a.post_rdma_write(&[Sge::whole(&*lsrc)], ctx.at(0), Cookie(1), DtoFlags::empty()).unwrap();
     let early = evd_a.wait(Some(Duration::from_millis(300)), 1);
     assert!(
         matches!(early, Err(Error::Timeout)),
@@ -54,12 +55,12 @@ fn an_urgent_write_is_acknowledged_without_the_ack_delay() {
     );
     // An urgent one: acknowledged as soon as it is placed; its
     // acknowledgement completes the earlier write too, in order.
-    ep_a.post_rdma_write(&[Sge::whole(&*lsrc)], &ctx, 4096, 2, DtoFlags::URGENT).unwrap();
+    ep_a.post_rdma_write(&[Sge::whole(&*lsrc)], ctx.at(4096), Cookie(2), DtoFlags::URGENT).unwrap();
     for want in [1, 2] {
         match evd_a.wait(Some(WAIT), 1) {
             Ok(Event::Dto(c)) => {
                 c.result().unwrap();
-                assert_eq!(c.cookie, want, "completions out of order");
+                assert_eq!(c.cookie.0, want, "completions out of order");
             }
             other => {
                 panic!("expected write {want} to complete well before the ack delay: {other:?}")

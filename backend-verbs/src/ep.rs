@@ -20,6 +20,7 @@ use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpId, EpState, Error, Event, MemRegion,
     Result, RmrContext, Sge,
 };
+use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -101,7 +102,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                 let r = recv_info(wc);
                 q.push_back(Event::Dto(DtoCompletion {
                     ep: ep.id,
-                    cookie,
+                    cookie: Cookie(cookie),
                     op: r.op,
                     status: r.status,
                     bytes: r.bytes,
@@ -131,7 +132,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                 if d.report {
                     q.push_back(Event::Dto(DtoCompletion {
                         ep: ep.id,
-                        cookie: d.cookie,
+                        cookie: Cookie(d.cookie),
                         op: d.op,
                         status: d.status,
                         bytes: if d.status.is_ok() { d.bytes } else { 0 },
@@ -805,22 +806,24 @@ impl Ep for VerbsEp {
         self.core.disconnect()
     }
 
-    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         self.core.post_sq(WrKind::Send, local, None, cookie, flags, Extra::None)
     }
 
-    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         self.core.post_recv(local, cookie)
     }
 
     fn post_rdma_write(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         let t = wr::remote_target(remote, remote_offset, rmr_api::sge_total(local))?;
         self.core.post_sq(WrKind::Write, local, Some(t), cookie, flags, Extra::None)
     }
@@ -828,11 +831,11 @@ impl Ep for VerbsEp {
     fn post_rdma_read(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         let t = wr::remote_target(remote, remote_offset, rmr_api::sge_total(local))?;
         self.core.post_sq(WrKind::Read, local, Some(t), cookie, flags, Extra::None)
     }
@@ -840,12 +843,12 @@ impl Ep for VerbsEp {
     fn post_rdma_write_imm(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         imm: u32,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         if !self.core.ia.attr.caps.contains(rmr_api::Caps::WRITE_IMM) {
             return Err(Error::Unsupported("rdma write with immediate (iWARP)"));
         }
@@ -856,25 +859,25 @@ impl Ep for VerbsEp {
     fn post_fetch_add(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         add: u64,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.core.atomic(WrKind::FetchAdd(add), result, remote, remote_offset, cookie, flags)
     }
 
     fn post_cmp_swap(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
-        compare: u64,
-        swap: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        op: CompareSwap,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        let CompareSwap { compare, swap } = op;
         let k = WrKind::CmpSwap { compare, swap };
         self.core.atomic(k, result, remote, remote_offset, cookie, flags)
     }

@@ -8,7 +8,7 @@
 //!
 //! ## Quick start
 //! ```no_run
-//! use rmr_api::{Access, DtoFlags, EpEvds, Event, MemRegion, Sge};
+//! use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
 //! use std::time::Duration;
 //!
 //! // `peer`: the region the other side registered and sent over (its RMR context).
@@ -21,7 +21,7 @@
 //! ep.connect("198.18.0.2", 4791, b"hello", Duration::from_secs(5))?;
 //! let buf = MemRegion::from_bytes(b"hello, rdma");
 //! let lmr = pz.register_all(&buf, Access::empty())?;
-//! ep.post_rdma_write(&[Sge::whole(&*lmr)], &peer, 0, 7, DtoFlags::empty())?;
+//! ep.post_rdma_write(&[Sge::whole(&*lmr)], peer.at(0), Cookie(7), DtoFlags::empty())?;
 //! if let Event::Dto(c) = evd.wait(Some(Duration::from_secs(5)), 1)? {
 //!     c.result()?;
 //! }

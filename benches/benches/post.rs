@@ -13,6 +13,7 @@
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use rmr_api::Cookie;
 use rmr_api::provider::conformance::{Buf, Pair, Target, expect_ok, next_dto};
 use rmr_api::{Access, DtoFlags};
 use std::time::{Duration, Instant};
@@ -53,14 +54,24 @@ fn small_messages(c: &mut Criterion) {
                     let k = BATCH.min(iters - done);
                     let t0 = Instant::now();
                     for _ in 0..k {
-                        p.a.post_rdma_write(&[local.part(0, 8)], &ctx, 0, 0, DtoFlags::SUPPRESS)
-                            .unwrap();
+                        p.a.post_rdma_write(
+                            &[local.part(0, 8)],
+                            ctx.at(0),
+                            Cookie(0),
+                            DtoFlags::SUPPRESS,
+                        )
+                        .unwrap();
                     }
                     took += t0.elapsed();
                     done += k;
                     cookie += 1;
-                    p.a.post_rdma_write(&[local.part(0, 8)], &ctx, 0, cookie, DtoFlags::empty())
-                        .unwrap();
+                    p.a.post_rdma_write(
+                        &[local.part(0, 8)],
+                        ctx.at(0),
+                        Cookie(cookie),
+                        DtoFlags::empty(),
+                    )
+                    .unwrap();
                     expect_ok(&p.evd_a, cookie);
                 }
                 took
@@ -80,7 +91,7 @@ fn ping_pong(
     let (sa, ra) = (Buf::new(&p.pz_a, 8, Access::ALL, 0), Buf::new(&p.pz_a, 8, Access::ALL, 0));
     let (sb, rb) = (Buf::new(&p.pz_b, 8, Access::ALL, 0), Buf::new(&p.pz_b, 8, Access::ALL, 0));
     std::thread::scope(|s| {
-        p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).unwrap();
+        p.b.post_recv(&[rb.sge()], Cookie(0), DtoFlags::empty()).unwrap();
         s.spawn(|| {
             loop {
                 let c = next_dto(&p.evd_b);
@@ -92,16 +103,16 @@ fn ping_pong(
                 if v == STOP {
                     return;
                 }
-                p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).unwrap();
+                p.b.post_recv(&[rb.sge()], Cookie(0), DtoFlags::empty()).unwrap();
                 sb.mem.write(0, &v.to_le_bytes()).unwrap();
-                p.b.post_send(&[sb.sge()], 1, DtoFlags::SUPPRESS).unwrap();
+                p.b.post_send(&[sb.sge()], Cookie(1), DtoFlags::SUPPRESS).unwrap();
             }
         });
         let mut seq = 0u64;
         let round = |v: u64| {
-            p.a.post_recv(&[ra.sge()], 0, DtoFlags::empty()).unwrap();
+            p.a.post_recv(&[ra.sge()], Cookie(0), DtoFlags::empty()).unwrap();
             sa.mem.write(0, &v.to_le_bytes()).unwrap();
-            p.a.post_send(&[sa.sge()], 1, DtoFlags::SUPPRESS).unwrap();
+            p.a.post_send(&[sa.sge()], Cookie(1), DtoFlags::SUPPRESS).unwrap();
             loop {
                 let c = next_dto(&p.evd_a);
                 assert!(c.status.is_ok(), "{c:?}");
@@ -119,7 +130,7 @@ fn ping_pong(
         });
         // The last receive stays posted; the peer stops on this ping.
         sa.mem.write(0, &STOP.to_le_bytes()).unwrap();
-        p.a.post_send(&[sa.sge()], 1, DtoFlags::empty()).unwrap();
+        p.a.post_send(&[sa.sge()], Cookie(1), DtoFlags::empty()).unwrap();
         expect_ok(&p.evd_a, 1);
     });
 }

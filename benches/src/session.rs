@@ -10,6 +10,7 @@
 //! waiting for the reply.
 
 use crate::stats::{Summary, summarize};
+use rmr_api::Cookie;
 use rmr_api::stages::{self, Stage};
 use rmr_api::{
     Access, DtoFlags, Ep, EpEvds, Error, Evd, Event, Ia, Lmr, MemRegion, Result, RmrContext, Sge,
@@ -158,7 +159,11 @@ impl Conn {
 
     fn post_ring(&self) -> Result<()> {
         for s in 0..RING {
-            self.ep.post_recv(&[Sge::new(&*self.ctl_lmr, s * CTRL, CTRL)], s, DtoFlags::empty())?;
+            self.ep.post_recv(
+                &[Sge::new(&*self.ctl_lmr, s * CTRL, CTRL)],
+                Cookie(s),
+                DtoFlags::empty(),
+            )?;
         }
         Ok(())
     }
@@ -237,7 +242,7 @@ impl Conn {
         self.ctl.write(slot * CTRL, &m.encode())?;
         self.ep.post_send(
             &[Sge::new(&*self.ctl_lmr, slot * CTRL, CTRL)],
-            SEND_BIT | slot,
+            Cookie(SEND_BIT | slot),
             DtoFlags::SUPPRESS,
         )
     }
@@ -260,15 +265,15 @@ impl Conn {
                 _ => continue,
             };
             c.result()?;
-            if c.cookie & SEND_BIT != 0 {
+            if c.cookie.0 & SEND_BIT != 0 {
                 continue;
             }
-            let slot = c.cookie;
+            let slot = c.cookie.0;
             let mut b = [0u8; CTRL as usize];
             self.ctl.read(slot * CTRL, &mut b)?;
             self.ep.post_recv(
                 &[Sge::new(&*self.ctl_lmr, slot * CTRL, CTRL)],
-                slot,
+                Cookie(slot),
                 DtoFlags::empty(),
             )?;
             let m = Ctrl::decode(&b)?;
@@ -280,9 +285,8 @@ impl Conn {
                     if m.size > 0 {
                         self.ep.post_rdma_write(
                             &[Sge::new(&*self.data_lmr, 0, m.size)],
-                            &peer,
-                            0,
-                            1,
+                            peer.at(0),
+                            Cookie(1),
                             DtoFlags::SUPPRESS,
                         )?;
                     }
@@ -352,7 +356,7 @@ impl Conn {
             let seq = self.send_slot + 1_000_000;
             let t0 = Instant::now();
             for _ in 0..WRITES_PER_SAMPLE {
-                self.ep.post_rdma_write(&sge, &peer, 0, 0, DtoFlags::SUPPRESS)?;
+                self.ep.post_rdma_write(&sge, peer.at(0), Cookie(0), DtoFlags::SUPPRESS)?;
             }
             self.send(&Ctrl::new(Kind::Notify, seq))?;
             let t1 = Instant::now();
@@ -412,7 +416,7 @@ impl Conn {
             let seq = i + 1;
             let t0 = Instant::now();
             if size > 0 {
-                self.ep.post_rdma_write(&sge, &peer, 0, 0, DtoFlags::SUPPRESS)?;
+                self.ep.post_rdma_write(&sge, peer.at(0), Cookie(0), DtoFlags::SUPPRESS)?;
             }
             let mut p = Ctrl::new(Kind::Ping, seq);
             p.size = size;

@@ -10,6 +10,7 @@
 //! slot back and checks it. A round that never completes is "lost". The
 //! process's RSS is sampled throughout: after the warm-up it must stay flat.
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, EpEvds, Error, Event, Ia, MemRegion, Result, RmrContext, Sge};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -192,7 +193,11 @@ fn server(
     let recv_off = |e: usize, s: usize| ((e * cfg.window + s) * 2) as u64 * MSG;
     for (e, ep) in eps.iter().enumerate() {
         for s in 0..cfg.window {
-            ep.post_recv(&[Sge::new(&*ml, recv_off(e, s), MSG)], cookie(e, s), DtoFlags::empty())?;
+            ep.post_recv(
+                &[Sge::new(&*ml, recv_off(e, s), MSG)],
+                Cookie(cookie(e, s)),
+                DtoFlags::empty(),
+            )?;
         }
     }
     let (mut verified, mut bad) = (0u64, 0u64);
@@ -209,7 +214,7 @@ fn server(
             continue;
         }
         c.result()?;
-        let (e, r) = split(c.cookie);
+        let (e, r) = split(c.cookie.0);
         let [kind, slot, len, sum] = get_msg(&msgs, recv_off(e, r))?;
         if kind != NOTIFY {
             return Err(Error::Protocol(format!("soak server: message kind {kind}")));
@@ -225,7 +230,7 @@ fn server(
         // round (and so its next reply) only after this reply arrived.
         let rep = recv_off(e, slot as usize) + MSG;
         put_msg(&msgs, rep, [REPLY, slot, len, u64::from(ok)])?;
-        eps[e].post_send(&[Sge::new(&*ml, rep, MSG)], 0, DtoFlags::SUPPRESS)?;
+        eps[e].post_send(&[Sge::new(&*ml, rep, MSG)], Cookie(0), DtoFlags::SUPPRESS)?;
     }
     Ok((verified, bad))
 }
@@ -294,13 +299,12 @@ fn client(
         let m = msg_at(e, s);
         eps[e].post_rdma_write(
             &[Sge::new(&*sl, slot_at(e, s), len as u64)],
-            &ctx,
-            slot_at(e, s),
-            0,
+            ctx.at(slot_at(e, s)),
+            Cookie(0),
             DtoFlags::SUPPRESS,
         )?;
         put_msg(&msgs, m, [NOTIFY, s as u64, len as u64, st.2])?;
-        eps[e].post_send(&[Sge::new(&*ml, m, MSG)], 0, DtoFlags::SUPPRESS)?;
+        eps[e].post_send(&[Sge::new(&*ml, m, MSG)], Cookie(0), DtoFlags::SUPPRESS)?;
         rep.rounds_started += 1;
         rep.dtos += 2;
         Ok(())
@@ -311,7 +315,7 @@ fn client(
         for r in 0..cfg.window {
             ep.post_recv(
                 &[Sge::new(&*ml, msg_at(e, r) + MSG, MSG)],
-                cookie(e, r),
+                Cookie(cookie(e, r)),
                 DtoFlags::empty(),
             )?;
             rep.dtos += 1;
@@ -351,7 +355,7 @@ fn client(
             rep.errors += 1;
             return Err(Error::Broken(format!("soak: DTO failed: {c:?}")));
         }
-        let (e, x) = split(c.cookie);
+        let (e, x) = split(c.cookie.0);
         let running = t0.elapsed().as_secs_f64() < cfg.secs;
         let (s, i) = match c.op {
             rmr_api::DtoOp::Recv => {
@@ -377,9 +381,8 @@ fn client(
                     // Read the slot back (the server no longer touches it).
                     eps[e].post_rdma_read(
                         &[Sge::new(&*bl, slot_at(e, s), len)],
-                        &ctx,
-                        slot_at(e, s),
-                        cookie(e, s),
+                        ctx.at(slot_at(e, s)),
+                        Cookie(cookie(e, s)),
                         DtoFlags::empty(),
                     )?;
                     rep.dtos += 1;

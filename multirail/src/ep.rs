@@ -22,6 +22,7 @@ use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Evd, Event,
     Result, RmrContext, Sge, Status,
 };
+use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::VecDeque;
@@ -397,7 +398,15 @@ impl Core {
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+        DtoCompletion {
+            ep: self.id,
+            cookie: Cookie(cookie),
+            op,
+            status,
+            bytes,
+            imm: None,
+            solicited: false,
+        }
     }
 
     /// Wakes rail `r`'s thread: a poke for a software EVD (seen by no one
@@ -462,7 +471,7 @@ impl Core {
                     if silent {
                         f |= DtoFlags::SUPPRESS;
                     }
-                    ep.post_send(sges, cookie, f)
+                    ep.post_send(sges, Cookie(cookie), f)
                 }
                 (Kind::Write, Some((Some(c), o))) => {
                     let f = if silent {
@@ -472,20 +481,24 @@ impl Core {
                     } else {
                         DtoFlags::empty()
                     };
-                    ep.post_rdma_write(sges, c, *o, cookie, f)
+                    ep.post_rdma_write(sges, c.at(*o), Cookie(cookie), f)
                 }
                 (Kind::Read, Some((Some(c), o))) => {
-                    ep.post_rdma_read(sges, c, *o, cookie, DtoFlags::empty())
+                    ep.post_rdma_read(sges, c.at(*o), Cookie(cookie), DtoFlags::empty())
                 }
                 (Kind::WriteImm(imm), Some((Some(c), o))) => {
-                    ep.post_rdma_write_imm(sges, c, *o, imm, cookie, DtoFlags::empty())
+                    ep.post_rdma_write_imm(sges, c.at(*o), imm, Cookie(cookie), DtoFlags::empty())
                 }
                 (Kind::FetchAdd(add), Some((Some(c), o))) => {
-                    ep.post_fetch_add(sges[0], c, *o, add, cookie, DtoFlags::empty())
+                    ep.post_fetch_add(sges[0], c.at(*o), add, Cookie(cookie), DtoFlags::empty())
                 }
-                (Kind::CmpSwap(cmp, swp), Some((Some(c), o))) => {
-                    ep.post_cmp_swap(sges[0], c, *o, cmp, swp, cookie, DtoFlags::empty())
-                }
+                (Kind::CmpSwap(cmp, swp), Some((Some(c), o))) => ep.post_cmp_swap(
+                    sges[0],
+                    c.at(*o),
+                    CompareSwap { compare: cmp, swap: swp },
+                    Cookie(cookie),
+                    DtoFlags::empty(),
+                ),
                 (_, Some((None, _))) => {
                     return Err(Error::invalid(format!("rmr context has no rail {rail}")));
                 }
@@ -509,13 +522,13 @@ impl Core {
         if let [(l, o, n)] = &local[..] {
             return ep.post_recv(
                 &[Sge::new(&*l.rails[rail], *o, *n)],
-                RECV_BIT | id,
+                Cookie(RECV_BIT | id),
                 DtoFlags::empty(),
             );
         }
         let sges: SmallVec<[Sge<'_>; 4]> =
             local.iter().map(|(l, o, n)| Sge::new(&*l.rails[rail], *o, *n)).collect();
-        ep.post_recv(&sges, RECV_BIT | id, DtoFlags::empty())
+        ep.post_recv(&sges, Cookie(RECV_BIT | id), DtoFlags::empty())
     }
 
     /// Hands a batch of work to the engine. Called with the state lock held,
@@ -1129,8 +1142,8 @@ impl Core {
         // peer reported in order) tells that every silent stripe posted
         // before it on this rail completed: their errors would have come first.
         let lost = matches!(c.status, Status::Broken | Status::Flushed);
-        if c.cookie & PROBE_BIT != 0 {
-            let seq = c.cookie & !PROBE_BIT;
+        if c.cookie.0 & PROBE_BIT != 0 {
+            let seq = c.cookie.0 & !PROBE_BIT;
             st.completed[rail] += 1;
             if st.probe[rail] == Some(seq) {
                 st.probe[rail] = None;
@@ -1144,7 +1157,7 @@ impl Core {
             }
             return works;
         }
-        let (id, idx) = (c.cookie >> 8, (c.cookie & 0xff) as usize);
+        let (id, idx) = (c.cookie.0 >> 8, (c.cookie.0 & 0xff) as usize);
         st.completed[rail] += 1;
         if id < st.front_id {
             return works;
@@ -1251,7 +1264,7 @@ impl Core {
     }
 
     fn on_recv(&self, st: &mut State, c: &DtoCompletion, evs: &mut UserEvents) -> Works {
-        let id = c.cookie & !RECV_BIT;
+        let id = c.cookie.0 & !RECV_BIT;
         if id < st.recv_front {
             return SmallVec::new();
         }
@@ -1274,11 +1287,11 @@ impl Core {
 
     /// Receive `c` completed (for good): its user completion.
     fn recv_done(&self, st: &mut State, c: &DtoCompletion) -> Option<Event> {
-        let i = (c.cookie & !RECV_BIT).checked_sub(st.recv_front)? as usize;
+        let i = (c.cookie.0 & !RECV_BIT).checked_sub(st.recv_front)? as usize;
         let ev = st.recvs.get_mut(i).and_then(Option::take).map(|r| {
             let mut u = *c;
             u.ep = self.id;
-            u.cookie = r.cookie;
+            u.cookie = Cookie(r.cookie);
             Event::Dto(u)
         });
         while st.recvs.front().is_some_and(Option::is_none) {
@@ -1291,7 +1304,7 @@ impl Core {
     /// Handles one event from rail `rail`'s EVD.
     fn on_event(&self, st: &mut State, rail: usize, ev: Event, evs: &mut UserEvents) -> Works {
         match ev {
-            Event::Dto(c) if c.cookie & RECV_BIT != 0 => self.on_recv(st, &c, evs),
+            Event::Dto(c) if c.cookie.0 & RECV_BIT != 0 => self.on_recv(st, &c, evs),
             Event::Dto(c) => self.on_stripe(st, rail, &c, evs),
             Event::Broken { reason, .. } => {
                 st.ended[rail] = true;
@@ -1364,7 +1377,7 @@ impl Core {
     /// its own locks only by trying.
     fn sink(&self, ev: Event) -> Option<Event> {
         let c = match ev {
-            Event::Dto(c) if c.cookie & RECV_BIT != 0 && c.status.is_ok() => c,
+            Event::Dto(c) if c.cookie.0 & RECV_BIT != 0 && c.status.is_ok() => c,
             ev => return Some(ev),
         };
         if self.has_failed() {
@@ -1391,7 +1404,7 @@ impl Core {
         // A ping-pong's usual harvest, one receive that completed: it changes
         // no request and releases no fence.
         if let [(_, Event::Dto(c))] = batch[..] {
-            if c.cookie & RECV_BIT != 0 && c.status.is_ok() && !self.has_failed() {
+            if c.cookie.0 & RECV_BIT != 0 && c.status.is_ok() && !self.has_failed() {
                 batch.clear();
                 let ev = self.recv_done(&mut self.lock(), &c)?;
                 return self.deliver_one(TO_RECV, ev, take);
@@ -1612,11 +1625,11 @@ impl Core {
                 let _ = r.drivers.set(s.own_driver_handles());
                 let me = Arc::downgrade(self);
                 s.set_sink(Box::new(move |ev, ahead| {
-                    if !matches!(&ev, Event::Dto(c) if c.cookie & RECV_BIT != 0) {
+                    if !matches!(&ev, Event::Dto(c) if c.cookie.0 & RECV_BIT != 0) {
                         return Some(ev);
                     }
                     let overtakes = |e: &Event| {
-                        matches!(e, Event::Dto(c) if c.cookie & RECV_BIT == 0 && c.status.is_ok())
+                        matches!(e, Event::Dto(c) if c.cookie.0 & RECV_BIT == 0 && c.status.is_ok())
                     };
                     // (A long queue means a harvest is due anyway: not scanned.)
                     if ahead.len() > SINK_SCAN || !ahead.iter().all(overtakes) {
@@ -1922,7 +1935,8 @@ impl Ep for MrEp {
         Ok(())
     }
 
-    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         self.core.post(
             Kind::Send { solicited: flags.contains(DtoFlags::SOLICITED) },
             local,
@@ -1932,7 +1946,8 @@ impl Ep for MrEp {
         )
     }
 
-    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         let c = &self.core;
         // The rail checks the segments (its LMRs mirror ours: same bounds and
         // access, in the rail PZ of our PZ) before anything is recorded.
@@ -1960,60 +1975,66 @@ impl Ep for MrEp {
     fn post_rdma_write(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        off: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        self.core.post(Kind::Write, local, Some((remote, off)), cookie, flags)
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::Write, local, Some((remote, remote_offset)), cookie, flags)
     }
 
     fn post_rdma_read(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        off: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        self.core.post(Kind::Read, local, Some((remote, off)), cookie, flags)
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::Read, local, Some((remote, remote_offset)), cookie, flags)
     }
 
     fn post_rdma_write_imm(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        off: u64,
+        remote: RemoteAddr<'_>,
         imm: u32,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        self.core.post(Kind::WriteImm(imm), local, Some((remote, off)), cookie, flags)
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::WriteImm(imm), local, Some((remote, remote_offset)), cookie, flags)
     }
 
     fn post_fetch_add(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        off: u64,
+        remote: RemoteAddr<'_>,
         add: u64,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        self.core.post(Kind::FetchAdd(add), &[result], Some((remote, off)), cookie, flags)
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::FetchAdd(add), &[result], Some((remote, remote_offset)), cookie, flags)
     }
 
     fn post_cmp_swap(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        off: u64,
-        cmp: u64,
-        swap: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        op: CompareSwap,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        self.core.post(Kind::CmpSwap(cmp, swap), &[result], Some((remote, off)), cookie, flags)
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        let CompareSwap { compare, swap } = op;
+        self.core.post(
+            Kind::CmpSwap(compare, swap),
+            &[result],
+            Some((remote, remote_offset)),
+            cookie,
+            flags,
+        )
     }
 
     fn peer_address(&self) -> Option<String> {

@@ -7,6 +7,7 @@
 //! (`direct=all`, the default there) the caller posts those too. Real TCP
 //! rails on loopback.
 
+use rmr_api::Cookie;
 use rmr_api::provider::conformance::{
     Buf, Pair, Target, ep_count, ep_note, expect_ok, next_dto, pattern,
 };
@@ -28,7 +29,8 @@ fn write_1m(p: &Pair, seed: u64, cookie: u64) {
     let local = Buf::new(&p.pz_a, 1 << 20, RW, 0);
     let remote = Buf::new(&p.pz_b, 1 << 20, RW, 0);
     local.mem.write(0, &pattern(seed, 1 << 20)).unwrap();
-    p.a.post_rdma_write(&[local.sge()], &remote.ctx(), 0, cookie, DtoFlags::empty()).unwrap();
+    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(cookie), DtoFlags::empty())
+        .unwrap();
     expect_ok(&p.evd_a, cookie);
     assert_eq!(remote.bytes(), local.bytes(), "the 1 MiB write landed whole");
 }
@@ -49,13 +51,14 @@ fn writes_then_notify_never_wake_a_rail_thread() {
     // probes that rail too: the notify it releases has a probe beside it.
     for round in 0..200u64 {
         local.mem.write(0, &pattern(round, (N * W) as usize)).unwrap();
-        p.b.post_recv(&[rbuf.sge()], round, DtoFlags::empty()).unwrap();
+        p.b.post_recv(&[rbuf.sge()], Cookie(round), DtoFlags::empty()).unwrap();
         for i in 0..N {
             let l = local.part(i * W, W);
-            p.a.post_rdma_write(&[l], &remote.ctx(), i * W, 0, DtoFlags::SUPPRESS).unwrap();
+            p.a.post_rdma_write(&[l], (remote.ctx()).at(i * W), Cookie(0), DtoFlags::SUPPRESS)
+                .unwrap();
         }
         sbuf.mem.write(0, &round.to_le_bytes()).unwrap();
-        p.a.post_send(&[sbuf.sge()], round, DtoFlags::SUPPRESS).unwrap();
+        p.a.post_send(&[sbuf.sge()], Cookie(round), DtoFlags::SUPPRESS).unwrap();
         let c = next_dto(&p.evd_b);
         assert!(c.status.is_ok() && c.cookie == round, "{c:?}");
         // The notify's receive sees every write posted before it.
@@ -66,13 +69,19 @@ fn writes_then_notify_never_wake_a_rail_thread() {
     println!("probes: {probes}");
     // A 64 KiB write is striped (2 x 32 KiB) and its stripes posted by the
     // caller; the rails' threads are idle.
-    p.a.post_rdma_write(&[local.part(0, 64 << 10)], &remote.ctx(), 0, 6, DtoFlags::empty())
-        .unwrap();
+    p.a.post_rdma_write(
+        &[local.part(0, 64 << 10)],
+        (remote.ctx()).at(0),
+        Cookie(6),
+        DtoFlags::empty(),
+    )
+    .unwrap();
     expect_ok(&p.evd_a, 6);
     assert_eq!(handed_off(&p), 0, "a 64 KiB write's stripes went through the rail threads");
     // A 1 MiB write's stripes (2 x 512 KiB) go to the rail threads, which
     // copy them into both rails at once.
-    p.a.post_rdma_write(&[local.sge()], &remote.ctx(), 0, 7, DtoFlags::empty()).unwrap();
+    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(7), DtoFlags::empty())
+        .unwrap();
     expect_ok(&p.evd_a, 7);
     assert!(handed_off(&p) >= 2, "the stripes were not handed to the rail threads");
 }

@@ -3,6 +3,7 @@
 //! runs itself as the server in one and the client in the other, and tears
 //! the lab down afterwards, pass or fail. Needs root (as CI has).
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, EpEvds, Evd, Event, MemRegion, RmrContext, Sge};
 use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -183,7 +184,7 @@ fn server(len: usize, rounds: u64) {
     };
     let mut bad = 0;
     for r in 0..rounds {
-        ep.post_recv(&[Sge::new(&*cl, 0, 8)], r, DtoFlags::empty()).unwrap();
+        ep.post_recv(&[Sge::new(&*cl, 0, 8)], Cookie(r), DtoFlags::empty()).unwrap();
         let c = next_dto(&evd);
         assert!(c.status.is_ok(), "{c:?}");
         let want = ctl.load_u64(0).unwrap();
@@ -192,7 +193,7 @@ fn server(len: usize, rounds: u64) {
             bad += 1;
         }
         ctl.store_u64(8, u64::from(got == want)).unwrap();
-        ep.post_send(&[Sge::new(&*cl, 8, 8)], r, DtoFlags::SUPPRESS).unwrap();
+        ep.post_send(&[Sge::new(&*cl, 8, 8)], Cookie(r), DtoFlags::SUPPRESS).unwrap();
     }
     println!("RESULT bad_rounds={bad}");
     std::thread::sleep(Duration::from_millis(300));
@@ -225,9 +226,9 @@ fn client(len: usize, rounds: u64) {
         let p = pattern(r + 1, len);
         src.write(0, &p).unwrap();
         ctl.store_u64(0, checksum(&p)).unwrap();
-        ep.post_recv(&[Sge::new(&*cl, 8, 8)], 1000 + r, DtoFlags::empty()).unwrap();
-        ep.post_rdma_write(&[Sge::whole(&*sl)], &ctx, 0, r, DtoFlags::SUPPRESS).unwrap();
-        ep.post_send(&[Sge::new(&*cl, 0, 8)], r, DtoFlags::SUPPRESS).unwrap();
+        ep.post_recv(&[Sge::new(&*cl, 8, 8)], Cookie(1000 + r), DtoFlags::empty()).unwrap();
+        ep.post_rdma_write(&[Sge::whole(&*sl)], ctx.at(0), Cookie(r), DtoFlags::SUPPRESS).unwrap();
+        ep.post_send(&[Sge::new(&*cl, 0, 8)], Cookie(r), DtoFlags::SUPPRESS).unwrap();
         let c = next_dto(&evd);
         assert!(c.status.is_ok(), "round {r}: {c:?}");
         assert_eq!(

@@ -6,6 +6,7 @@
 //! writes deferred ahead of it were launched (1% of notifies overtook their
 //! data).
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, DtoOp, EpEvds, Event, MemRegion, RmrContext, Sge};
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ fn write_then_send_holds_with_deferred_writes_on_other_rails() {
             e => panic!("{e:?}"),
         };
         for r in 0..SLOTS as u64 {
-            ep.post_recv(&[Sge::new(&*bml, r * 64, 32)], r, DtoFlags::empty()).unwrap();
+            ep.post_recv(&[Sge::new(&*bml, r * 64, 32)], Cookie(r), DtoFlags::empty()).unwrap();
         }
         let (mut bad, mut n) = (0u64, 0u64);
         while n < ROUNDS {
@@ -51,7 +52,7 @@ fn write_then_send_holds_with_deferred_writes_on_other_rails() {
                 continue;
             };
             assert!(c.status.is_ok(), "{c:?}");
-            let r = c.cookie;
+            let r = c.cookie.0;
             let (slot, len, want) = (
                 bmsg.load_u64(r * 64).unwrap(),
                 bmsg.load_u64(r * 64 + 8).unwrap(),
@@ -60,9 +61,10 @@ fn write_then_send_holds_with_deferred_writes_on_other_rails() {
             let ok = sum(&target.to_vec(slot * MAX as u64, len as usize).unwrap()) == want;
             bad += u64::from(!ok);
             n += 1;
-            ep.post_recv(&[Sge::new(&*bml, r * 64, 32)], r, DtoFlags::empty()).unwrap();
+            ep.post_recv(&[Sge::new(&*bml, r * 64, 32)], Cookie(r), DtoFlags::empty()).unwrap();
             bmsg.store_u64(r * 64 + 32, slot | (u64::from(ok) << 32)).unwrap();
-            ep.post_send(&[Sge::new(&*bml, r * 64 + 32, 8)], 0, DtoFlags::SUPPRESS).unwrap();
+            ep.post_send(&[Sge::new(&*bml, r * 64 + 32, 8)], Cookie(0), DtoFlags::SUPPRESS)
+                .unwrap();
         }
         std::thread::sleep(Duration::from_millis(200));
         bad
@@ -77,7 +79,7 @@ fn write_then_send_holds_with_deferred_writes_on_other_rails() {
     let msg = MemRegion::new(SLOTS * 64);
     let ml = pz.register_all(&msg, Access::LOCAL_WRITE).unwrap();
     for r in 0..SLOTS as u64 {
-        ep.post_recv(&[Sge::new(&*ml, r * 64 + 32, 8)], r, DtoFlags::empty()).unwrap();
+        ep.post_recv(&[Sge::new(&*ml, r * 64 + 32, 8)], Cookie(r), DtoFlags::empty()).unwrap();
     }
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     let mut round = |slot: u64| {
@@ -91,9 +93,14 @@ fn write_then_send_holds_with_deferred_writes_on_other_rails() {
         msg.store_u64(slot * 64, slot).unwrap();
         msg.store_u64(slot * 64 + 8, len as u64).unwrap();
         msg.store_u64(slot * 64 + 16, sum(&data)).unwrap();
-        ep.post_rdma_write(&[Sge::new(&*sl, at, len as u64)], &ctx, at, 0, DtoFlags::SUPPRESS)
-            .unwrap();
-        ep.post_send(&[Sge::new(&*ml, slot * 64, 24)], 0, DtoFlags::SUPPRESS).unwrap();
+        ep.post_rdma_write(
+            &[Sge::new(&*sl, at, len as u64)],
+            ctx.at(at),
+            Cookie(0),
+            DtoFlags::SUPPRESS,
+        )
+        .unwrap();
+        ep.post_send(&[Sge::new(&*ml, slot * 64, 24)], Cookie(0), DtoFlags::SUPPRESS).unwrap();
     };
     for s in 0..SLOTS as u64 {
         round(s);
@@ -104,8 +111,8 @@ fn write_then_send_holds_with_deferred_writes_on_other_rails() {
             continue;
         };
         assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
-        let v = msg.load_u64(c.cookie * 64 + 32).unwrap();
-        ep.post_recv(&[Sge::new(&*ml, c.cookie * 64 + 32, 8)], c.cookie, DtoFlags::empty())
+        let v = msg.load_u64(c.cookie.0 * 64 + 32).unwrap();
+        ep.post_recv(&[Sge::new(&*ml, c.cookie.0 * 64 + 32, 8)], c.cookie, DtoFlags::empty())
             .unwrap();
         told_bad += u64::from(v >> 32 == 0);
         done += 1;

@@ -8,6 +8,7 @@
 //! write's completion queues on the rail ahead of the answer: the answer
 //! still goes direct (it overtakes a request completion, never a receive).
 
+use rmr_api::Cookie;
 use rmr_api::provider::conformance::{Buf, Pair, Target, ep_count, next_dto};
 use rmr_api::{Access, DtoFlags, DtoOp};
 
@@ -37,12 +38,14 @@ fn run(engine: &str, write: u64) {
     // Each side's rails learn where a probe may go (a suppressed write), so
     // suppressed sends go silent as in a runtime's ping-pong: no send
     // completion queues ahead of the answer on the rail.
-    p.a.post_rdma_write(&[sb.part(0, 8)], &remote(&rb), 0, 1, DtoFlags::SUPPRESS).unwrap();
-    p.b.post_rdma_write(&[sa.part(0, 8)], &remote(&ra), 0, 2, DtoFlags::SUPPRESS).unwrap();
+    p.a.post_rdma_write(&[sb.part(0, 8)], (remote(&rb)).at(0), Cookie(1), DtoFlags::SUPPRESS)
+        .unwrap();
+    p.b.post_rdma_write(&[sa.part(0, 8)], (remote(&ra)).at(0), Cookie(2), DtoFlags::SUPPRESS)
+        .unwrap();
     // Receives posted ahead, as a runtime keeps a ring of them.
     for k in 0..16 {
-        p.b.post_recv(&[rb.part(k * 64, 64)], 1000 + k, DtoFlags::empty()).unwrap();
-        p.a.post_recv(&[ra.part(k * 64, 64)], 5000 + k, DtoFlags::empty()).unwrap();
+        p.b.post_recv(&[rb.part(k * 64, 64)], Cookie(1000 + k), DtoFlags::empty()).unwrap();
+        p.a.post_recv(&[ra.part(k * 64, 64)], Cookie(5000 + k), DtoFlags::empty()).unwrap();
     }
     std::thread::scope(|sc| {
         // B answers every message with its number plus one.
@@ -51,40 +54,46 @@ fn run(engine: &str, write: u64) {
                 let c = next_dto(&p.evd_b);
                 assert_eq!((c.op, c.ep), (DtoOp::Recv, p.b.id()), "{c:?}");
                 assert!(c.status.is_ok(), "{c:?}");
-                assert_eq!(c.cookie, 1000 + i, "receives out of order");
+                assert_eq!(c.cookie.0, 1000 + i, "receives out of order");
                 let slot = i % 16;
                 let mut b = [0u8; 8];
                 rb.mem.read(slot * 64, &mut b).unwrap();
                 assert_eq!(u64::from_le_bytes(b), i, "wrong payload");
-                p.b.post_recv(&[rb.part(slot * 64, 64)], 1000 + i + 16, DtoFlags::empty()).unwrap();
+                p.b.post_recv(&[rb.part(slot * 64, 64)], Cookie(1000 + i + 16), DtoFlags::empty())
+                    .unwrap();
                 sa.mem.write(slot * 64, &(i + 1).to_le_bytes()).unwrap();
                 if write > 0 {
                     p.b.post_rdma_write(
                         &[wb.part(0, write)],
-                        &remote(&wa),
-                        0,
-                        3,
+                        (remote(&wa)).at(0),
+                        Cookie(3),
                         DtoFlags::SUPPRESS,
                     )
                     .unwrap();
                 }
-                p.b.post_send(&[sa.part(slot * 64, 64)], 7, DtoFlags::SUPPRESS).unwrap();
+                p.b.post_send(&[sa.part(slot * 64, 64)], Cookie(7), DtoFlags::SUPPRESS).unwrap();
             }
         });
         for i in 0..N {
             let slot = i % 16;
             sb.mem.write(slot * 64, &i.to_le_bytes()).unwrap();
             if write > 0 {
-                p.a.post_rdma_write(&[wa.part(0, write)], &remote(&wb), 0, 4, DtoFlags::SUPPRESS)
-                    .unwrap();
+                p.a.post_rdma_write(
+                    &[wa.part(0, write)],
+                    (remote(&wb)).at(0),
+                    Cookie(4),
+                    DtoFlags::SUPPRESS,
+                )
+                .unwrap();
             }
-            p.a.post_send(&[sb.part(slot * 64, 64)], 9, DtoFlags::SUPPRESS).unwrap();
+            p.a.post_send(&[sb.part(slot * 64, 64)], Cookie(9), DtoFlags::SUPPRESS).unwrap();
             let c = next_dto(&p.evd_a);
-            assert_eq!((c.op, c.ep, c.cookie), (DtoOp::Recv, p.a.id(), 5000 + i), "{c:?}");
+            assert_eq!((c.op, c.ep, c.cookie.0), (DtoOp::Recv, p.a.id(), 5000 + i), "{c:?}");
             let mut b = [0u8; 8];
             ra.mem.read(slot * 64, &mut b).unwrap();
             assert_eq!(u64::from_le_bytes(b), i + 1, "wrong answer");
-            p.a.post_recv(&[ra.part(slot * 64, 64)], 5000 + i + 16, DtoFlags::empty()).unwrap();
+            p.a.post_recv(&[ra.part(slot * 64, 64)], Cookie(5000 + i + 16), DtoFlags::empty())
+                .unwrap();
         }
     });
     for ep in [&p.a, &p.b] {

@@ -7,6 +7,7 @@
 //! suppressed sends. Small suppressed writes (up to 1 KiB) go silent the
 //! same way. Real TCP rails on loopback, both engines.
 
+use rmr_api::Cookie;
 use rmr_api::provider::conformance::{
     Buf, Pair, Target, ep_count, expect_ok, next_dto, pattern, write_send_ping_pong,
 };
@@ -30,14 +31,18 @@ fn target(engine: &str) -> Target {
 fn silent_sends(p: &Pair, rbuf: &Buf, sbuf: &Buf, first: u64, n: u64) {
     for i in 0..n {
         let slot = (first + i) % 256;
-        p.b.post_recv(&[rbuf.part(slot * 16, 16)], first + i, DtoFlags::empty()).unwrap();
+        p.b.post_recv(&[rbuf.part(slot * 16, 16)], Cookie(first + i), DtoFlags::empty()).unwrap();
     }
     for i in 0..n {
         let k = first + i;
         let slot = k % 256;
         sbuf.mem.write(slot * 16, &k.to_le_bytes()).unwrap();
         loop {
-            match p.a.post_send(&[sbuf.part(slot * 16, 16)], 1 << 40 | k, DtoFlags::SUPPRESS) {
+            match p.a.post_send(
+                &[sbuf.part(slot * 16, 16)],
+                Cookie(1 << 40 | k),
+                DtoFlags::SUPPRESS,
+            ) {
                 Ok(()) => break,
                 Err(Error::QueueFull) => std::thread::yield_now(),
                 Err(e) => panic!("post: {e}"),
@@ -52,9 +57,9 @@ fn receive_in_order(p: &Pair, rbuf: &Buf, first: u64, n: u64) {
         let c = next_dto(&p.evd_b);
         assert_eq!(c.op, DtoOp::Recv);
         assert!(c.status.is_ok(), "{c:?}");
-        assert_eq!(c.cookie, first + i, "receives out of order");
+        assert_eq!(c.cookie.0, first + i, "receives out of order");
         let mut b = [0u8; 8];
-        rbuf.mem.read((c.cookie % 256) * 16, &mut b).unwrap();
+        rbuf.mem.read((c.cookie.0 % 256) * 16, &mut b).unwrap();
         assert_eq!(u64::from_le_bytes(b), c.cookie, "wrong payload");
     }
 }
@@ -76,11 +81,13 @@ fn run(engine: &str) {
     let sbuf = Buf::new(&p.pz_a, 16 * 256, RW, 0);
 
     // The rails learn where a probe may go.
-    p.a.post_rdma_write(&[local.sge()], &remote.ctx(), 0, 1, DtoFlags::SUPPRESS).unwrap();
+    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(1), DtoFlags::SUPPRESS)
+        .unwrap();
 
     // 1. Implied by a later signalled DTO (a 64-byte write: whole, one rail).
     silent_sends(&p, &rbuf, &sbuf, 0, 100);
-    p.a.post_rdma_write(&[local.part(0, 64)], &remote.ctx(), 0, 2, DtoFlags::empty()).unwrap();
+    p.a.post_rdma_write(&[local.part(0, 64)], (remote.ctx()).at(0), Cookie(2), DtoFlags::empty())
+        .unwrap();
     assert_eq!(expect_ok(&p.evd_a, 2).op, DtoOp::RdmaWrite);
     receive_in_order(&p, &rbuf, 0, 100);
     no_event(&p);
@@ -88,7 +95,8 @@ fn run(engine: &str) {
     // 2. Held behind: a striped 1 MiB write completes on both rails while
     //    silent sends wait ahead of it; it must still be reported.
     silent_sends(&p, &rbuf, &sbuf, 100, 50);
-    p.a.post_rdma_write(&[local.sge()], &remote.ctx(), 0, 3, DtoFlags::empty()).unwrap();
+    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(3), DtoFlags::empty())
+        .unwrap();
     expect_ok(&p.evd_a, 3);
     receive_in_order(&p, &rbuf, 100, 50);
     assert_eq!(remote.bytes(), local.bytes());
@@ -98,7 +106,8 @@ fn run(engine: &str) {
     //    rail to report, probes make them.
     silent_sends(&p, &rbuf, &sbuf, 150, 40);
     let got = Buf::new(&p.pz_a, 4096, RW, 0);
-    p.a.post_rdma_read(&[got.sge()], &remote.ctx(), 4096, 4, DtoFlags::BARRIER_FENCE).unwrap();
+    p.a.post_rdma_read(&[got.sge()], (remote.ctx()).at(4096), Cookie(4), DtoFlags::BARRIER_FENCE)
+        .unwrap();
     expect_ok(&p.evd_a, 4);
     assert_eq!(got.bytes(), local.bytes()[4096..8192].to_vec());
     receive_in_order(&p, &rbuf, 150, 40);
@@ -111,15 +120,15 @@ fn run(engine: &str) {
     for i in 0..100u64 {
         p.a.post_rdma_write(
             &[small.part(i * 64, 64)],
-            &remote.ctx(),
-            65536 + i * 64,
-            1 << 41 | i,
+            (remote.ctx()).at(65536 + i * 64),
+            Cookie(1 << 41 | i),
             DtoFlags::SUPPRESS,
         )
         .unwrap();
     }
     let back = Buf::new(&p.pz_a, 64 * 100, RW, 0);
-    p.a.post_rdma_read(&[back.sge()], &remote.ctx(), 65536, 6, DtoFlags::BARRIER_FENCE).unwrap();
+    p.a.post_rdma_read(&[back.sge()], (remote.ctx()).at(65536), Cookie(6), DtoFlags::BARRIER_FENCE)
+        .unwrap();
     expect_ok(&p.evd_a, 6);
     assert_eq!(back.bytes(), small.bytes(), "a fenced read missed a silent write");
     no_event(&p);
@@ -132,8 +141,8 @@ fn run(engine: &str) {
         receive_in_order(&p, &rbuf, first, 200);
     }
     // A last signalled send reports only itself.
-    p.b.post_recv(&[rbuf.part(0, 16)], 9, DtoFlags::empty()).unwrap();
-    p.a.post_send(&[sbuf.part(0, 16)], 5, DtoFlags::empty()).unwrap();
+    p.b.post_recv(&[rbuf.part(0, 16)], Cookie(9), DtoFlags::empty()).unwrap();
+    p.a.post_send(&[sbuf.part(0, 16)], Cookie(5), DtoFlags::empty()).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 5).op, DtoOp::Send);
     expect_ok(&p.evd_b, 9);
     no_event(&p);

@@ -6,6 +6,7 @@
 //! rails on loopback, every engine.
 
 use backend_tcp::{TcpConfig, TcpIa};
+use rmr_api::Cookie;
 use rmr_api::provider::Provider;
 use rmr_api::provider::conformance::{Buf, Pair, Target, pattern};
 use rmr_api::{Access, DtoFlags, DtoOp, Error, Event, Ia};
@@ -50,16 +51,15 @@ fn run(engine: &str) {
     sbuf.mem.write(0, b"notify").unwrap();
 
     for round in 0..3 {
-        p.b.post_recv(&[rbuf.sge()], round, DtoFlags::empty()).unwrap();
+        p.b.post_recv(&[rbuf.sge()], Cookie(round), DtoFlags::empty()).unwrap();
         // Whole 4 KiB writes, alternately on each rail (round-robin); each
         // is signalled on its rail (too big to go silent), and its
         // acknowledgement would take 30 s.
         for i in 0..N {
             p.a.post_rdma_write(
                 &[local.part(i * SZ, SZ)],
-                &remote.ctx(),
-                i * SZ,
-                100 + i,
+                (remote.ctx()).at(i * SZ),
+                Cookie(100 + i),
                 DtoFlags::SUPPRESS,
             )
             .unwrap();
@@ -68,11 +68,11 @@ fn run(engine: &str) {
         // asks for the acknowledgement now.
         // (The send itself is suppressed: a signalled one would complete
         // only with its own delayed acknowledgement, as it should.)
-        p.a.post_send(&[sbuf.part(0, 6)], round, DtoFlags::SUPPRESS).unwrap();
+        p.a.post_send(&[sbuf.part(0, 6)], Cookie(round), DtoFlags::SUPPRESS).unwrap();
         match p.evd_b.wait(Some(Duration::from_secs(10)), 1) {
             Ok(Event::Dto(c)) => {
                 assert!(c.status.is_ok(), "{c:?}");
-                assert_eq!((c.op, c.cookie), (DtoOp::Recv, round));
+                assert_eq!((c.op, c.cookie.0), (DtoOp::Recv, round));
             }
             other => panic!("{engine}: the fenced send waited out the ack delay: {other:?}"),
         }

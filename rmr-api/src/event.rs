@@ -1,6 +1,6 @@
 //! Events delivered by an [`crate::Evd`].
 
-use crate::{DtoOp, Ep, EpId, Result, Status};
+use crate::{Cookie, DtoOp, Ep, EpId, Result, Status};
 use std::fmt;
 use std::sync::Arc;
 
@@ -10,7 +10,7 @@ pub struct DtoCompletion {
     /// The endpoint the DTO was posted on.
     pub ep: EpId,
     /// The user's cookie given at post time.
-    pub cookie: u64,
+    pub cookie: Cookie,
     /// Which operation.
     pub op: DtoOp,
     /// How it ended.

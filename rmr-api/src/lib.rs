@@ -13,7 +13,7 @@
 //! `backend_tcp::register()`):
 //!
 //! ```no_run
-//! use rmr_api::{Access, DtoFlags, EpEvds, Event, MemRegion, Sge};
+//! use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
 //! use std::time::Duration;
 //!
 //! // `peer`: the region the other side registered and sent over (its RMR context).
@@ -26,8 +26,8 @@
 //! let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
 //! ep.connect("127.0.0.1", 4791, b"hello", Duration::from_secs(5))?;
 //! // Write 1 MiB into the peer's region, then tell it with a send.
-//! ep.post_rdma_write(&[Sge::whole(&*lmr)], &peer, 0, 1, DtoFlags::SUPPRESS)?;
-//! ep.post_send(&[Sge::new(&*lmr, 0, 8)], 2, DtoFlags::empty())?;
+//! ep.post_rdma_write(&[Sge::whole(&*lmr)], peer.at(0), Cookie(1), DtoFlags::SUPPRESS)?;
+//! ep.post_send(&[Sge::new(&*lmr, 0, 8)], Cookie(2), DtoFlags::empty())?;
 //! match evd.wait(Some(Duration::from_secs(5)), 1)? {
 //!     Event::Dto(c) => c.result()?,
 //!     other => println!("{other:?}"),
@@ -69,6 +69,6 @@ pub use memory::{MemRegion, REGION_ALIGN};
 pub use objects::{Ep, EpEvds, Ia, Listener, Lmr, Psp, Pz};
 pub use registry::{open, providers};
 pub use types::{
-    Access, Caps, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr, MAX_RAIL_KEYS, RmrContext, Sge,
-    Status, sge_total,
+    Access, Caps, CompareSwap, Cookie, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr,
+    MAX_RAIL_KEYS, RemoteAddr, RmrContext, Sge, Status, sge_total,
 };

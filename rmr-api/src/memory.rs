@@ -12,26 +12,72 @@ use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Alignment of every region (a page).
+/// Alignment of every region the library allocates (a page).
 pub const REGION_ALIGN: usize = 4096;
+
+/// Who owns a region's bytes, and how to give them back.
+enum Backing {
+    /// `alloc_zeroed` with this layout.
+    Alloc(Layout),
+    /// An anonymous `mmap` of this many bytes (huge pages).
+    Mapped(usize),
+    /// A `Vec<u8>` taken apart: its capacity (`into_vec` rebuilds it).
+    Vec(usize),
+    /// A `Box<[T]>` taken apart: the function that rebuilds and drops it
+    /// (from the pointer and the byte length).
+    Boxed(unsafe fn(*mut u8, usize)),
+    /// Memory kept alive by an owner the application handed over.
+    Owner(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
+}
 
 /// A registrable memory buffer with a stable address.
 ///
 /// Share it as `Arc<MemRegion>`: LMRs and in-flight DTOs hold the `Arc`, so
 /// the memory outlives every transfer that targets it.
+///
+/// The bytes come from the library ([`MemRegion::new`], page aligned;
+/// [`MemRegion::huge`], huge pages) or from the application
+/// ([`MemRegion::from_vec`], [`MemRegion::from_boxed`],
+/// [`MemRegion::from_owner`]). Either way the region owns them: an
+/// application buffer moves into it, so it cannot be used, freed or moved
+/// while a peer may write it, and comes back with [`MemRegion::into_vec`]
+/// once no LMR or transfer holds the region any more:
+///
+/// ```
+/// use rmr_api::MemRegion;
+/// let samples: Vec<u8> = vec![7; 1 << 16];
+/// let region = MemRegion::from_vec(samples); // `samples` is moved: no alias left
+/// // ... register it, let peers write it, deregister ...
+/// let samples = std::sync::Arc::into_inner(region).unwrap().into_vec().unwrap();
+/// assert_eq!(samples.len(), 1 << 16);
+/// ```
 pub struct MemRegion {
     ptr: NonNull<u8>,
     len: usize,
-    layout: Layout,
+    backing: Backing,
 }
 
-// SAFETY: MemRegion owns its allocation exclusively; all access goes through
-// raw-pointer copies or atomics whose races are the documented RDMA semantics
-// (bytes under concurrent transfer have unspecified values), never through
-// Rust references that outlive a call.
+// SAFETY: MemRegion owns its bytes exclusively (it keeps only a raw pointer to
+// them, never a reference); all access goes through raw-pointer copies or
+// atomics, whose races with a peer's writes are the documented RDMA semantics
+// (bytes under concurrent transfer have unspecified values).
 unsafe impl Send for MemRegion {}
-// SAFETY: as above; shared access never creates aliasing `&mut`.
+// SAFETY: as above; shared access never creates a Rust reference to the bytes.
 unsafe impl Sync for MemRegion {}
+
+/// Rebuilds and drops a `Box<[T]>` of `bytes` bytes that
+/// [`MemRegion::from_boxed`] took apart.
+///
+/// # Safety
+/// `ptr` comes from `Box::into_raw` of a `Box<[T]>` of `bytes` bytes, not
+/// yet rebuilt.
+unsafe fn drop_boxed<T>(ptr: *mut u8, bytes: usize) {
+    // A zero-sized `T` has nothing to free whatever the count.
+    let elems = bytes / std::mem::size_of::<T>().max(1);
+    // SAFETY: the caller passes what `Box::into_raw` gave, once; the element
+    // count follows from its byte length.
+    drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr.cast::<T>(), elems)) });
+}
 
 impl MemRegion {
     /// Allocates `len` zeroed bytes, page-aligned.
@@ -44,14 +90,111 @@ impl MemRegion {
         // SAFETY: layout has non-zero size.
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        std::sync::Arc::new(MemRegion { ptr, len, layout })
+        std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Alloc(layout) })
     }
 
-    /// A region holding a copy of `data`.
+    /// Allocates `len` zeroed bytes on huge pages (`mmap` with
+    /// `MAP_HUGETLB`, the system's default huge page size), which a NIC
+    /// translates with fewer entries than 4 KiB pages.
+    ///
+    /// # Errors
+    /// [`Error::Io`] saying so when the system has no huge pages to give
+    /// (none reserved: `/proc/sys/vm/nr_hugepages` is 0, or too few free).
+    pub fn huge(len: usize) -> Result<std::sync::Arc<Self>> {
+        let size = len.max(1).next_multiple_of(2 << 20);
+        // SAFETY: an anonymous private mapping at an address of the kernel's
+        // choosing; nothing else is affected.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                size,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            let e = std::io::Error::last_os_error();
+            return Err(Error::io(
+                format!(
+                    "mmap of {size} bytes on huge pages (are any reserved? \
+                     /proc/sys/vm/nr_hugepages)"
+                ),
+                e,
+            ));
+        }
+        let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap never returns null on success");
+        Ok(std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Mapped(size) }))
+    }
+
+    /// Takes an application's vector as a region: the bytes stay where
+    /// they are (no copy) and belong to the region until
+    /// [`MemRegion::into_vec`] gives them back.
+    pub fn from_vec(v: Vec<u8>) -> std::sync::Arc<Self> {
+        let mut v = std::mem::ManuallyDrop::new(v);
+        let (len, cap) = (v.len(), v.capacity());
+        let ptr = NonNull::new(v.as_mut_ptr()).expect("a vector's pointer is never null");
+        std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Vec(cap) })
+    }
+
+    /// Takes an application's boxed slice of plain-old-data values (`f64`,
+    /// `u32`, `[u8; 4]`, ...) as a region of `size_of_val` bytes, in place.
+    pub fn from_boxed<T: bytemuck::Pod + Send + Sync>(b: Box<[T]>) -> std::sync::Arc<Self> {
+        let elems = b.len();
+        let len = std::mem::size_of_val(&*b);
+        let raw = Box::into_raw(b).cast::<u8>();
+        let ptr = NonNull::new(raw).expect("a box's pointer is never null");
+        debug_assert_eq!(elems * std::mem::size_of::<T>(), len);
+        std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Boxed(drop_boxed::<T>) })
+    }
+
+    /// A region over memory the application maps or allocates itself (a
+    /// file or device mapping, a huge-page mapping of its own), kept alive
+    /// by `owner` (for example the mapping's handle), which the region
+    /// drops after its last user.
+    ///
+    /// # Safety
+    /// 1. `ptr` is valid for reads and writes of `len` bytes for as long as
+    ///    `owner` lives, and does not move.
+    /// 2. Nothing else reads or writes those bytes through a Rust
+    ///    reference while the region lives (the owner included): from now
+    ///    on they are RDMA memory, which a peer may write at any time.
+    /// 3. `owner` does not free or unmap the memory before it is dropped.
+    pub unsafe fn from_owner(
+        ptr: *mut u8,
+        len: usize,
+        owner: impl std::any::Any + Send + Sync,
+    ) -> Result<std::sync::Arc<Self>> {
+        let ptr = NonNull::new(ptr).ok_or_else(|| Error::invalid("null region pointer"))?;
+        Ok(std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Owner(Box::new(owner)) }))
+    }
+
+    /// A page-aligned region holding a copy of `data`.
     pub fn from_bytes(data: &[u8]) -> std::sync::Arc<Self> {
         let r = Self::new(data.len());
         r.write(0, data).expect("fits");
         r
+    }
+
+    /// Gives back the vector [`MemRegion::from_vec`] took, or the region
+    /// itself when it was made otherwise. Reach it through
+    /// `Arc::into_inner`/`Arc::try_unwrap`, which succeed only once no LMR
+    /// or transfer holds the region.
+    ///
+    /// # Errors
+    /// The region, unchanged, when it did not come from a vector.
+    pub fn into_vec(self) -> std::result::Result<Vec<u8>, MemRegion> {
+        match self.backing {
+            Backing::Vec(cap) => {
+                let me = std::mem::ManuallyDrop::new(self);
+                // SAFETY: pointer, length and capacity are those `from_vec` took
+                // from a live vector, which nothing has freed since; `me` is not
+                // dropped, so the vector is rebuilt exactly once.
+                Ok(unsafe { Vec::from_raw_parts(me.ptr.as_ptr(), me.len, cap) })
+            }
+            _ => Err(self),
+        }
     }
 
     /// Length in bytes.
@@ -143,10 +286,10 @@ impl MemRegion {
     /// [`Error::OutOfBounds`], or [`Error::InvalidArgument`] when `off` is not 8-byte aligned.
     pub fn atomic_u64(&self, off: u64) -> Result<&AtomicU64> {
         self.check(off, 8)?;
-        if off % 8 != 0 {
+        if (self.addr() + off) % 8 != 0 {
             return Err(Error::invalid(format!("offset {off} is not 8-byte aligned")));
         }
-        // SAFETY: in bounds, 8-byte aligned (region is page aligned), lives as long as &self;
+        // SAFETY: in bounds, at an 8-byte aligned address (checked), lives as long as &self;
         // AtomicU64 has the same layout as u64 and every access to the word is atomic or a
         // byte copy with RDMA semantics.
         Ok(unsafe { AtomicU64::from_ptr(self.as_ptr().add(off as usize).cast::<u64>()) })
@@ -239,8 +382,20 @@ impl MemRegion {
 
 impl Drop for MemRegion {
     fn drop(&mut self) {
-        // SAFETY: allocated in `new` with this layout.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) };
+        let p = self.ptr.as_ptr();
+        match self.backing {
+            // SAFETY: allocated in `new` with this layout.
+            Backing::Alloc(layout) => unsafe { dealloc(p, layout) },
+            // SAFETY: mapped in `huge` with this size, unmapped once here.
+            Backing::Mapped(size) => unsafe {
+                libc::munmap(p.cast(), size);
+            },
+            // SAFETY: pointer, length and capacity of the vector `from_vec` took apart.
+            Backing::Vec(cap) => unsafe { drop(Vec::from_raw_parts(p, self.len, cap)) },
+            // SAFETY: the slice `from_boxed` took apart; elements from the byte length.
+            Backing::Boxed(f) => unsafe { f(p, self.len) },
+            Backing::Owner(_) => {}
+        }
     }
 }
 
@@ -265,6 +420,56 @@ mod tests {
         r.store_u64(8, 0xdead).unwrap();
         assert_eq!(r.load_u64(8).unwrap(), 0xdead);
         assert!(r.atomic_u64(4).is_err());
+    }
+
+    #[test]
+    fn application_buffers_are_taken_in_place_and_given_back() {
+        let v: Vec<u8> = (0..100u8).collect();
+        let at = v.as_ptr();
+        let r = MemRegion::from_vec(v);
+        assert_eq!((r.as_ptr().cast_const(), r.len()), (at, 100));
+        r.write(0, b"xy").unwrap();
+        let held = r.clone(); // as an LMR would hold it
+        let r = std::sync::Arc::try_unwrap(r).expect_err("held: cannot be taken back");
+        drop(held);
+        let v = std::sync::Arc::into_inner(r).unwrap().into_vec().unwrap();
+        assert_eq!(&v[..4], b"xy\x02\x03");
+
+        let b: Box<[f64]> = vec![1.5f64; 16].into_boxed_slice();
+        let r = MemRegion::from_boxed(b);
+        assert_eq!(r.len(), 128);
+        assert_eq!(r.to_vec(0, 8).unwrap(), 1.5f64.to_ne_bytes());
+        r.store_u64(8, 7).unwrap();
+        assert_eq!(r.load_u64(8).unwrap(), 7);
+        assert!(std::sync::Arc::into_inner(r).unwrap().into_vec().is_err());
+
+        // An owner that keeps a buffer alive: here a vector of words, so the
+        // base is 8-byte aligned.
+        let mut words = vec![0u64; 4];
+        let p = words.as_mut_ptr().cast::<u8>();
+        // SAFETY: `words`' buffer lives as long as the owner (it is the
+        // owner), does not move when the vector does, and is not touched
+        // through references after this.
+        let r = unsafe { MemRegion::from_owner(p, 32, words) }.unwrap();
+        r.store_u64(24, 9).unwrap();
+        assert_eq!(r.load_u64(24).unwrap(), 9);
+        assert!(r.atomic_u64(4).is_err());
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // mmap
+    fn huge_pages_or_a_clear_error() {
+        match MemRegion::huge(1 << 20) {
+            Ok(r) => {
+                assert_eq!(r.as_ptr() as usize % (2 << 20), 0);
+                r.write(1000, b"z").unwrap();
+                assert_eq!(r.to_vec(1000, 1).unwrap(), b"z");
+            }
+            Err(e) => {
+                eprintln!("no huge pages here: {e}");
+                assert!(e.to_string().contains("nr_hugepages"), "{e}");
+            }
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! PZ, an EP its PZ and EVDs).
 
 use crate::{
-    Access, DtoFlags, EpAttr, EpId, EpState, Error, Evd, IaAttr, MemRegion, Result, RmrContext, Sge,
+    Access, CompareSwap, Cookie, DtoFlags, EpAttr, EpId, EpState, Error, Evd, IaAttr, MemRegion,
+    RemoteAddr, Result, RmrContext, Sge,
 };
 use std::any::Any;
 use std::sync::Arc;
@@ -260,34 +261,66 @@ pub trait Ep: Send + Sync {
     /// # Errors
     /// Local errors synchronously ([`Error::Protection`], [`Error::OutOfBounds`],
     /// [`Error::QueueFull`], [`Error::NotConnected`]); remote ones as error completions.
-    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()>;
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, lmr: &dyn rmr_api::Lmr) -> rmr_api::Result<()> {
+    /// use rmr_api::{Cookie, DtoFlags, Sge};
+    /// ep.post_send(&[Sge::new(lmr, 0, 8)], Cookie(1), DtoFlags::empty())?;
+    /// # Ok(()) }
+    /// ```
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()>;
     /// Posts a receive buffer (scatter list).
     ///
     /// # Errors
     /// As [`Ep::post_send`].
-    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()>;
-    /// RDMA-writes the gathered `local` segments to `remote` at `remote_offset`.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, lmr: &dyn rmr_api::Lmr) -> rmr_api::Result<()> {
+    /// use rmr_api::{Cookie, DtoFlags, Sge};
+    /// ep.post_recv(&[Sge::whole(lmr)], Cookie(2), DtoFlags::empty())?;
+    /// # Ok(()) }
+    /// ```
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()>;
+    /// RDMA-writes the gathered `local` segments to `remote` (a peer's
+    /// region and an offset, [`RmrContext::at`]).
     ///
     /// # Errors
     /// As [`Ep::post_send`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, lmr: &dyn rmr_api::Lmr, peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
+    /// use rmr_api::{Cookie, DtoFlags, Sge};
+    /// // The whole LMR to byte 4096 of the peer's region, no completion event.
+    /// ep.post_rdma_write(&[Sge::whole(lmr)], peer.at(4096), Cookie(3), DtoFlags::SUPPRESS)?;
+    /// # Ok(()) }
+    /// ```
     fn post_rdma_write(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()>;
-    /// RDMA-reads `remote` at `remote_offset` into the scattered `local` segments.
+    /// RDMA-reads `remote` into the scattered `local` segments.
     ///
     /// # Errors
     /// As [`Ep::post_send`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, lmr: &dyn rmr_api::Lmr, peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
+    /// use rmr_api::{Cookie, DtoFlags, Sge};
+    /// ep.post_rdma_read(&[Sge::new(lmr, 0, 64)], peer.at(0), Cookie(4), DtoFlags::empty())?;
+    /// # Ok(()) }
+    /// ```
     fn post_rdma_read(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()>;
     /// RDMA write with 32-bit immediate data: consumes a receive at the target,
@@ -298,49 +331,61 @@ pub trait Ep: Send + Sync {
     fn post_rdma_write_imm(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         imm: u32,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        let _ = (local, remote, remote_offset, imm, cookie, flags);
+        let _ = (local, remote, imm, cookie, flags);
         Err(Error::Unsupported("rdma write with immediate"))
     }
-    /// Atomically adds `add` to the 8-byte aligned word at `remote_offset`;
+    /// Atomically adds `add` to the 8-byte aligned word at `remote`;
     /// the old value lands in `result` (8 bytes) and in the completion's `imm`.
     ///
     /// # Errors
     /// [`Error::Unsupported`] when [`crate::Caps::ATOMICS`] is absent; else as [`Ep::post_send`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, old: &dyn rmr_api::Lmr, peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
+    /// use rmr_api::{Cookie, DtoFlags, Sge};
+    /// ep.post_fetch_add(Sge::new(old, 0, 8), peer.at(0), 1, Cookie(5), DtoFlags::empty())?;
+    /// # Ok(()) }
+    /// ```
     fn post_fetch_add(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
+        remote: RemoteAddr<'_>,
         add: u64,
-        cookie: u64,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        let _ = (result, remote, remote_offset, add, cookie, flags);
+        let _ = (result, remote, add, cookie, flags);
         Err(Error::Unsupported("fetch-and-add"))
     }
-    /// Atomically replaces the word at `remote_offset` with `swap` if it
-    /// equals `compare`; the old value lands in `result` and the completion's `imm`.
+    /// Atomically replaces the word at `remote` with `op.swap` if it
+    /// equals `op.compare`; the old value lands in `result` and the completion's `imm`.
     ///
     /// # Errors
     /// As [`Ep::post_fetch_add`].
-    #[allow(clippy::too_many_arguments)]
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, old: &dyn rmr_api::Lmr, peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
+    /// use rmr_api::{CompareSwap, Cookie, DtoFlags, Sge};
+    /// let take_lock = CompareSwap { compare: 0, swap: 1 };
+    /// ep.post_cmp_swap(Sge::new(old, 0, 8), peer.at(0), take_lock, Cookie(6), DtoFlags::empty())?;
+    /// # Ok(()) }
+    /// ```
     fn post_cmp_swap(
         &self,
         result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
-        compare: u64,
-        swap: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        op: CompareSwap,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
-        let _ = (result, remote, remote_offset, compare, swap, cookie, flags);
+        let _ = (result, remote, op, cookie, flags);
         Err(Error::Unsupported("compare-and-swap"))
     }
     /// The peer's address once connected.
@@ -350,6 +395,20 @@ pub trait Ep: Send + Sync {
 }
 
 impl dyn Ep {
+    /// Ends the connection in order, whichever side gets there first: what
+    /// was posted before goes out ahead of the disconnect (the transports
+    /// keep a connection's order), and a peer that already closed is not an
+    /// error. Use it where [`Ep::disconnect`] would race the peer's own close.
+    ///
+    /// # Errors
+    /// The disconnect's errors other than [`Error::NotConnected`].
+    pub fn close(&self) -> Result<()> {
+        match self.disconnect() {
+            Ok(()) | Err(Error::NotConnected) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
     /// [`Ep::connect`], retried while the peer refuses (it has not started
     /// listening yet), until `timeout` has passed in all: how a client that
     /// may start before its server connects. A rejection is not retried.

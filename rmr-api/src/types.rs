@@ -145,6 +145,12 @@ impl RmrContext {
         Ok(RmrContext { addr, len, nkeys: keys.len() as u8, keys: k })
     }
 
+    /// The byte at `offset` of this region, as the target of a one-sided
+    /// operation ([`crate::Ep::post_rdma_write`] and the others).
+    pub fn at(&self, offset: u64) -> RemoteAddr<'_> {
+        RemoteAddr { ctx: self, offset }
+    }
+
     /// The first (or only) key.
     pub fn key(&self) -> u64 {
         self.keys[0]
@@ -208,6 +214,62 @@ impl fmt::Debug for RmrContext {
             .field("keys", &self.nkeys)
             .finish()
     }
+}
+
+/// The application's tag for a DTO, handed back in its completion
+/// ([`crate::DtoCompletion::cookie`]). A type of its own so that it cannot
+/// be passed where an offset or an operand is expected.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Cookie(pub u64);
+
+impl fmt::Display for Cookie {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl PartialEq<u64> for Cookie {
+    fn eq(&self, other: &u64) -> bool {
+        self.0 == *other
+    }
+}
+
+impl PartialEq<Cookie> for u64 {
+    fn eq(&self, other: &Cookie) -> bool {
+        *self == other.0
+    }
+}
+
+impl From<u64> for Cookie {
+    fn from(v: u64) -> Cookie {
+        Cookie(v)
+    }
+}
+
+/// Where a one-sided operation lands at the peer: a region's
+/// [`RmrContext`] and a byte offset into it, made with [`RmrContext::at`].
+///
+/// ```
+/// # let ctx = rmr_api::RmrContext::new(1, 0x1000, 4096);
+/// let dst = ctx.at(512); // byte 512 of the peer's region
+/// assert_eq!(dst.offset, 512);
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteAddr<'a> {
+    /// The peer's region.
+    pub ctx: &'a RmrContext,
+    /// Byte offset from the start of that region.
+    pub offset: u64,
+}
+
+/// The operands of a compare-and-swap ([`crate::Ep::post_cmp_swap`]):
+/// named, so the two cannot be swapped by mistake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CompareSwap {
+    /// The value the word must hold for the swap to happen.
+    pub compare: u64,
+    /// The value written when it does.
+    pub swap: u64,
 }
 
 /// One element of a gather/scatter list: a range of a local LMR

@@ -12,6 +12,7 @@ use crate::links::Links;
 use crate::schedule::Step;
 use crate::wait::{Backoff, Waiter, stray};
 use crate::{Error, Result};
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, DtoOp, Event, Lmr, MemRegion, Pz, RmrContext, Sge};
 use std::sync::Arc;
 use std::time::Instant;
@@ -157,7 +158,7 @@ impl Signals for RdmaSignals {
         let sge = [self.src.sge(seq)];
         let mut stash = Vec::new();
         post_retrying(&self.waiter, &self.links, to, &mut stash, || {
-            ep.post_rdma_write(&sge, ctx, off, seq, DtoFlags::SUPPRESS)
+            ep.post_rdma_write(&sge, ctx.at(off), Cookie(seq), DtoFlags::SUPPRESS)
         })?;
         for e in stash {
             stray(e, &|ep| self.links.rank_of(ep))?;
@@ -218,14 +219,14 @@ impl MsgSignals {
         let sge = [Sge::new(&*self.bufs_lmr, Self::buf_off(p, k), 8)];
         self.links
             .ep(p)?
-            .post_recv(&sge, (p as u64) << 8 | k, DtoFlags::empty())
+            .post_recv(&sge, Cookie((p as u64) << 8 | k), DtoFlags::empty())
             .map_err(|e| Error::Link { rank: self.links.ranks[p], why: e.to_string() })
     }
 
     fn handle(&mut self, e: Event) -> Result<()> {
         match e {
             Event::Dto(c) if c.op == DtoOp::Recv && c.status.is_ok() => {
-                let (p, k) = ((c.cookie >> 8) as usize, c.cookie & 0xff);
+                let (p, k) = ((c.cookie.0 >> 8) as usize, c.cookie.0 & 0xff);
                 let v = self.bufs.load_u64(Self::buf_off(p, k)).map_err(Error::Api)?;
                 self.got[p] = self.got[p].max(v);
                 self.repost(p, k)
@@ -245,7 +246,7 @@ impl Signals for MsgSignals {
         let sge = [self.src.sge(seq)];
         let mut stash = Vec::new();
         post_retrying(&self.waiter, &self.links, to, &mut stash, || {
-            ep.post_send(&sge, seq, DtoFlags::SUPPRESS)
+            ep.post_send(&sge, Cookie(seq), DtoFlags::SUPPRESS)
         })?;
         for e in stash {
             self.handle(e)?;

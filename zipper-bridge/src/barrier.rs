@@ -7,6 +7,7 @@
 
 use crate::error::Result;
 use crate::join::{Peer, World};
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Error, Event, Lmr, MemRegion, Sge, Status};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,7 +56,7 @@ impl Barrier {
             let rbuf = MemRegion::new((8 * SLOTS) as usize);
             let rlmr = from.pz.register_all(&rbuf, Access::LOCAL_WRITE)?;
             for s in 0..SLOTS {
-                from.ep.post_recv(&[Sge::new(&*rlmr, 8 * s, 8)], s, DtoFlags::empty())?;
+                from.ep.post_recv(&[Sge::new(&*rlmr, 8 * s, 8)], Cookie(s), DtoFlags::empty())?;
             }
             rounds.push(Round { to, from, sbuf, slmr, rbuf, rlmr, got: 0 });
             d *= 2;
@@ -72,17 +73,17 @@ impl Barrier {
         let deadline = Instant::now() + timeout;
         for r in &mut self.rounds {
             r.sbuf.store_u64(0, self.epoch)?;
-            r.to.ep.post_send(&[Sge::whole(&*r.slmr)], u64::MAX, DtoFlags::SUPPRESS)?;
+            r.to.ep.post_send(&[Sge::whole(&*r.slmr)], Cookie(u64::MAX), DtoFlags::SUPPRESS)?;
             while r.got < self.epoch {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match r.from.evd.wait(Some(left), 1)? {
-                    Event::Dto(c) if c.cookie < SLOTS => {
+                    Event::Dto(c) if c.cookie.0 < SLOTS => {
                         c.result().map_err(|e| {
                             Error::Broken(format!("barrier round from rank {}: {e}", r.from.rank))
                         })?;
                         r.got += 1;
                         r.from.ep.post_recv(
-                            &[Sge::new(&*r.rlmr, 8 * c.cookie, 8)],
+                            &[Sge::new(&*r.rlmr, 8 * c.cookie.0, 8)],
                             c.cookie,
                             DtoFlags::empty(),
                         )?;

@@ -9,7 +9,7 @@
 //!
 //! ## Quick start
 //! ```no_run
-//! use rmr_api::{Access, DtoFlags, Event, MemRegion, Sge};
+//! use rmr_api::{Access, Cookie, DtoFlags, Event, MemRegion, Sge};
 //! use std::time::Duration;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // world.toml names the clusters, each rank's addresses and each bridge.
@@ -18,7 +18,7 @@
 //! let peer = world.ep(3)?; // rank 3 lives in cluster B: through the bridge(s)
 //! let buf = MemRegion::from_bytes(b"hello, cluster B");
 //! let lmr = peer.pz.register_all(&buf, Access::empty())?;
-//! peer.ep.post_send(&[Sge::whole(&*lmr)], 1, DtoFlags::empty())?;
+//! peer.ep.post_send(&[Sge::whole(&*lmr)], Cookie(1), DtoFlags::empty())?;
 //! if let Event::Dto(c) = peer.evd.wait(Some(Duration::from_secs(5)), 1)? {
 //!     c.result()?; // the send has been delivered on the far side
 //! }

@@ -3,6 +3,7 @@
 //! slot filled from one side can be sent or written out on the other.
 
 use crate::wire::HDR;
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Ep, Lmr, MemRegion, Pz, Result, Sge};
 use std::sync::Arc;
 
@@ -35,7 +36,11 @@ impl Ring {
 
     /// Posts slot `i` as a receive on `ep` (registration `pz`) with `cookie`.
     pub(crate) fn post(&self, ep: &dyn Ep, pz: usize, i: usize, cookie: u64) -> Result<()> {
-        ep.post_recv(&[Sge::new(&*self.lmrs[pz], self.at(i), self.slot)], cookie, DtoFlags::empty())
+        ep.post_recv(
+            &[Sge::new(&*self.lmrs[pz], self.at(i), self.slot)],
+            Cookie(cookie),
+            DtoFlags::empty(),
+        )
     }
 
     /// Reads slot `i`'s header bytes.

@@ -39,7 +39,7 @@ pub(crate) fn ev(e: &rmr_api::Event) -> String {
     match e {
         rmr_api::Event::Dto(c) => format!(
             "dto ep {} cookie {:#x} {:?} {:?} {}B",
-            c.ep.0, c.cookie, c.op, c.status, c.bytes
+            c.ep.0, c.cookie.0, c.op, c.status, c.bytes
         ),
         e => format!("{e:?}"),
     }

@@ -5,6 +5,7 @@
 //! cluster processes in the cluster namespaces, and tears the lab down
 //! afterwards, pass or fail. Needs root (as CI has).
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Event, MemRegion, RmrContext, Sge};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::Mutex;
@@ -140,12 +141,12 @@ fn next_dto(p: &Peer) -> rmr_api::DtoCompletion {
 fn swap_ctx(p: &Peer, mine: RmrContext) -> RmrContext {
     let rb = MemRegion::new(128);
     let rl = p.pz.register_all(&rb, Access::LOCAL_WRITE).unwrap();
-    p.ep.post_recv(&[Sge::whole(&*rl)], 9000, DtoFlags::empty()).unwrap();
+    p.ep.post_recv(&[Sge::whole(&*rl)], Cookie(9000), DtoFlags::empty()).unwrap();
     let sb = MemRegion::from_bytes(&mine.to_bytes());
     let sl = p.pz.register_all(&sb, Access::empty()).unwrap();
-    p.ep.post_send(&[Sge::whole(&*sl)], 9001, DtoFlags::SUPPRESS).unwrap();
+    p.ep.post_send(&[Sge::whole(&*sl)], Cookie(9001), DtoFlags::SUPPRESS).unwrap();
     let c = next_dto(p);
-    assert_eq!(c.cookie, 9000, "{c:?}");
+    assert_eq!(c.cookie.0, 9000, "{c:?}");
     c.result().unwrap();
     RmrContext::from_bytes(&rb.to_vec(0, RmrContext::WIRE_SIZE).unwrap()).unwrap()
 }
@@ -164,12 +165,12 @@ fn exchange(p: &Peer, me: u32) {
     let notes = MemRegion::new((ORDERED * 64) as usize);
     let nl = p.pz.register_all(&notes, Access::LOCAL_WRITE).unwrap();
     for k in 0..ORDERED {
-        p.ep.post_recv(&[Sge::new(&*nl, k * 64, 64)], k, DtoFlags::empty()).unwrap();
+        p.ep.post_recv(&[Sge::new(&*nl, k * 64, 64)], Cookie(k), DtoFlags::empty()).unwrap();
     }
     const BIG: usize = 3 << 20;
     let big_in = MemRegion::new(BIG);
     let bl = p.pz.register_all(&big_in, Access::LOCAL_WRITE).unwrap();
-    p.ep.post_recv(&[Sge::whole(&*bl)], 500, DtoFlags::empty()).unwrap();
+    p.ep.post_recv(&[Sge::whole(&*bl)], Cookie(500), DtoFlags::empty()).unwrap();
     // Send side: the data, then a note naming it.
     let mut sent = Vec::new();
     let src = MemRegion::new((ORDERED * SLOT) as usize);
@@ -188,24 +189,24 @@ fn exchange(p: &Peer, me: u32) {
         sent.push(data);
         p.ep.post_rdma_write(
             &[Sge::new(&*sl, k * SLOT, len)],
-            &theirs,
-            k * SLOT,
-            1000 + k,
+            theirs.at(k * SLOT),
+            Cookie(1000 + k),
             DtoFlags::SUPPRESS,
         )
         .unwrap();
-        p.ep.post_send(&[Sge::new(&*notel, k * 64, 24)], 2000 + k, DtoFlags::SUPPRESS).unwrap();
+        p.ep.post_send(&[Sge::new(&*notel, k * 64, 24)], Cookie(2000 + k), DtoFlags::SUPPRESS)
+            .unwrap();
     }
     let big = pattern(u64::from(me) + 77, BIG);
     let bsrc = MemRegion::from_bytes(&big);
     let bsl = p.pz.register_all(&bsrc, Access::empty()).unwrap();
-    p.ep.post_send(&[Sge::whole(&*bsl)], 3000, DtoFlags::empty()).unwrap();
+    p.ep.post_send(&[Sge::whole(&*bsl)], Cookie(3000), DtoFlags::empty()).unwrap();
     // Receive side: notes in order, each finding its data already in place.
     let (mut next, mut big_ok, mut sent_ok) = (0u64, false, false);
     while next < ORDERED || !big_ok || !sent_ok {
         let c = next_dto(p);
         c.result().unwrap_or_else(|e| panic!("{c:?}: {e}"));
-        match c.cookie {
+        match c.cookie.0 {
             k if k < ORDERED => {
                 assert_eq!(k, next, "receives complete in posting order");
                 let n = notes.to_vec(k * 64, 24).unwrap();
@@ -230,9 +231,10 @@ fn exchange(p: &Peer, me: u32) {
     // Everything I wrote has landed (the signalled send after it completed): read it back.
     let back = MemRegion::new((ORDERED * SLOT) as usize);
     let bkl = p.pz.register_all(&back, Access::LOCAL_WRITE).unwrap();
-    p.ep.post_rdma_read(&[Sge::whole(&*bkl)], &theirs, 0, 4000, DtoFlags::empty()).unwrap();
+    p.ep.post_rdma_read(&[Sge::whole(&*bkl)], theirs.at(0), Cookie(4000), DtoFlags::empty())
+        .unwrap();
     let c = next_dto(p);
-    assert_eq!(c.cookie, 4000);
+    assert_eq!(c.cookie.0, 4000);
     c.result().unwrap();
     for (k, d) in sent.iter().enumerate() {
         let got = back.to_vec(k as u64 * SLOT, d.len()).unwrap();
@@ -349,12 +351,12 @@ fn worker_transfers() {
     // Receive the peer's note first: a TCP stream holds what follows a send until its receive exists.
     let nb = MemRegion::new(8);
     let nbl = n.pz.register_all(&nb, Access::LOCAL_WRITE).unwrap();
-    n.ep.post_recv(&[Sge::whole(&*nbl)], 9100, DtoFlags::empty()).unwrap();
+    n.ep.post_recv(&[Sge::whole(&*nbl)], Cookie(9100), DtoFlags::empty()).unwrap();
     let data = pattern(u64::from(rank) + 5, 1 << 20);
     let src = MemRegion::from_bytes(&data);
     let sl = n.pz.register_all(&src, Access::empty()).unwrap();
-    n.ep.post_rdma_write(&[Sge::whole(&*sl)], &theirs, 0, 1, DtoFlags::empty()).unwrap();
-    n.ep.post_send(&[Sge::new(&*sl, 0, 8)], 9101, DtoFlags::SUPPRESS).unwrap();
+    n.ep.post_rdma_write(&[Sge::whole(&*sl)], theirs.at(0), Cookie(1), DtoFlags::empty()).unwrap();
+    n.ep.post_send(&[Sge::new(&*sl, 0, 8)], Cookie(9101), DtoFlags::SUPPRESS).unwrap();
     let (mut wrote, mut noted) = (false, false);
     while !(wrote && noted) {
         let c = next_dto(&n);
@@ -476,10 +478,11 @@ fn worker_failover() {
         let theirs = swap_ctx(&p, RmrContext::new(0, 0, 0));
         let src = MemRegion::from_bytes(&pattern(99, BIG));
         let sl = p.pz.register_all(&src, Access::empty()).unwrap();
-        p.ep.post_rdma_write(&[Sge::whole(&*sl)], &theirs, 0, 7, DtoFlags::empty()).unwrap();
+        p.ep.post_rdma_write(&[Sge::whole(&*sl)], theirs.at(0), Cookie(7), DtoFlags::empty())
+            .unwrap();
         std::fs::write(format!("{dir}/started"), b"1").unwrap();
         let c = next_dto(&p);
-        assert_eq!(c.cookie, 7);
+        assert_eq!(c.cookie.0, 7);
         c.result().expect("the striped write survives the loss of a bridge");
         println!("RESULT write=ok");
         // Drain the rail-loss report if it came after the completion.

@@ -2,6 +2,7 @@
 //! every operation through a real bridge over real sockets (the lab tests
 //! do the same across network namespaces).
 
+use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, EpEvds, Event, Ia, MemRegion, RmrContext, Sge};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,20 +112,20 @@ fn every_operation(sf: bool, net: u8) {
     DEBUG.lock().unwrap().push(Box::new(move || format!("{:?}", b2.details())));
 
     // A send of 1 MiB (many chunks) and a small one, in order.
-    ep_b.post_recv(&[Sge::new(&*rl, 0, N as u64)], 1, DtoFlags::empty()).unwrap();
+    ep_b.post_recv(&[Sge::new(&*rl, 0, N as u64)], Cookie(1), DtoFlags::empty()).unwrap();
     let small = MemRegion::new(64);
     let sl = pz_b.register_all(&small, Access::LOCAL_WRITE).unwrap();
-    ep_b.post_recv(&[Sge::whole(&*sl)], 2, DtoFlags::empty()).unwrap();
+    ep_b.post_recv(&[Sge::whole(&*sl)], Cookie(2), DtoFlags::empty()).unwrap();
     let data = pattern(1, N);
     let src = MemRegion::from_bytes(&data);
     let srcl = pz_a.register_all(&src, Access::ALL).unwrap();
-    ep_a.post_send(&[Sge::whole(&*srcl)], 10, DtoFlags::empty()).unwrap();
-    ep_a.post_send(&[Sge::new(&*srcl, 0, 8)], 11, DtoFlags::empty()).unwrap();
+    ep_a.post_send(&[Sge::whole(&*srcl)], Cookie(10), DtoFlags::empty()).unwrap();
+    ep_a.post_send(&[Sge::new(&*srcl, 0, 8)], Cookie(11), DtoFlags::empty()).unwrap();
     let c = dto(&evd_b);
-    assert_eq!((c.cookie, c.bytes), (1, N as u64));
+    assert_eq!((c.cookie.0, c.bytes), (1, N as u64));
     assert_eq!(checksum(&rbuf.to_vec(0, N).unwrap()), checksum(&data));
     let c = dto(&evd_b);
-    assert_eq!((c.cookie, c.bytes), (2, 8));
+    assert_eq!((c.cookie.0, c.bytes), (2, 8));
     assert_eq!(small.to_vec(0, 8).unwrap(), data[..8]);
     assert_eq!(dto(&evd_a).cookie, 10);
     assert_eq!(dto(&evd_a).cookie, 11);
@@ -133,38 +134,41 @@ fn every_operation(sf: bool, net: u8) {
     let big = pattern(2, 3 * N);
     let bsrc = MemRegion::from_bytes(&big);
     let bl = pz_a.register_all(&bsrc, Access::ALL).unwrap();
-    ep_a.post_rdma_write(&[Sge::whole(&*bl)], &ctx, 100, 20, DtoFlags::SUPPRESS).unwrap();
-    ep_a.post_rdma_write(&[Sge::new(&*bl, 0, 8)], &ctx, 0, 21, DtoFlags::empty()).unwrap();
+    ep_a.post_rdma_write(&[Sge::whole(&*bl)], ctx.at(100), Cookie(20), DtoFlags::SUPPRESS).unwrap();
+    ep_a.post_rdma_write(&[Sge::new(&*bl, 0, 8)], ctx.at(0), Cookie(21), DtoFlags::empty())
+        .unwrap();
     let c = dto(&evd_a);
-    assert_eq!(c.cookie, 21, "suppressed write reports nothing");
+    assert_eq!(c.cookie.0, 21, "suppressed write reports nothing");
     c.result().unwrap();
     assert_eq!(checksum(&target.to_vec(100, 3 * N).unwrap()), checksum(&big));
 
     // RDMA read of 2 MiB back.
     let back = MemRegion::new(2 * N);
     let backl = pz_a.register_all(&back, Access::LOCAL_WRITE).unwrap();
-    ep_a.post_rdma_read(&[Sge::whole(&*backl)], &ctx, 100, 30, DtoFlags::empty()).unwrap();
+    ep_a.post_rdma_read(&[Sge::whole(&*backl)], ctx.at(100), Cookie(30), DtoFlags::empty())
+        .unwrap();
     let c = dto(&evd_a);
-    assert_eq!((c.cookie, c.op), (30, rmr_api::DtoOp::RdmaRead));
+    assert_eq!((c.cookie.0, c.op), (30, rmr_api::DtoOp::RdmaRead));
     c.result().unwrap();
     assert_eq!(checksum(&back.to_vec(0, 2 * N).unwrap()), checksum(&big[..2 * N]));
 
     // A bad key fails at the initiator, nothing lands.
     let bad = RmrContext::new(ctx.key() ^ 1, ctx.addr, ctx.len);
-    ep_a.post_rdma_write(&[Sge::new(&*bl, 0, 64)], &bad, 0, 40, DtoFlags::SUPPRESS).unwrap();
+    ep_a.post_rdma_write(&[Sge::new(&*bl, 0, 64)], bad.at(0), Cookie(40), DtoFlags::SUPPRESS)
+        .unwrap();
     let c = dto(&evd_a);
-    assert_eq!(c.cookie, 40);
+    assert_eq!(c.cookie.0, 40);
     assert!(c.result().is_err(), "{c:?}");
 
     // B sends back to A.
     let abuf = MemRegion::new(64);
     let al = pz_a.register_all(&abuf, Access::LOCAL_WRITE).unwrap();
-    ep_a.post_recv(&[Sge::whole(&*al)], 50, DtoFlags::empty()).unwrap();
+    ep_a.post_recv(&[Sge::whole(&*al)], Cookie(50), DtoFlags::empty()).unwrap();
     let bsrc2 = MemRegion::from_bytes(b"from B!!");
     let bl2 = pz_b.register_all(&bsrc2, Access::empty()).unwrap();
-    ep_b.post_send(&[Sge::whole(&*bl2)], 51, DtoFlags::SUPPRESS).unwrap();
+    ep_b.post_send(&[Sge::whole(&*bl2)], Cookie(51), DtoFlags::SUPPRESS).unwrap();
     let c = dto(&evd_a);
-    assert_eq!((c.cookie, c.bytes), (50, 8));
+    assert_eq!((c.cookie.0, c.bytes), (50, 8));
     assert_eq!(abuf.to_vec(0, 8).unwrap(), b"from B!!");
     println!("{}", bridge.status());
     ep_a.disconnect().unwrap();
@@ -200,7 +204,7 @@ fn stop_mid_transfer_leaves_nothing_unreported() {
     let sl = pz_a.register_all(&src, Access::empty()).unwrap();
     const N: u64 = 300;
     for i in 0..N {
-        ep_a.post_rdma_write(&[Sge::whole(&*sl)], &ctx, 0, i, DtoFlags::empty()).unwrap();
+        ep_a.post_rdma_write(&[Sge::whole(&*sl)], ctx.at(0), Cookie(i), DtoFlags::empty()).unwrap();
     }
     let stopper = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(20));
@@ -211,7 +215,7 @@ fn stop_mid_transfer_leaves_nothing_unreported() {
     while ok + failed < N {
         match evd_a.wait(Some(Duration::from_secs(30)), 1).expect("every write reports") {
             Event::Dto(c) => {
-                assert!(seen.insert(c.cookie), "cookie {} twice", c.cookie);
+                assert!(seen.insert(c.cookie.0), "cookie {} twice", c.cookie);
                 if c.status.is_ok() { ok += 1 } else { failed += 1 }
             }
             Event::Disconnected { .. } | Event::Broken { .. } => {}
@@ -246,8 +250,8 @@ fn a_send_at_accept_time_waits_for_the_client_side() {
             Ok(Event::ConnectionRequest(cr)) => cr.accept(&ep_b2, b"").unwrap(),
             e => panic!("{e:?}"),
         }
-        ep_b2.post_send(&[Sge::new(&*ml, 0, 8)], 1, DtoFlags::SUPPRESS).unwrap();
-        ep_b2.post_send(&[Sge::new(&*ml, 8, 8)], 2, DtoFlags::empty()).unwrap();
+        ep_b2.post_send(&[Sge::new(&*ml, 0, 8)], Cookie(1), DtoFlags::SUPPRESS).unwrap();
+        ep_b2.post_send(&[Sge::new(&*ml, 8, 8)], Cookie(2), DtoFlags::empty()).unwrap();
         dto(&evd_b2)
     });
     let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
@@ -255,16 +259,16 @@ fn a_send_at_accept_time_waits_for_the_client_side() {
     ep_a.connect("127.0.41.3", 7722, b"", Duration::from_secs(20)).unwrap();
     let rbuf = MemRegion::new(16);
     let rl = pz_a.register_all(&rbuf, Access::LOCAL_WRITE).unwrap();
-    ep_a.post_recv(&[Sge::new(&*rl, 0, 8)], 11, DtoFlags::empty()).unwrap();
-    ep_a.post_recv(&[Sge::new(&*rl, 8, 8)], 12, DtoFlags::empty()).unwrap();
+    ep_a.post_recv(&[Sge::new(&*rl, 0, 8)], Cookie(11), DtoFlags::empty()).unwrap();
+    ep_a.post_recv(&[Sge::new(&*rl, 8, 8)], Cookie(12), DtoFlags::empty()).unwrap();
     for k in [11, 12] {
         let c = dto(&evd_a);
-        assert_eq!((c.cookie, c.bytes), (k, 8), "{c:?}");
+        assert_eq!((c.cookie.0, c.bytes), (k, 8), "{c:?}");
         c.result().unwrap();
     }
     assert_eq!(rbuf.to_vec(0, 16).unwrap(), b"early 1!early 2!");
     let c = server.join().unwrap();
-    assert_eq!(c.cookie, 2, "only the signalled send reports: {c:?}");
+    assert_eq!(c.cookie.0, 2, "only the signalled send reports: {c:?}");
     c.result().expect("the early send was delivered");
     ep_a.disconnect().unwrap();
     assert_eq!(bridge.stop(), 0);

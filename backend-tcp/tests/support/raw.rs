@@ -3,6 +3,7 @@
 //! peer on the same IA that must keep working whatever the raw peer does).
 
 use backend_tcp::wire::{HDR, Header, MAGIC, Op};
+use rmr_api::Cookie;
 use rmr_api::provider::conformance::{Buf, checksum, pattern};
 use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext, Status};
 use std::io::{Read, Write};
@@ -226,12 +227,14 @@ impl Target {
         let p = pattern(g.round, 4096);
         g.src.mem.write(0, &p).unwrap();
         let ctx = g.target.ctx();
-        g.ep.post_rdma_write(&[g.src.sge()], &ctx, 0, g.round * 2, DtoFlags::SUPPRESS).unwrap();
-        g.ep.post_rdma_read(&[g.back.sge()], &ctx, 0, g.round * 2 + 1, DtoFlags::empty()).unwrap();
+        g.ep.post_rdma_write(&[g.src.sge()], ctx.at(0), Cookie(g.round * 2), DtoFlags::SUPPRESS)
+            .unwrap();
+        g.ep.post_rdma_read(&[g.back.sge()], ctx.at(0), Cookie(g.round * 2 + 1), DtoFlags::empty())
+            .unwrap();
         loop {
             match g.evd.wait(Some(WAIT), 1) {
                 Ok(Event::Dto(c)) => {
-                    assert_eq!(c.cookie, g.round * 2 + 1);
+                    assert_eq!(c.cookie.0, g.round * 2 + 1);
                     assert!(c.status.is_ok(), "good peer's read failed: {c:?}");
                     break;
                 }

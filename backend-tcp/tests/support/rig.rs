@@ -20,6 +20,7 @@
 
 use backend_tcp::wire::{HDR, Header, MAGIC, Op};
 use backend_tcp::{TcpConfig, TcpIa};
+use rmr_api::Cookie;
 use rmr_api::{
     Access, DtoFlags, EpEvds, EpState, Evd, Event, Ia, Lmr, MemRegion, Psp, Pz, RmrContext, Sge,
 };
@@ -211,7 +212,7 @@ impl Rig {
         for i in 0..recvs as u64 {
             ep.post_recv(
                 &[Sge::new(recv_lmr, i * RECV_SLOT, RECV_SLOT)],
-                100 + i,
+                Cookie(100 + i),
                 DtoFlags::empty(),
             )
             .unwrap();
@@ -223,17 +224,22 @@ impl Rig {
         if read {
             ep.post_rdma_read(
                 &[Sge::new(local, READ_AT - LO, READ_LEN)],
-                &far,
-                0,
-                1,
+                far.at(0),
+                Cookie(1),
                 DtoFlags::empty(),
             )
             .unwrap();
             posted.insert(1, 0);
         }
         if atomic {
-            ep.post_fetch_add(Sge::new(local, ATOMIC_AT - LO, 8), &far, 8, 5, 2, DtoFlags::empty())
-                .unwrap();
+            ep.post_fetch_add(
+                Sge::new(local, ATOMIC_AT - LO, 8),
+                far.at(8),
+                5,
+                Cookie(2),
+                DtoFlags::empty(),
+            )
+            .unwrap();
             posted.insert(2, 0);
         }
         // Drain what the EP sends (acks, NAKs, read responses) so it never blocks.
@@ -281,7 +287,7 @@ impl Rig {
             if let Event::Dto(c) = ev {
                 completions += 1;
                 let n = posted
-                    .get_mut(&c.cookie)
+                    .get_mut(&c.cookie.0)
                     .unwrap_or_else(|| panic!("completion for a DTO never posted: {c:?}"));
                 *n += 1;
                 assert_eq!(*n, 1, "DTO completed twice: {c:?}");

@@ -124,7 +124,7 @@ impl Mesh {
                     c.result()?;
                 }
                 Event::Dto(c) => {
-                    g.1.insert(c.cookie, c);
+                    g.1.insert(c.cookie.0, c);
                 }
                 _ => {}
             }

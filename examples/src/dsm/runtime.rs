@@ -3,6 +3,7 @@
 use super::mesh::Mesh;
 use super::{DsmError, PAGE, Result};
 use rmr_api::{Access, DtoFlags, Lmr, MemRegion, RmrContext, Sge};
+use rmr_api::{CompareSwap, Cookie};
 use rmr_boot::Bootstrap;
 use rmr_coll::{Barrier, BarrierConfig};
 use std::ops::Range;
@@ -217,8 +218,9 @@ impl Dsm {
             let ep = self.mesh.ep(home)?;
             let off = (p * PAGE) as u64;
             let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
-            self.mesh
-                .run(|c| ep.post_rdma_read(&sge, &self.ctxs[home], off, c, DtoFlags::empty()))?;
+            self.mesh.run(|c| {
+                ep.post_rdma_read(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
+            })?;
             self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
             *st = Page::Clean;
         }
@@ -313,7 +315,12 @@ impl Dsm {
                 // last one, signalled, completes after all before it.
                 if let Some((off, len)) = last[home].take() {
                     let sge = [Sge::new(&*self.cache_lmr, off, len)];
-                    ep.post_rdma_write(&sge, &self.ctxs[home], off, 0, DtoFlags::SUPPRESS)?;
+                    ep.post_rdma_write(
+                        &sge,
+                        self.ctxs[home].at(off),
+                        Cookie(0),
+                        DtoFlags::SUPPRESS,
+                    )?;
                 }
                 let off = base + run.start as u64;
                 last[home] = Some((off, run.len() as u64));
@@ -327,7 +334,7 @@ impl Dsm {
                 let ep = self.mesh.ep(home)?;
                 let sge = [Sge::new(&*self.cache_lmr, off, len)];
                 self.mesh.run(|c| {
-                    ep.post_rdma_write(&sge, &self.ctxs[home], off, c, DtoFlags::empty())
+                    ep.post_rdma_write(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
                 })?;
             }
         }
@@ -391,9 +398,15 @@ impl Dsm {
         }
         let ep = self.mesh.ep(0)?;
         let sge = Sge::new(&*self.cache_lmr, off, 8);
-        let c = self
-            .mesh
-            .run(|c| ep.post_cmp_swap(sge, &self.ctxs[0], off, cmp, swap, c, DtoFlags::empty()))?;
+        let c = self.mesh.run(|c| {
+            ep.post_cmp_swap(
+                sge,
+                self.ctxs[0].at(off),
+                CompareSwap { compare: cmp, swap },
+                Cookie(c),
+                DtoFlags::empty(),
+            )
+        })?;
         c.imm.ok_or_else(|| DsmError::Protocol("compare-and-swap without a result".into()))
     }
 
@@ -448,9 +461,9 @@ impl Dsm {
         }
         let ep = self.mesh.ep(0)?;
         let sge = Sge::new(&*self.cache_lmr, COUNTER_OFF, 8);
-        let c = self
-            .mesh
-            .run(|c| ep.post_fetch_add(sge, &self.ctxs[0], COUNTER_OFF, v, c, DtoFlags::empty()))?;
+        let c = self.mesh.run(|c| {
+            ep.post_fetch_add(sge, self.ctxs[0].at(COUNTER_OFF), v, Cookie(c), DtoFlags::empty())
+        })?;
         c.imm.ok_or_else(|| DsmError::Protocol("fetch-and-add without a result".into()))
     }
 
@@ -464,8 +477,9 @@ impl Dsm {
         }
         let ep = self.mesh.ep(0)?;
         let sge = [Sge::new(&*self.cache_lmr, COUNTER_OFF, 8)];
-        self.mesh
-            .run(|c| ep.post_rdma_read(&sge, &self.ctxs[0], COUNTER_OFF, c, DtoFlags::empty()))?;
+        self.mesh.run(|c| {
+            ep.post_rdma_read(&sge, self.ctxs[0].at(COUNTER_OFF), Cookie(c), DtoFlags::empty())
+        })?;
         Ok(self.cache.load_u64(COUNTER_OFF)?)
     }
 

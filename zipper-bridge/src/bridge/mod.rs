@@ -106,7 +106,7 @@ impl Shared {
         crate::trace::line(|| format!("bridge side{side} event {}", crate::trace::ev(&ev)));
         match ev {
             Event::Dto(c) => {
-                let (id, kind, slot) = splice::split(c.cookie);
+                let (id, kind, slot) = splice::split(c.cookie.0);
                 if let Some(sp) = self.splice(id) {
                     let mut st = sp.lock();
                     sp.on_completion(&mut st, side, kind, slot, c.status);

@@ -10,6 +10,7 @@ use crate::chunk::OpTracker;
 use crate::credit::Credits;
 use crate::ring::Ring;
 use crate::wire::{HDR, Header, Kind, flags};
+use rmr_api::Cookie;
 use rmr_api::{DtoFlags, Ep, Error, Lmr, MemRegion, Sge, Status};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -248,8 +249,11 @@ impl Splice {
                 Self::stamp(st, o, &mut d, true);
                 ring.set_header(i, &d);
                 let sge = [Sge::new(&*ring.lmrs[1], ring.at(i), HDR as u64 + u64::from(h.len))];
-                let r =
-                    self.eps[o].post_send(&sge, cookie(self.id, K_DELIVER, i), DtoFlags::empty());
+                let r = self.eps[o].post_send(
+                    &sge,
+                    Cookie(cookie(self.id, K_DELIVER, i)),
+                    DtoFlags::empty(),
+                );
                 if r.is_err() {
                     // Put the credit back: the message did not go.
                     st.link[o].credits.undo(true, (d.ret_data, d.ret_ctl));
@@ -259,9 +263,8 @@ impl Splice {
             Kind::Write => match h.ctx {
                 Some(ctx) => self.eps[o].post_rdma_write(
                     &[payload],
-                    &ctx,
-                    h.offset,
-                    cookie(self.id, K_WRITE, i),
+                    ctx.at(h.offset),
+                    Cookie(cookie(self.id, K_WRITE, i)),
                     DtoFlags::empty(),
                 ),
                 None => Err(Error::invalid("write without a target")),
@@ -269,9 +272,8 @@ impl Splice {
             Kind::ReadReq => match h.ctx {
                 Some(ctx) => self.eps[o].post_rdma_read(
                     &[payload],
-                    &ctx,
-                    h.offset,
-                    cookie(self.id, K_READ, i),
+                    ctx.at(h.offset),
+                    Cookie(cookie(self.id, K_READ, i)),
                     DtoFlags::empty(),
                 ),
                 None => Err(Error::invalid("read without a target")),
@@ -327,7 +329,8 @@ impl Splice {
         let off = (slot * HDR) as u64;
         let _ = region.write(off, &h.encode());
         let sge = [Sge::new(&**lmr, off, HDR as u64)];
-        let r = self.eps[s].post_send(&sge, cookie(self.id, K_CTL, slot), DtoFlags::empty());
+        let r =
+            self.eps[s].post_send(&sge, Cookie(cookie(self.id, K_CTL, slot)), DtoFlags::empty());
         crate::trace::line(|| {
             format!(
                 "splice {} ctl to side{s} ack {} ret {}/{} -> {r:?}",
@@ -422,7 +425,7 @@ impl Splice {
                 ring.set_header(i, &d);
                 let sge = [Sge::new(&*ring.lmrs[0], ring.at(i), HDR as u64 + u64::from(rq.len))];
                 if self.eps[s]
-                    .post_send(&sge, cookie(self.id, K_READDATA, i), DtoFlags::empty())
+                    .post_send(&sge, Cookie(cookie(self.id, K_READDATA, i)), DtoFlags::empty())
                     .is_err()
                 {
                     st.link[s].credits.undo(true, (d.ret_data, d.ret_ctl));

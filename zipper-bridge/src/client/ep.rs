@@ -23,6 +23,7 @@ use rmr_api::{
     Access, ConnRequest, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
     Evd, Event, Lmr, MemRegion, Result, RmrContext, Sge, Status,
 };
+use rmr_api::{Cookie, RemoteAddr};
 use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
@@ -281,7 +282,15 @@ impl Core {
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion { ep: self.id, cookie, op, status, bytes, imm: None, solicited: false }
+        DtoCompletion {
+            ep: self.id,
+            cookie: Cookie(cookie),
+            op,
+            status,
+            bytes,
+            imm: None,
+            solicited: false,
+        }
     }
 
     fn post_ring(&self, st: &mut St) -> Result<()> {
@@ -319,7 +328,7 @@ impl Core {
             for (l, o, n) in &front.payload {
                 sges.push(Sge::new(&**l, *o, *n));
             }
-            let r = self.inner.post_send(&sges, HDR_BIT | u64::from(slot), dflags);
+            let r = self.inner.post_send(&sges, Cookie(HDR_BIT | u64::from(slot)), dflags);
             crate::trace::line(|| {
                 format!(
                     "zep {} send {:?} id {} len {} ret {}/{} -> {r:?} data={}",
@@ -348,7 +357,7 @@ impl Core {
             let ret = st.credits.send_ctl();
             let (off, echo) = self.stamp(st, &mut h, ret, slot);
             let sge = [Sge::new(&*self.hdr_lmr, off, HDR as u64)];
-            let r = self.inner.post_send(&sge, HDR_BIT | u64::from(slot), dflags);
+            let r = self.inner.post_send(&sge, Cookie(HDR_BIT | u64::from(slot)), dflags);
             crate::trace::line(|| {
                 format!(
                     "zep {} send ctl ret {}/{} -> {r:?}",
@@ -503,11 +512,11 @@ impl Core {
             });
         }
         match ev {
-            Event::Dto(c) if c.cookie & HDR_BIT != 0 => {
-                st.slots_done((c.cookie & 0xffff_ffff) as u32);
+            Event::Dto(c) if c.cookie.0 & HDR_BIT != 0 => {
+                st.slots_done((c.cookie.0 & 0xffff_ffff) as u32);
             }
-            Event::Dto(c) if c.cookie & RING_BIT != 0 && c.status.is_ok() => {
-                self.on_message(st, (c.cookie & 0xffff_ffff) as usize, out);
+            Event::Dto(c) if c.cookie.0 & RING_BIT != 0 && c.status.is_ok() => {
+                self.on_message(st, (c.cookie.0 & 0xffff_ffff) as usize, out);
             }
             Event::Disconnected { .. } => self.end(st, true, String::new(), out),
             Event::Broken { reason, .. } => {
@@ -872,11 +881,13 @@ impl Ep for BridgedEp {
         c.inner.disconnect()
     }
 
-    fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         self.core.post(OpKind::Send, local, None, cookie, flags)
     }
 
-    fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
         let c = &self.core;
         let total = check_local_sges(local, c.pz_id, Access::LOCAL_WRITE, c.max_sges)?;
         let segs = segs_of(local)?;
@@ -896,22 +907,22 @@ impl Ep for BridgedEp {
     fn post_rdma_write(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.core.post(OpKind::Write, local, Some((remote, remote_offset)), cookie, flags)
     }
 
     fn post_rdma_read(
         &self,
         local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        cookie: u64,
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
         flags: DtoFlags,
     ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
         self.core.post(OpKind::Read, local, Some((remote, remote_offset)), cookie, flags)
     }
 

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::{Caps, DtoFlags, DtoOp, EpState, Error, Sge, Status};
+use crate::{CompareSwap, Cookie};
 use std::time::Instant;
 
 const F0: DtoFlags = DtoFlags::empty();
@@ -27,7 +28,7 @@ fn expect_conn_event(cevd: &Arc<dyn Evd>, within: Duration, want: fn(&Event) -> 
 /// An error completion must arrive for `cookie` and the target must be unchanged.
 fn expect_remote_fault(p: &Pair, cookie: u64, target: &Buf, before: &[u8]) -> DtoCompletion {
     let c = next_dto(&p.evd_a);
-    assert_eq!(c.cookie, cookie);
+    assert_eq!(c.cookie.0, cookie);
     assert!(!c.status.is_ok(), "a forbidden access succeeded: {c:?}");
     assert_eq!(target.bytes(), before, "target memory changed by a refused access");
     c
@@ -44,16 +45,16 @@ pub fn ia_attr_and_caps_tell_the_truth(t: &Target) {
     // An absent capability must be an `Unsupported` error at post time, never silence.
     if !attr.caps.contains(Caps::RDMA_READ) {
         assert!(matches!(
-            p.a.post_rdma_read(&[l.sge()], &ctx, 0, 1, F0),
+            p.a.post_rdma_read(&[l.sge()], ctx.at(0), Cookie(1), F0),
             Err(Error::Unsupported(_))
         ));
     }
     if !attr.caps.contains(Caps::WRITE_IMM) {
-        let e = p.a.post_rdma_write_imm(&[l.sge()], &ctx, 0, 1, 1, F0);
+        let e = p.a.post_rdma_write_imm(&[l.sge()], ctx.at(0), 1, Cookie(1), F0);
         assert!(matches!(e, Err(Error::Unsupported(_))));
     }
     if !attr.caps.contains(Caps::ATOMICS) {
-        let e = p.a.post_fetch_add(l.part(0, 8), &ctx, 0, 1, 1, F0);
+        let e = p.a.post_fetch_add(l.part(0, 8), ctx.at(0), 1, Cookie(1), F0);
         assert!(matches!(e, Err(Error::Unsupported(_))));
     }
     assert_eq!(p.a.state(), EpState::Connected);
@@ -135,8 +136,8 @@ pub fn send_recv_basic(t: &Target) {
     let src = Buf::new(&p.pz_a, 256, RW, 0);
     src.mem.write(0, &pattern(1, 256)).unwrap();
     let dst = Buf::new(&p.pz_b, 256, RW, 0xee);
-    p.b.post_recv(&[dst.sge()], 10, F0).unwrap();
-    p.a.post_send(&[src.sge()], 20, F0).unwrap();
+    p.b.post_recv(&[dst.sge()], Cookie(10), F0).unwrap();
+    p.a.post_send(&[src.sge()], Cookie(20), F0).unwrap();
     let c = expect_ok(&p.evd_b, 10);
     assert_eq!((c.op, c.bytes, c.ep), (DtoOp::Recv, 256, p.b.id()));
     let c = expect_ok(&p.evd_a, 20);
@@ -151,7 +152,7 @@ pub fn send_recv_in_order_under_load(t: &Target) {
     const MAX: u64 = 2048;
     let rbuf = Buf::new(&p.pz_b, (SLOTS * MAX) as usize, RW, 0);
     for i in 0..SLOTS {
-        p.b.post_recv(&[rbuf.part(i * MAX, MAX)], i, F0).unwrap();
+        p.b.post_recv(&[rbuf.part(i * MAX, MAX)], Cookie(i), F0).unwrap();
     }
     let sbuf = Buf::new(&p.pz_a, (SLOTS * MAX) as usize, RW, 0);
     let msg = |i: u64| {
@@ -174,7 +175,7 @@ pub fn send_recv_in_order_under_load(t: &Target) {
                 let m = msg(i);
                 let slot = i % SLOTS;
                 sbuf.mem.write(slot * MAX, &m).unwrap();
-                p.a.post_send(&[sbuf.part(slot * MAX, m.len() as u64)], i, F0).unwrap();
+                p.a.post_send(&[sbuf.part(slot * MAX, m.len() as u64)], Cookie(i), F0).unwrap();
                 outstanding += 1;
             }
             for _ in 0..outstanding {
@@ -184,12 +185,12 @@ pub fn send_recv_in_order_under_load(t: &Target) {
         for i in 0..n {
             let c = next_dto(&p.evd_b);
             assert!(c.status.is_ok(), "recv {i} failed: {c:?}");
-            let slot = c.cookie;
+            let slot = c.cookie.0;
             assert_eq!(slot, i % SLOTS, "receives completed out of order");
             let got = rbuf.mem.to_vec(slot * MAX, c.bytes as usize).unwrap();
             assert_eq!(got, msg(i), "message {i} corrupted or out of order");
             if i + SLOTS < n {
-                p.b.post_recv(&[rbuf.part(slot * MAX, MAX)], slot, F0).unwrap();
+                p.b.post_recv(&[rbuf.part(slot * MAX, MAX)], Cookie(slot), F0).unwrap();
             }
         }
         sender.join().unwrap();
@@ -199,8 +200,8 @@ pub fn send_recv_in_order_under_load(t: &Target) {
 pub fn zero_length_send(t: &Target) {
     let p = Pair::new(t);
     let dst = Buf::new(&p.pz_b, 64, RW, 7);
-    p.b.post_recv(&[dst.sge()], 1, F0).unwrap();
-    p.a.post_send(&[], 2, F0).unwrap();
+    p.b.post_recv(&[dst.sge()], Cookie(1), F0).unwrap();
+    p.a.post_send(&[], Cookie(2), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_b, 1).bytes, 0);
     expect_ok(&p.evd_a, 2);
     assert_eq!(dst.bytes(), vec![7; 64]);
@@ -210,10 +211,10 @@ pub fn solicited_flag_reaches_receiver(t: &Target) {
     let p = Pair::new(t);
     let src = Buf::new(&p.pz_a, 8, RW, 1);
     let dst = Buf::new(&p.pz_b, 16, RW, 0);
-    p.b.post_recv(&[dst.part(0, 8)], 1, F0).unwrap();
-    p.b.post_recv(&[dst.part(8, 8)], 2, F0).unwrap();
-    p.a.post_send(&[src.sge()], 1, DtoFlags::SOLICITED | DtoFlags::SUPPRESS).unwrap();
-    p.a.post_send(&[src.sge()], 2, DtoFlags::SUPPRESS).unwrap();
+    p.b.post_recv(&[dst.part(0, 8)], Cookie(1), F0).unwrap();
+    p.b.post_recv(&[dst.part(8, 8)], Cookie(2), F0).unwrap();
+    p.a.post_send(&[src.sge()], Cookie(1), DtoFlags::SOLICITED | DtoFlags::SUPPRESS).unwrap();
+    p.a.post_send(&[src.sge()], Cookie(2), DtoFlags::SUPPRESS).unwrap();
     assert!(expect_ok(&p.evd_b, 1).solicited);
     assert!(!expect_ok(&p.evd_b, 2).solicited);
 }
@@ -222,14 +223,14 @@ pub fn recv_too_small_errors_nothing_overwritten(t: &Target) {
     let p = Pair::new(t);
     let src = Buf::new(&p.pz_a, 64, RW, 0x11);
     let dst = Buf::new(&p.pz_b, 64, RW, 0xAB);
-    p.b.post_recv(&[dst.part(0, 16)], 5, F0).unwrap();
-    p.a.post_send(&[src.sge()], 6, F0).unwrap();
+    p.b.post_recv(&[dst.part(0, 16)], Cookie(5), F0).unwrap();
+    p.a.post_send(&[src.sge()], Cookie(6), F0).unwrap();
     let c = next_dto(&p.evd_b);
-    assert_eq!(c.cookie, 5);
+    assert_eq!(c.cookie.0, 5);
     assert!(!c.status.is_ok(), "an oversize message was accepted: {c:?}");
     assert_eq!(dst.bytes(), vec![0xAB; 64], "receive buffer (or beyond) overwritten");
     let c = next_dto(&p.evd_a);
-    assert_eq!(c.cookie, 6);
+    assert_eq!(c.cookie.0, 6);
     if p.ia_a.attr().caps.contains(Caps::OVERRUN_AT_SENDER) {
         assert!(!c.status.is_ok(), "the sender was not told: {c:?}");
     } else {
@@ -246,10 +247,15 @@ pub fn rdma_write_then_send_ordering(t: &Target) {
     for round in 0..t.n(20, 4) as u64 {
         let pat = pattern(round, len);
         src.mem.write(0, &pat).unwrap();
-        p.b.post_recv(&[note.sge()], round, F0).unwrap();
-        p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 100 + round, DtoFlags::SUPPRESS)
-            .unwrap();
-        p.a.post_send(&[src.part(0, 8)], 200 + round, F0).unwrap();
+        p.b.post_recv(&[note.sge()], Cookie(round), F0).unwrap();
+        p.a.post_rdma_write(
+            &[src.sge()],
+            (target.ctx()).at(0),
+            Cookie(100 + round),
+            DtoFlags::SUPPRESS,
+        )
+        .unwrap();
+        p.a.post_send(&[src.part(0, 8)], Cookie(200 + round), F0).unwrap();
         expect_ok(&p.evd_b, round);
         // Rule 2: the write is visible when the receive completes.
         assert_eq!(
@@ -268,7 +274,7 @@ pub fn rdma_write_large_checksummed(t: &Target) {
     let src = Buf::new(&p.pz_a, len, RW, 0);
     let pat = pattern(42, len);
     src.mem.write(0, &pat).unwrap();
-    p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 9, F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(9), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 9).bytes, len as u64);
     assert_eq!(checksum(&target.bytes()), checksum(&pat));
 }
@@ -282,8 +288,8 @@ pub fn rdma_read(t: &Target) {
     let remote = Buf::new(&p.pz_b, len, Access::REMOTE_READ, 0);
     remote.mem.write(0, &pattern(3, len)).unwrap();
     let local = Buf::new(&p.pz_a, len, RW, 0);
-    p.a.post_rdma_read(&[local.part(0, 1000)], &remote.ctx(), 5000, 1, F0).unwrap();
-    p.a.post_rdma_read(&[local.sge()], &remote.ctx(), 0, 2, F0).unwrap();
+    p.a.post_rdma_read(&[local.part(0, 1000)], (remote.ctx()).at(5000), Cookie(1), F0).unwrap();
+    p.a.post_rdma_read(&[local.sge()], (remote.ctx()).at(0), Cookie(2), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 1).op, DtoOp::RdmaRead);
     let c = expect_ok(&p.evd_a, 2);
     assert_eq!(c.bytes, len as u64);
@@ -298,7 +304,7 @@ pub fn rdma_write_gather(t: &Target) {
     src2.mem.write(0, &pattern(2, 100)).unwrap();
     let target = Buf::new(&p.pz_b, 1000, RW, 0xff);
     let segs = [src.part(200, 100), src2.sge(), src.part(0, 50)];
-    p.a.post_rdma_write(&segs, &target.ctx(), 10, 1, F0).unwrap();
+    p.a.post_rdma_write(&segs, (target.ctx()).at(10), Cookie(1), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 1).bytes, 250);
     let mut want = vec![0xff; 1000];
     want[10..110].copy_from_slice(&pattern(1, 300)[200..300]);
@@ -316,8 +322,13 @@ pub fn rdma_read_scatter(t: &Target) {
     remote.mem.write(0, &pattern(5, 400)).unwrap();
     let l1 = Buf::new(&p.pz_a, 100, RW, 0);
     let l2 = Buf::new(&p.pz_a, 300, RW, 0);
-    p.a.post_rdma_read(&[l1.sge(), l2.part(0, 50), l2.part(250, 50)], &remote.ctx(), 100, 1, F0)
-        .unwrap();
+    p.a.post_rdma_read(
+        &[l1.sge(), l2.part(0, 50), l2.part(250, 50)],
+        (remote.ctx()).at(100),
+        Cookie(1),
+        F0,
+    )
+    .unwrap();
     expect_ok(&p.evd_a, 1);
     let pat = pattern(5, 400);
     assert_eq!(l1.bytes(), &pat[100..200]);
@@ -332,8 +343,8 @@ pub fn send_gather_recv_scatter(t: &Target) {
     s.mem.write(0, &pattern(8, 1000)).unwrap();
     let r1 = Buf::new(&p.pz_b, 100, RW, 0);
     let r2 = Buf::new(&p.pz_b, 1000, RW, 0);
-    p.b.post_recv(&[r1.sge(), r2.sge()], 1, F0).unwrap();
-    p.a.post_send(&[s.part(500, 500), s.part(0, 100)], 2, F0).unwrap();
+    p.b.post_recv(&[r1.sge(), r2.sge()], Cookie(1), F0).unwrap();
+    p.a.post_send(&[s.part(500, 500), s.part(0, 100)], Cookie(2), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_b, 1).bytes, 600);
     let pat = pattern(8, 1000);
     let mut got = r1.bytes();
@@ -351,14 +362,14 @@ pub fn rmr_context_exchanged_by_send(t: &Target) {
     let adv = Buf::new(&p.pz_b, RmrContext::WIRE_SIZE, RW, 0);
     adv.mem.write(0, &target.ctx().to_bytes()).unwrap();
     let inbox = Buf::new(&p.pz_a, RmrContext::WIRE_SIZE, RW, 0);
-    p.a.post_recv(&[inbox.sge()], 1, F0).unwrap();
-    p.b.post_send(&[adv.sge()], 2, F0).unwrap();
+    p.a.post_recv(&[inbox.sge()], Cookie(1), F0).unwrap();
+    p.b.post_send(&[adv.sge()], Cookie(2), F0).unwrap();
     expect_ok(&p.evd_a, 1);
     expect_ok(&p.evd_b, 2);
     let ctx = RmrContext::from_bytes(&inbox.bytes()).unwrap();
     assert_eq!(ctx, target.ctx());
     let src = Buf::new(&p.pz_a, 4096, RW, 0x5a);
-    p.a.post_rdma_write(&[src.sge()], &ctx, 0, 3, F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], ctx.at(0), Cookie(3), F0).unwrap();
     expect_ok(&p.evd_a, 3);
     assert_eq!(target.bytes(), vec![0x5a; 4096]);
 }
@@ -372,14 +383,14 @@ pub fn suppress_no_event_but_implied(t: &Target) {
     for i in 0..n {
         p.a.post_rdma_write(
             &[src.part(i * 4096, 4096)],
-            &target.ctx(),
-            i * 4096,
-            i,
+            (target.ctx()).at(i * 4096),
+            Cookie(i),
             DtoFlags::SUPPRESS,
         )
         .unwrap();
     }
-    p.a.post_rdma_write(&[src.part(n * 4096, 4096)], &target.ctx(), n * 4096, 99, F0).unwrap();
+    p.a.post_rdma_write(&[src.part(n * 4096, 4096)], (target.ctx()).at(n * 4096), Cookie(99), F0)
+        .unwrap();
     let c = expect_ok(&p.evd_a, 99);
     assert_eq!(c.op, DtoOp::RdmaWrite);
     // The one signalled completion implies every earlier write landed.
@@ -392,7 +403,7 @@ pub fn suppressed_error_still_reported(t: &Target) {
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, 64, Access::REMOTE_READ, 3);
     let src = Buf::new(&p.pz_a, 64, RW, 4);
-    p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 7, DtoFlags::SUPPRESS).unwrap();
+    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(7), DtoFlags::SUPPRESS).unwrap();
     expect_remote_fault(&p, 7, &target, &[3; 64]);
 }
 
@@ -404,8 +415,9 @@ pub fn barrier_fence_orders_read_before_write(t: &Target) {
     let remote = Buf::new(&p.pz_b, 8, RW, 0xAA);
     let got = Buf::new(&p.pz_a, 8, RW, 0);
     let newv = Buf::new(&p.pz_a, 8, RW, 0xBB);
-    p.a.post_rdma_read(&[got.sge()], &remote.ctx(), 0, 1, F0).unwrap();
-    p.a.post_rdma_write(&[newv.sge()], &remote.ctx(), 0, 2, DtoFlags::BARRIER_FENCE).unwrap();
+    p.a.post_rdma_read(&[got.sge()], (remote.ctx()).at(0), Cookie(1), F0).unwrap();
+    p.a.post_rdma_write(&[newv.sge()], (remote.ctx()).at(0), Cookie(2), DtoFlags::BARRIER_FENCE)
+        .unwrap();
     expect_ok(&p.evd_a, 1);
     expect_ok(&p.evd_a, 2);
     assert_eq!(got.bytes(), vec![0xAA; 8], "the fenced write overtook the read");
@@ -420,8 +432,8 @@ pub fn write_with_immediate(t: &Target) {
     let target = Buf::new(&p.pz_b, 4096, RW, 0);
     let src = Buf::new(&p.pz_a, 1000, RW, 0x77);
     let dummy = Buf::new(&p.pz_b, 8, RW, 0);
-    p.b.post_recv(&[dummy.sge()], 1, F0).unwrap();
-    p.a.post_rdma_write_imm(&[src.sge()], &target.ctx(), 96, 0xC0FFEE, 2, F0).unwrap();
+    p.b.post_recv(&[dummy.sge()], Cookie(1), F0).unwrap();
+    p.a.post_rdma_write_imm(&[src.sge()], (target.ctx()).at(96), 0xC0FFEE, Cookie(2), F0).unwrap();
     let c = expect_ok(&p.evd_b, 1);
     assert_eq!(c.op, DtoOp::RecvWriteImm);
     assert_eq!(c.imm, Some(0xC0FFEE));
@@ -454,7 +466,7 @@ pub fn fetch_add_racing_initiators(t: &Target) {
         let res = Buf::new(&p.pz_a, 8, RW, 0);
         let mut olds = Vec::new();
         for i in 0..n {
-            ep.post_fetch_add(res.sge(), &word.ctx(), 8, 1, i, F0).unwrap();
+            ep.post_fetch_add(res.sge(), (word.ctx()).at(8), 1, Cookie(i), F0).unwrap();
             let c = expect_ok(evd, i);
             assert_eq!(c.op, DtoOp::FetchAdd);
             let old = u64::from_le_bytes(res.bytes().try_into().unwrap());
@@ -489,7 +501,14 @@ pub fn cmp_swap_racing_initiators(t: &Target) {
         let res = Buf::new(&p.pz_a, 8, RW, 0);
         let (mut guess, mut cookie, mut wins) = (0u64, 0u64, 0u64);
         while wins < k {
-            ep.post_cmp_swap(res.sge(), &word.ctx(), 0, guess, guess + 1, cookie, F0).unwrap();
+            ep.post_cmp_swap(
+                res.sge(),
+                (word.ctx()).at(0),
+                CompareSwap { compare: guess, swap: guess + 1 },
+                Cookie(cookie),
+                F0,
+            )
+            .unwrap();
             let c = expect_ok(evd, cookie);
             cookie += 1;
             let old = c.imm.expect("old value");
@@ -516,7 +535,7 @@ pub fn atomic_misaligned_is_rejected(t: &Target) {
     }
     let word = Buf::new(&p.pz_b, 16, RW, 9);
     let res = Buf::new(&p.pz_a, 8, RW, 0);
-    match p.a.post_fetch_add(res.sge(), &word.ctx(), 3, 1, 1, F0) {
+    match p.a.post_fetch_add(res.sge(), (word.ctx()).at(3), 1, Cookie(1), F0) {
         Err(_) => {}
         Ok(()) => {
             let c = next_dto(&p.evd_a);
@@ -533,7 +552,7 @@ pub fn bad_key(t: &Target) {
     let good = target.ctx();
     let keys: Vec<u64> = good.keys().iter().map(|k| k ^ 0x5a5a_5a5a_0000_0001).collect();
     let forged = RmrContext::with_keys(&keys, good.addr, good.len).unwrap();
-    p.a.post_rdma_write(&[src.sge()], &forged, 0, 1, F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], forged.at(0), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x33; 4096]);
 }
 
@@ -545,7 +564,7 @@ pub fn out_of_bounds_remote(t: &Target) {
     let good = target.ctx();
     // A forged context claiming a longer region: the target must still refuse.
     let forged = RmrContext::with_keys(good.keys(), good.addr, good.len * 4).unwrap();
-    p.a.post_rdma_write(&[src.part(0, 100)], &forged, 4090, 1, F0).unwrap();
+    p.a.post_rdma_write(&[src.part(0, 100)], forged.at(4090), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x33; 4096]);
     assert_eq!(guard.bytes(), vec![0x66; 4096]);
     let before = Pair::new(t);
@@ -556,11 +575,11 @@ pub fn out_of_bounds_local_rejected_at_post(t: &Target) {
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, 4096, RW, 0);
     let src = Buf::new(&p.pz_a, 100, RW, 0);
-    let r = p.a.post_rdma_write(&[src.part(50, 51)], &target.ctx(), 0, 1, F0);
+    let r = p.a.post_rdma_write(&[src.part(50, 51)], (target.ctx()).at(0), Cookie(1), F0);
     assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
-    let r = p.a.post_rdma_write(&[src.sge()], &target.ctx(), 4000, 1, F0);
+    let r = p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(4000), Cookie(1), F0);
     assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
-    let r = p.a.post_recv(&[src.part(0, 101)], 1, F0);
+    let r = p.a.post_recv(&[src.part(0, 101)], Cookie(1), F0);
     assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
     assert!(p.evd_a.dequeue().is_none());
 }
@@ -569,7 +588,7 @@ pub fn missing_remote_write_right(t: &Target) {
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, 512, Access::REMOTE_READ | Access::LOCAL_WRITE, 0x21);
     let src = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 1, F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x21; 512]);
 }
 
@@ -580,7 +599,7 @@ pub fn read_of_write_only_region(t: &Target) {
     }
     let target = Buf::new(&p.pz_b, 512, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x21);
     let dst = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_read(&[dst.sge()], &target.ctx(), 0, 1, F0).unwrap();
+    p.a.post_rdma_read(&[dst.sge()], (target.ctx()).at(0), Cookie(1), F0).unwrap();
     let c = next_dto(&p.evd_a);
     assert!(!c.status.is_ok(), "read of a write-only region succeeded");
     assert_eq!(dst.bytes(), vec![0x99; 512], "refused read still delivered data");
@@ -591,7 +610,7 @@ pub fn lmr_of_another_pz(t: &Target) {
     let other_pz = p.ia_b.create_pz().unwrap();
     let target = Buf::new(&other_pz, 512, RW, 0x21);
     let src = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 1, F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x21; 512]);
 }
 
@@ -602,7 +621,7 @@ pub fn deregistered_lmr(t: &Target) {
     target.lmr.deregister().unwrap();
     assert!(!target.lmr.is_registered());
     let src = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_write(&[src.sge()], &ctx, 0, 1, F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], ctx.at(0), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x21; 512]);
 }
 
@@ -611,9 +630,9 @@ pub fn local_lmr_of_another_pz_rejected(t: &Target) {
     let other = p.ia_a.create_pz().unwrap();
     let src = Buf::new(&other, 64, RW, 0);
     let target = Buf::new(&p.pz_b, 64, RW, 0);
-    let r = p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, 1, F0);
+    let r = p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(1), F0);
     assert!(matches!(r, Err(Error::Protection(_))), "{r:?}");
-    let r = p.a.post_recv(&[src.sge()], 1, F0);
+    let r = p.a.post_recv(&[src.sge()], Cookie(1), F0);
     assert!(matches!(r, Err(Error::Protection(_))), "{r:?}");
 }
 
@@ -631,12 +650,12 @@ pub fn recvs_flushed_on_disconnect(t: &Target) {
     let p = Pair::new(t);
     let dst = Buf::new(&p.pz_b, 64, RW, 0);
     for i in 0..3 {
-        p.b.post_recv(&[dst.part(i * 8, 8)], i, F0).unwrap();
+        p.b.post_recv(&[dst.part(i * 8, 8)], Cookie(i), F0).unwrap();
     }
     p.a.disconnect().unwrap();
     for i in 0..3 {
         let c = next_dto(&p.evd_b);
-        assert_eq!(c.cookie, i);
+        assert_eq!(c.cookie.0, i);
         assert_eq!(c.status, Status::Flushed, "{c:?}");
     }
 }
@@ -646,7 +665,7 @@ pub fn post_after_disconnect_is_error(t: &Target) {
     let src = Buf::new(&p.pz_a, 64, RW, 0);
     p.a.disconnect().unwrap();
     expect_conn_event(&p.cevd_a, WAIT, |e| matches!(e, Event::Disconnected { .. }));
-    assert!(p.a.post_send(&[src.sge()], 1, F0).is_err());
+    assert!(p.a.post_send(&[src.sge()], Cookie(1), F0).is_err());
     assert!(p.a.disconnect().is_err(), "second disconnect should say not connected");
 }
 
@@ -664,16 +683,16 @@ pub fn evd_wait_threshold(t: &Target) {
     let src = Buf::new(&p.pz_a, 8, RW, 0);
     let dst = Buf::new(&p.pz_b, 32, RW, 0);
     for i in 0..4 {
-        p.b.post_recv(&[dst.part(i * 8, 8)], i, F0).unwrap();
+        p.b.post_recv(&[dst.part(i * 8, 8)], Cookie(i), F0).unwrap();
     }
     // Fewer than the threshold: times out, and nothing is lost.
-    p.a.post_send(&[src.sge()], 0, DtoFlags::SUPPRESS).unwrap();
+    p.a.post_send(&[src.sge()], Cookie(0), DtoFlags::SUPPRESS).unwrap();
     assert!(matches!(p.evd_b.wait(Some(Duration::from_millis(200)), 4), Err(Error::Timeout)));
     for i in 1..4 {
-        p.a.post_send(&[src.sge()], i, DtoFlags::SUPPRESS).unwrap();
+        p.a.post_send(&[src.sge()], Cookie(i), DtoFlags::SUPPRESS).unwrap();
     }
     let first = p.evd_b.wait(Some(WAIT), 4).unwrap();
-    assert_eq!(first.as_dto().map(|c| c.cookie), Some(0));
+    assert_eq!(first.as_dto().map(|c| c.cookie), Some(Cookie(0)));
     assert_eq!(p.evd_b.len(), 3, "threshold reached means all four were queued");
 }
 
@@ -708,7 +727,7 @@ pub fn many_eps_share_one_evd(t: &Target) {
     for (e, (_, b)) in pairs.iter().enumerate() {
         for i in 0..per {
             let off = (e as u64 * per + i) * 16;
-            b.post_recv(&[rbuf.part(off, 16)], e as u64 * 1000 + i, F0).unwrap();
+            b.post_recv(&[rbuf.part(off, 16)], Cookie(e as u64 * 1000 + i), F0).unwrap();
         }
     }
     for i in 0..per {
@@ -717,7 +736,7 @@ pub fn many_eps_share_one_evd(t: &Target) {
             sbuf.mem
                 .write(off, &[(e as u64 * 1000 + i).to_le_bytes(), [0xEE; 8]].concat())
                 .unwrap();
-            a.post_send(&[sbuf.part(off, 16)], i, DtoFlags::SUPPRESS).unwrap();
+            a.post_send(&[sbuf.part(off, 16)], Cookie(i), DtoFlags::SUPPRESS).unwrap();
         }
     }
     let mut next = vec![0u64; n_eps];
@@ -725,8 +744,8 @@ pub fn many_eps_share_one_evd(t: &Target) {
         let c = next_dto(&p.evd_b);
         assert!(c.status.is_ok());
         let e = pairs.iter().position(|(_, b)| b.id() == c.ep).expect("completion names its EP");
-        assert_eq!(c.cookie, e as u64 * 1000 + next[e], "per-EP order broken on a shared EVD");
-        let off = c.cookie % 1000 * 16 + e as u64 * per * 16;
+        assert_eq!(c.cookie.0, e as u64 * 1000 + next[e], "per-EP order broken on a shared EVD");
+        let off = c.cookie.0 % 1000 * 16 + e as u64 * per * 16;
         let got = rbuf.mem.to_vec(off, 8).unwrap();
         assert_eq!(u64::from_le_bytes(got.try_into().unwrap()), c.cookie);
         next[e] += 1;
@@ -740,7 +759,7 @@ pub fn threads_posting_on_one_ep(t: &Target) {
     let total = threads * per;
     let rbuf = Buf::new(&p.pz_b, 16 * 256, RW, 0);
     for s in 0..256 {
-        p.b.post_recv(&[rbuf.part(s * 16, 16)], s, F0).unwrap();
+        p.b.post_recv(&[rbuf.part(s * 16, 16)], Cookie(s), F0).unwrap();
     }
     std::thread::scope(|s| {
         for th in 0..threads {
@@ -752,7 +771,7 @@ pub fn threads_posting_on_one_ep(t: &Target) {
                     loop {
                         match p.a.post_send(
                             &[buf.part(i * 16, 16)],
-                            th << 32 | i,
+                            Cookie(th << 32 | i),
                             DtoFlags::SUPPRESS,
                         ) {
                             Ok(()) => break,
@@ -769,7 +788,7 @@ pub fn threads_posting_on_one_ep(t: &Target) {
         for n in 0..total {
             let c = next_dto(&p.evd_b);
             assert!(c.status.is_ok());
-            let slot = c.cookie;
+            let slot = c.cookie.0;
             let v = rbuf.mem.to_vec(slot * 16, 16).unwrap();
             let th = u64::from_le_bytes(v[0..8].try_into().unwrap()) as usize;
             let i = u64::from_le_bytes(v[8..16].try_into().unwrap());
@@ -777,7 +796,7 @@ pub fn threads_posting_on_one_ep(t: &Target) {
             assert_eq!(i, next[th], "thread {th}'s sends arrived out of order");
             next[th] += 1;
             if n + 256 < total {
-                p.b.post_recv(&[rbuf.part(slot * 16, 16)], slot, F0).unwrap();
+                p.b.post_recv(&[rbuf.part(slot * 16, 16)], Cookie(slot), F0).unwrap();
             }
         }
     });
@@ -793,9 +812,8 @@ pub fn window_backpressure_is_a_value(t: &Target) {
     for i in 0..posts {
         match p.a.post_rdma_write(
             &[src.part(i % 512 * 8, 8)],
-            &target.ctx(),
-            i % 512 * 8,
-            i,
+            (target.ctx()).at(i % 512 * 8),
+            Cookie(i),
             DtoFlags::SUPPRESS,
         ) {
             Ok(()) => {}
@@ -806,19 +824,22 @@ pub fn window_backpressure_is_a_value(t: &Target) {
             Err(e) => panic!("unexpected error under load: {e}"),
         }
     }
-    p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, u64::MAX, F0).unwrap_or_else(|_| {
-        // Still full: drain by waiting until a retry succeeds.
-        let start = Instant::now();
-        loop {
-            match p.a.post_rdma_write(&[src.sge()], &target.ctx(), 0, u64::MAX, F0) {
-                Ok(()) => break,
-                Err(Error::QueueFull) if start.elapsed() < WAIT => {
-                    std::thread::sleep(Duration::from_millis(1))
+    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(u64::MAX), F0).unwrap_or_else(
+        |_| {
+            // Still full: drain by waiting until a retry succeeds.
+            let start = Instant::now();
+            loop {
+                match p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(u64::MAX), F0)
+                {
+                    Ok(()) => break,
+                    Err(Error::QueueFull) if start.elapsed() < WAIT => {
+                        std::thread::sleep(Duration::from_millis(1))
+                    }
+                    Err(e) => panic!("{e}"),
                 }
-                Err(e) => panic!("{e}"),
             }
-        }
-    });
+        },
+    );
     expect_ok(&p.evd_a, u64::MAX);
     assert_eq!(target.bytes(), vec![1; 4096]);
     println!("window {max}: {full} QueueFull answers out of {posts} posts");
@@ -831,7 +852,7 @@ fn peer_child(t: &Target, addr: &str, service: u16) {
     let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
     ep.connect(addr, service, b"child", WAIT).expect("child connect");
     let buf = Buf::new(&pz, 64, RW, 0);
-    ep.post_recv(&[buf.sge()], 1, F0).unwrap();
+    ep.post_recv(&[buf.sge()], Cookie(1), F0).unwrap();
     println!("child connected");
     std::thread::sleep(Duration::from_secs(60));
     std::process::exit(3);
@@ -867,7 +888,7 @@ pub fn peer_killed_broken_event(t: &Target, test_name: &str) {
     assert_eq!(pd, b"child");
     expect_established(&cevd);
     let buf = Buf::new(&pz, 64, RW, 0);
-    ep.post_recv(&[buf.sge()], 42, F0).unwrap();
+    ep.post_recv(&[buf.sge()], Cookie(42), F0).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     child.kill().unwrap();
     let killed = Instant::now();
@@ -879,10 +900,10 @@ pub fn peer_killed_broken_event(t: &Target, test_name: &str) {
     let took = killed.elapsed();
     assert!(took < Duration::from_secs(15), "broken event after {took:?}");
     let c = next_dto(&evd);
-    assert_eq!(c.cookie, 42);
+    assert_eq!(c.cookie.0, 42);
     assert!(!c.status.is_ok(), "posted receive not flushed: {c:?}");
     assert_eq!(ep.state(), EpState::Broken);
-    assert!(ep.post_send(&[buf.sge()], 1, F0).is_err());
+    assert!(ep.post_send(&[buf.sge()], Cookie(1), F0).is_err());
     println!("broken event {took:?} after the peer was killed");
 }
 

@@ -25,6 +25,7 @@
 
 pub mod cases;
 
+use crate::Cookie;
 use crate::{
     Access, DtoCompletion, Ep, EpEvds, Evd, Event, Ia, Lmr, MemRegion, Psp, Pz, RmrContext,
 };
@@ -245,7 +246,7 @@ pub fn next_dto(evd: &Arc<dyn Evd>) -> DtoCompletion {
 /// Waits for the completion with `cookie`, requiring success.
 pub fn expect_ok(evd: &Arc<dyn Evd>, cookie: u64) -> DtoCompletion {
     let c = next_dto(evd);
-    assert_eq!(c.cookie, cookie, "completion order: got {c:?}");
+    assert_eq!(c.cookie.0, cookie, "completion order: got {c:?}");
     assert!(c.status.is_ok(), "DTO {cookie} failed: {c:?}");
     c
 }
@@ -302,19 +303,19 @@ pub fn write_send_ping_pong(p: &Pair, rounds: u64) -> Vec<[Duration; 3]> {
     let (ctx_a, ctx_b) = (wa.ctx(), wb.ctx());
     let mut took = Vec::with_capacity(rounds as usize);
     std::thread::scope(|s| {
-        p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).expect("post_recv");
+        p.b.post_recv(&[rb.sge()], Cookie(0), DtoFlags::empty()).expect("post_recv");
         s.spawn(|| write_send_ping_pong_peer(p, rounds, &rb, &sb, &wb, &ctx_a));
         for i in 0..rounds {
             let t0 = Instant::now();
-            p.a.post_recv(&[ra.sge()], 0, DtoFlags::empty()).expect("post_recv");
+            p.a.post_recv(&[ra.sge()], Cookie(0), DtoFlags::empty()).expect("post_recv");
             let t1 = Instant::now();
             wa.mem.store_u64(0, i).unwrap();
             sa.mem.store_u64(0, i).unwrap();
             let t2 = Instant::now();
-            p.a.post_rdma_write(&[wa.part(0, 8)], &ctx_b, 0, 0, DtoFlags::SUPPRESS)
+            p.a.post_rdma_write(&[wa.part(0, 8)], ctx_b.at(0), Cookie(0), DtoFlags::SUPPRESS)
                 .expect("post_rdma_write");
             let t3 = Instant::now();
-            p.a.post_send(&[sa.sge()], 0, DtoFlags::SUPPRESS).expect("post_send");
+            p.a.post_send(&[sa.sge()], Cookie(0), DtoFlags::SUPPRESS).expect("post_send");
             let t4 = Instant::now();
             let c = next_dto(&p.evd_a);
             assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
@@ -344,13 +345,13 @@ fn write_send_ping_pong_peer(
         assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
         assert_eq!(rb.mem.load_u64(0).unwrap(), i, "ping {i}");
         if i + 1 < rounds {
-            p.b.post_recv(&[rb.sge()], 0, DtoFlags::empty()).expect("post_recv");
+            p.b.post_recv(&[rb.sge()], Cookie(0), DtoFlags::empty()).expect("post_recv");
         }
         wb.mem.store_u64(0, i).unwrap();
         sb.mem.store_u64(0, i).unwrap();
-        p.b.post_rdma_write(&[wb.part(0, 8)], ctx_a, 0, 0, DtoFlags::SUPPRESS)
+        p.b.post_rdma_write(&[wb.part(0, 8)], ctx_a.at(0), Cookie(0), DtoFlags::SUPPRESS)
             .expect("post_rdma_write");
-        p.b.post_send(&[sb.sge()], 0, DtoFlags::SUPPRESS).expect("post_send");
+        p.b.post_send(&[sb.sge()], Cookie(0), DtoFlags::SUPPRESS).expect("post_send");
     }
 }
 
