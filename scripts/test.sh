@@ -26,6 +26,9 @@ if [ "$FUZZ_SECS" != 0 ]; then
   # Unoptimised targets (debug assertions on): builds in ~3 min instead of ~5.
   FUZZ_PROFILE=${FUZZ_PROFILE:-dev} scripts/fuzz.sh "$FUZZ_SECS"
 fi
+# Miri over the pure modules (memory's raw-pointer accessors, planner, codec).
+step miri
+scripts/sanitize.sh
 step tests
 cargo test --workspace --release --features rmr-coll/pmix 2>&1
 step done

@@ -4,100 +4,62 @@
 use crate::{Error, Lmr, Result};
 use std::fmt;
 
-macro_rules! bitset {
-    ($(#[$m:meta])* $name:ident : $t:ty { $($(#[$fm:meta])* $flag:ident = $v:expr;)* }) => {
-        $(#[$m])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-        pub struct $name($t);
-        impl $name {
-            $($(#[$fm])* pub const $flag: $name = $name($v);)*
-            /// No bit set.
-            pub const fn empty() -> Self { $name(0) }
-            /// The raw bits.
-            pub const fn bits(self) -> $t { self.0 }
-            /// Rebuilds from raw bits, dropping unknown ones.
-            pub const fn from_bits_truncate(b: $t) -> Self { $name(b & (0 $(| $v)*)) }
-            /// True when every bit of `other` is set in `self`.
-            pub const fn contains(self, other: Self) -> bool { self.0 & other.0 == other.0 }
-            /// True when no bit is set.
-            pub const fn is_empty(self) -> bool { self.0 == 0 }
-        }
-        impl std::ops::BitOr for $name {
-            type Output = Self;
-            fn bitor(self, o: Self) -> Self { $name(self.0 | o.0) }
-        }
-        impl std::ops::BitOrAssign for $name {
-            fn bitor_assign(&mut self, o: Self) { self.0 |= o.0 }
-        }
-        impl fmt::Debug for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                let mut first = true;
-                write!(f, "{}(", stringify!($name))?;
-                $(if self.contains($name::$flag) && $v != 0 {
-                    if !first { write!(f, "|")?; }
-                    first = false;
-                    write!(f, "{}", stringify!($flag))?;
-                })*
-                let _ = first;
-                write!(f, ")")
-            }
-        }
-    };
-}
-
-bitset! {
-    /// Access rights of a local memory region (LMR).
-    Access: u32 {
+bitflags::bitflags! {
+/// Access rights of a local memory region (LMR).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct Access: u32 {
         /// The local process may let the NIC write into it (receive, RDMA read target).
-        LOCAL_WRITE = 1;
+        const LOCAL_WRITE = 1;
         /// Peers may RDMA-read it.
-        REMOTE_READ = 2;
+        const REMOTE_READ = 2;
         /// Peers may RDMA-write it.
-        REMOTE_WRITE = 4;
+        const REMOTE_WRITE = 4;
         /// Peers may run atomics (fetch-and-add, compare-and-swap) on it.
-        REMOTE_ATOMIC = 8;
+        const REMOTE_ATOMIC = 8;
     }
 }
 
 impl Access {
     /// Every right.
-    pub const ALL: Access = Access(1 | 2 | 4 | 8);
+    pub const ALL: Access = Access::all();
 }
 
-bitset! {
-    /// Completion flags of a DTO (uDAPL's `DAT_COMPLETION_FLAGS`).
-    DtoFlags: u32 {
+bitflags::bitflags! {
+/// Completion flags of a DTO (uDAPL's `DAT_COMPLETION_FLAGS`).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct DtoFlags: u32 {
         /// No completion event on success (an error is still reported).
         /// A later signalled completion on the same EP implies this DTO completed.
-        SUPPRESS = 1;
+        const SUPPRESS = 1;
         /// The matching receive completion is solicited: it wakes a waiter
         /// that asked only for solicited events.
-        SOLICITED = 2;
+        const SOLICITED = 2;
         /// Do not start this DTO before every earlier RDMA read of the EP completed.
-        BARRIER_FENCE = 4;
+        const BARRIER_FENCE = 4;
         /// A hint: the initiator is about to wait for this DTO (a fence, a
         /// full window), so complete it as soon as the transport can. The TCP
         /// backend then asks the peer to acknowledge at once instead of after
         /// its acknowledgement delay; transports that acknowledge in hardware
         /// ignore it.
-        URGENT = 8;
+        const URGENT = 8;
     }
 }
 
-bitset! {
-    /// Optional capabilities of an IA, read from [`IaAttr::caps`].
-    Caps: u32 {
+bitflags::bitflags! {
+/// Optional capabilities of an IA, read from [`IaAttr::caps`].
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+    pub struct Caps: u32 {
         /// RDMA read is available.
-        RDMA_READ = 1;
+        const RDMA_READ = 1;
         /// RDMA write with immediate data is available.
-        WRITE_IMM = 2;
+        const WRITE_IMM = 2;
         /// 64-bit fetch-and-add and compare-and-swap are available.
-        ATOMICS = 4;
+        const ATOMICS = 4;
         /// A send larger than the receive posted at the target completes
         /// with an error at the sender too, not only at the receiver
         /// (absent where the transport acknowledges a message before the
         /// receiver has matched it, e.g. libfabric's `sockets` provider).
-        OVERRUN_AT_SENDER = 8;
+        const OVERRUN_AT_SENDER = 8;
     }
 }
 

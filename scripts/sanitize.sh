@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Undefined-behaviour checks the compiler cannot do: Miri over the pure
+# modules (registered memory and its raw-pointer accessors, the multirail
+# planner, the tcp frame codec). Tests that need sockets, mmap, /proc or
+# real time are #[cfg_attr(miri, ignore)]; proptests run few cases.
+# Idempotent: installs the nightly components it needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rustup +nightly component add miri rust-src >/dev/null 2>&1 || rustup +nightly component add miri rust-src
+export PROPTEST_CASES=${PROPTEST_CASES:-4}
+# proptest would write regression files outside the crate: Miri's isolation refuses that.
+export MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-disable-isolation"
+# A target dir of its own, so that Miri's builds never invalidate the main one.
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/miri-build}
+cargo +nightly miri test -q -p rmr-api --lib
+cargo +nightly miri test -q -p multirail --lib planner
+cargo +nightly miri test -q -p backend-tcp --lib wire
