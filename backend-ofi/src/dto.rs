@@ -487,15 +487,7 @@ impl EpShared {
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion {
-            ep: self.id,
-            cookie: Cookie(cookie),
-            op,
-            status,
-            bytes,
-            imm: None,
-            solicited: false,
-        }
+        DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
     }
 
     /// Completes everything still recorded with `Flushed` (the endpoint ended).

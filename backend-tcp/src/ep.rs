@@ -364,15 +364,7 @@ impl EpShared {
     }
 
     pub(crate) fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion {
-            ep: self.id,
-            cookie: Cookie(cookie),
-            op,
-            status,
-            bytes,
-            imm: None,
-            solicited: false,
-        }
+        DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
     }
 
     /// Makes the connection live: the stream goes non-blocking, the EP

@@ -398,15 +398,7 @@ impl Core {
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion {
-            ep: self.id,
-            cookie: Cookie(cookie),
-            op,
-            status,
-            bytes,
-            imm: None,
-            solicited: false,
-        }
+        DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
     }
 
     /// Wakes rail `r`'s thread: a poke for a software EVD (seen by no one

@@ -25,6 +25,12 @@ pub struct DtoCompletion {
 }
 
 impl DtoCompletion {
+    /// A completion with no immediate data and not solicited (what most
+    /// completions a backend makes are).
+    pub fn new(ep: EpId, cookie: Cookie, op: DtoOp, status: Status, bytes: u64) -> Self {
+        DtoCompletion { ep, cookie, op, status, bytes, imm: None, solicited: false }
+    }
+
     /// `Ok(())` for success, otherwise the matching [`crate::Error`].
     ///
     /// # Errors

@@ -282,15 +282,7 @@ impl Core {
     }
 
     fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
-        DtoCompletion {
-            ep: self.id,
-            cookie: Cookie(cookie),
-            op,
-            status,
-            bytes,
-            imm: None,
-            solicited: false,
-        }
+        DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
     }
 
     fn post_ring(&self, st: &mut St) -> Result<()> {
