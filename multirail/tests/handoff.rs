@@ -29,7 +29,7 @@ fn write_1m(p: &Pair, seed: u64, cookie: u64) {
     let local = Buf::new(&p.pz_a, 1 << 20, RW, 0);
     let remote = Buf::new(&p.pz_b, 1 << 20, RW, 0);
     local.mem.write(0, &pattern(seed, 1 << 20)).unwrap();
-    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(cookie), DtoFlags::empty())
+    p.a.post_rdma_write(&[local.sge()], remote.ctx().at(0), Cookie(cookie), DtoFlags::empty())
         .unwrap();
     expect_ok(&p.evd_a, cookie);
     assert_eq!(remote.bytes(), local.bytes(), "the 1 MiB write landed whole");
@@ -54,7 +54,7 @@ fn writes_then_notify_never_wake_a_rail_thread() {
         p.b.post_recv(&[rbuf.sge()], Cookie(round), DtoFlags::empty()).unwrap();
         for i in 0..N {
             let l = local.part(i * W, W);
-            p.a.post_rdma_write(&[l], (remote.ctx()).at(i * W), Cookie(0), DtoFlags::SUPPRESS)
+            p.a.post_rdma_write(&[l], remote.ctx().at(i * W), Cookie(0), DtoFlags::SUPPRESS)
                 .unwrap();
         }
         sbuf.mem.write(0, &round.to_le_bytes()).unwrap();
@@ -71,7 +71,7 @@ fn writes_then_notify_never_wake_a_rail_thread() {
     // caller; the rails' threads are idle.
     p.a.post_rdma_write(
         &[local.part(0, 64 << 10)],
-        (remote.ctx()).at(0),
+        remote.ctx().at(0),
         Cookie(6),
         DtoFlags::empty(),
     )
@@ -80,8 +80,7 @@ fn writes_then_notify_never_wake_a_rail_thread() {
     assert_eq!(handed_off(&p), 0, "a 64 KiB write's stripes went through the rail threads");
     // A 1 MiB write's stripes (2 x 512 KiB) go to the rail threads, which
     // copy them into both rails at once.
-    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(7), DtoFlags::empty())
-        .unwrap();
+    p.a.post_rdma_write(&[local.sge()], remote.ctx().at(0), Cookie(7), DtoFlags::empty()).unwrap();
     expect_ok(&p.evd_a, 7);
     assert!(handed_off(&p) >= 2, "the stripes were not handed to the rail threads");
 }

@@ -81,12 +81,11 @@ fn run(engine: &str) {
     let sbuf = Buf::new(&p.pz_a, 16 * 256, RW, 0);
 
     // The rails learn where a probe may go.
-    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(1), DtoFlags::SUPPRESS)
-        .unwrap();
+    p.a.post_rdma_write(&[local.sge()], remote.ctx().at(0), Cookie(1), DtoFlags::SUPPRESS).unwrap();
 
     // 1. Implied by a later signalled DTO (a 64-byte write: whole, one rail).
     silent_sends(&p, &rbuf, &sbuf, 0, 100);
-    p.a.post_rdma_write(&[local.part(0, 64)], (remote.ctx()).at(0), Cookie(2), DtoFlags::empty())
+    p.a.post_rdma_write(&[local.part(0, 64)], remote.ctx().at(0), Cookie(2), DtoFlags::empty())
         .unwrap();
     assert_eq!(expect_ok(&p.evd_a, 2).op, DtoOp::RdmaWrite);
     receive_in_order(&p, &rbuf, 0, 100);
@@ -95,8 +94,7 @@ fn run(engine: &str) {
     // 2. Held behind: a striped 1 MiB write completes on both rails while
     //    silent sends wait ahead of it; it must still be reported.
     silent_sends(&p, &rbuf, &sbuf, 100, 50);
-    p.a.post_rdma_write(&[local.sge()], (remote.ctx()).at(0), Cookie(3), DtoFlags::empty())
-        .unwrap();
+    p.a.post_rdma_write(&[local.sge()], remote.ctx().at(0), Cookie(3), DtoFlags::empty()).unwrap();
     expect_ok(&p.evd_a, 3);
     receive_in_order(&p, &rbuf, 100, 50);
     assert_eq!(remote.bytes(), local.bytes());
@@ -106,7 +104,7 @@ fn run(engine: &str) {
     //    rail to report, probes make them.
     silent_sends(&p, &rbuf, &sbuf, 150, 40);
     let got = Buf::new(&p.pz_a, 4096, RW, 0);
-    p.a.post_rdma_read(&[got.sge()], (remote.ctx()).at(4096), Cookie(4), DtoFlags::BARRIER_FENCE)
+    p.a.post_rdma_read(&[got.sge()], remote.ctx().at(4096), Cookie(4), DtoFlags::BARRIER_FENCE)
         .unwrap();
     expect_ok(&p.evd_a, 4);
     assert_eq!(got.bytes(), local.bytes()[4096..8192].to_vec());
@@ -120,14 +118,14 @@ fn run(engine: &str) {
     for i in 0..100u64 {
         p.a.post_rdma_write(
             &[small.part(i * 64, 64)],
-            (remote.ctx()).at(65536 + i * 64),
+            remote.ctx().at(65536 + i * 64),
             Cookie(1 << 41 | i),
             DtoFlags::SUPPRESS,
         )
         .unwrap();
     }
     let back = Buf::new(&p.pz_a, 64 * 100, RW, 0);
-    p.a.post_rdma_read(&[back.sge()], (remote.ctx()).at(65536), Cookie(6), DtoFlags::BARRIER_FENCE)
+    p.a.post_rdma_read(&[back.sge()], remote.ctx().at(65536), Cookie(6), DtoFlags::BARRIER_FENCE)
         .unwrap();
     expect_ok(&p.evd_a, 6);
     assert_eq!(back.bytes(), small.bytes(), "a fenced read missed a silent write");

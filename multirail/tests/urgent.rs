@@ -58,7 +58,7 @@ fn run(engine: &str) {
         for i in 0..N {
             p.a.post_rdma_write(
                 &[local.part(i * SZ, SZ)],
-                (remote.ctx()).at(i * SZ),
+                remote.ctx().at(i * SZ),
                 Cookie(100 + i),
                 DtoFlags::SUPPRESS,
             )

@@ -94,10 +94,11 @@ pub trait Evd: Send + Sync {
             let slice = deadline.map_or(Duration::from_millis(1), |d| {
                 d.saturating_duration_since(now).min(Duration::from_millis(1))
             });
-            if let Some(fd) = self.wait_fd() {
-                if self.arm() {
-                    let _ = crate::provider::io::poll_readable(fd, slice);
-                }
+            // An armed wait fd is slept on; one that cannot be armed (events
+            // or progress pending that `ready` does not see) falls back to
+            // the yield-then-nap loop below rather than spinning on `arm`.
+            if let Some(fd) = self.wait_fd().filter(|_| self.arm()) {
+                let _ = crate::provider::io::poll_readable(fd, slice);
                 continue;
             }
             if naps < 64 {

@@ -104,17 +104,10 @@ impl Listener {
     /// # Ok(()) }
     /// ```
     pub fn accept(&self, ep: &Arc<dyn Ep>, reply: &[u8], timeout: Duration) -> Result<Vec<u8>> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            // Only connection requests reach this EVD; anything else (an
-            // asynchronous error of the listener) is not for an EP.
-            if let crate::Event::ConnectionRequest(cr) = self.evd.wait(Some(left), 1)? {
-                let pd = cr.private_data().to_vec();
-                cr.accept(ep, reply)?;
-                return Ok(pd);
-            }
-        }
+        let cr = self.next_request(timeout)?;
+        let pd = cr.private_data().to_vec();
+        cr.accept(ep, reply)?;
+        Ok(pd)
     }
 
     /// Waits up to `timeout` for the next connection request and hands it
@@ -126,6 +119,8 @@ impl Listener {
         let deadline = std::time::Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // Only connection requests reach this EVD; anything else (an
+            // asynchronous error of the listener) is not for an EP.
             if let crate::Event::ConnectionRequest(cr) = self.evd.wait(Some(left), 1)? {
                 return Ok(cr);
             }

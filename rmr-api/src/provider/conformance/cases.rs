@@ -250,7 +250,7 @@ pub fn rdma_write_then_send_ordering(t: &Target) {
         p.b.post_recv(&[note.sge()], Cookie(round), F0).unwrap();
         p.a.post_rdma_write(
             &[src.sge()],
-            (target.ctx()).at(0),
+            target.ctx().at(0),
             Cookie(100 + round),
             DtoFlags::SUPPRESS,
         )
@@ -274,7 +274,7 @@ pub fn rdma_write_large_checksummed(t: &Target) {
     let src = Buf::new(&p.pz_a, len, RW, 0);
     let pat = pattern(42, len);
     src.mem.write(0, &pat).unwrap();
-    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(9), F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(9), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 9).bytes, len as u64);
     assert_eq!(checksum(&target.bytes()), checksum(&pat));
 }
@@ -288,8 +288,8 @@ pub fn rdma_read(t: &Target) {
     let remote = Buf::new(&p.pz_b, len, Access::REMOTE_READ, 0);
     remote.mem.write(0, &pattern(3, len)).unwrap();
     let local = Buf::new(&p.pz_a, len, RW, 0);
-    p.a.post_rdma_read(&[local.part(0, 1000)], (remote.ctx()).at(5000), Cookie(1), F0).unwrap();
-    p.a.post_rdma_read(&[local.sge()], (remote.ctx()).at(0), Cookie(2), F0).unwrap();
+    p.a.post_rdma_read(&[local.part(0, 1000)], remote.ctx().at(5000), Cookie(1), F0).unwrap();
+    p.a.post_rdma_read(&[local.sge()], remote.ctx().at(0), Cookie(2), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 1).op, DtoOp::RdmaRead);
     let c = expect_ok(&p.evd_a, 2);
     assert_eq!(c.bytes, len as u64);
@@ -304,7 +304,7 @@ pub fn rdma_write_gather(t: &Target) {
     src2.mem.write(0, &pattern(2, 100)).unwrap();
     let target = Buf::new(&p.pz_b, 1000, RW, 0xff);
     let segs = [src.part(200, 100), src2.sge(), src.part(0, 50)];
-    p.a.post_rdma_write(&segs, (target.ctx()).at(10), Cookie(1), F0).unwrap();
+    p.a.post_rdma_write(&segs, target.ctx().at(10), Cookie(1), F0).unwrap();
     assert_eq!(expect_ok(&p.evd_a, 1).bytes, 250);
     let mut want = vec![0xff; 1000];
     want[10..110].copy_from_slice(&pattern(1, 300)[200..300]);
@@ -324,7 +324,7 @@ pub fn rdma_read_scatter(t: &Target) {
     let l2 = Buf::new(&p.pz_a, 300, RW, 0);
     p.a.post_rdma_read(
         &[l1.sge(), l2.part(0, 50), l2.part(250, 50)],
-        (remote.ctx()).at(100),
+        remote.ctx().at(100),
         Cookie(1),
         F0,
     )
@@ -383,13 +383,13 @@ pub fn suppress_no_event_but_implied(t: &Target) {
     for i in 0..n {
         p.a.post_rdma_write(
             &[src.part(i * 4096, 4096)],
-            (target.ctx()).at(i * 4096),
+            target.ctx().at(i * 4096),
             Cookie(i),
             DtoFlags::SUPPRESS,
         )
         .unwrap();
     }
-    p.a.post_rdma_write(&[src.part(n * 4096, 4096)], (target.ctx()).at(n * 4096), Cookie(99), F0)
+    p.a.post_rdma_write(&[src.part(n * 4096, 4096)], target.ctx().at(n * 4096), Cookie(99), F0)
         .unwrap();
     let c = expect_ok(&p.evd_a, 99);
     assert_eq!(c.op, DtoOp::RdmaWrite);
@@ -403,7 +403,7 @@ pub fn suppressed_error_still_reported(t: &Target) {
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, 64, Access::REMOTE_READ, 3);
     let src = Buf::new(&p.pz_a, 64, RW, 4);
-    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(7), DtoFlags::SUPPRESS).unwrap();
+    p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(7), DtoFlags::SUPPRESS).unwrap();
     expect_remote_fault(&p, 7, &target, &[3; 64]);
 }
 
@@ -415,8 +415,8 @@ pub fn barrier_fence_orders_read_before_write(t: &Target) {
     let remote = Buf::new(&p.pz_b, 8, RW, 0xAA);
     let got = Buf::new(&p.pz_a, 8, RW, 0);
     let newv = Buf::new(&p.pz_a, 8, RW, 0xBB);
-    p.a.post_rdma_read(&[got.sge()], (remote.ctx()).at(0), Cookie(1), F0).unwrap();
-    p.a.post_rdma_write(&[newv.sge()], (remote.ctx()).at(0), Cookie(2), DtoFlags::BARRIER_FENCE)
+    p.a.post_rdma_read(&[got.sge()], remote.ctx().at(0), Cookie(1), F0).unwrap();
+    p.a.post_rdma_write(&[newv.sge()], remote.ctx().at(0), Cookie(2), DtoFlags::BARRIER_FENCE)
         .unwrap();
     expect_ok(&p.evd_a, 1);
     expect_ok(&p.evd_a, 2);
@@ -433,7 +433,7 @@ pub fn write_with_immediate(t: &Target) {
     let src = Buf::new(&p.pz_a, 1000, RW, 0x77);
     let dummy = Buf::new(&p.pz_b, 8, RW, 0);
     p.b.post_recv(&[dummy.sge()], Cookie(1), F0).unwrap();
-    p.a.post_rdma_write_imm(&[src.sge()], (target.ctx()).at(96), 0xC0FFEE, Cookie(2), F0).unwrap();
+    p.a.post_rdma_write_imm(&[src.sge()], target.ctx().at(96), 0xC0FFEE, Cookie(2), F0).unwrap();
     let c = expect_ok(&p.evd_b, 1);
     assert_eq!(c.op, DtoOp::RecvWriteImm);
     assert_eq!(c.imm, Some(0xC0FFEE));
@@ -466,7 +466,7 @@ pub fn fetch_add_racing_initiators(t: &Target) {
         let res = Buf::new(&p.pz_a, 8, RW, 0);
         let mut olds = Vec::new();
         for i in 0..n {
-            ep.post_fetch_add(res.sge(), (word.ctx()).at(8), 1, Cookie(i), F0).unwrap();
+            ep.post_fetch_add(res.sge(), word.ctx().at(8), 1, Cookie(i), F0).unwrap();
             let c = expect_ok(evd, i);
             assert_eq!(c.op, DtoOp::FetchAdd);
             let old = u64::from_le_bytes(res.bytes().try_into().unwrap());
@@ -503,7 +503,7 @@ pub fn cmp_swap_racing_initiators(t: &Target) {
         while wins < k {
             ep.post_cmp_swap(
                 res.sge(),
-                (word.ctx()).at(0),
+                word.ctx().at(0),
                 CompareSwap { compare: guess, swap: guess + 1 },
                 Cookie(cookie),
                 F0,
@@ -535,7 +535,7 @@ pub fn atomic_misaligned_is_rejected(t: &Target) {
     }
     let word = Buf::new(&p.pz_b, 16, RW, 9);
     let res = Buf::new(&p.pz_a, 8, RW, 0);
-    match p.a.post_fetch_add(res.sge(), (word.ctx()).at(3), 1, Cookie(1), F0) {
+    match p.a.post_fetch_add(res.sge(), word.ctx().at(3), 1, Cookie(1), F0) {
         Err(_) => {}
         Ok(()) => {
             let c = next_dto(&p.evd_a);
@@ -575,9 +575,9 @@ pub fn out_of_bounds_local_rejected_at_post(t: &Target) {
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, 4096, RW, 0);
     let src = Buf::new(&p.pz_a, 100, RW, 0);
-    let r = p.a.post_rdma_write(&[src.part(50, 51)], (target.ctx()).at(0), Cookie(1), F0);
+    let r = p.a.post_rdma_write(&[src.part(50, 51)], target.ctx().at(0), Cookie(1), F0);
     assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
-    let r = p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(4000), Cookie(1), F0);
+    let r = p.a.post_rdma_write(&[src.sge()], target.ctx().at(4000), Cookie(1), F0);
     assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
     let r = p.a.post_recv(&[src.part(0, 101)], Cookie(1), F0);
     assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{r:?}");
@@ -588,7 +588,7 @@ pub fn missing_remote_write_right(t: &Target) {
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, 512, Access::REMOTE_READ | Access::LOCAL_WRITE, 0x21);
     let src = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(1), F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x21; 512]);
 }
 
@@ -599,7 +599,7 @@ pub fn read_of_write_only_region(t: &Target) {
     }
     let target = Buf::new(&p.pz_b, 512, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x21);
     let dst = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_read(&[dst.sge()], (target.ctx()).at(0), Cookie(1), F0).unwrap();
+    p.a.post_rdma_read(&[dst.sge()], target.ctx().at(0), Cookie(1), F0).unwrap();
     let c = next_dto(&p.evd_a);
     assert!(!c.status.is_ok(), "read of a write-only region succeeded");
     assert_eq!(dst.bytes(), vec![0x99; 512], "refused read still delivered data");
@@ -610,7 +610,7 @@ pub fn lmr_of_another_pz(t: &Target) {
     let other_pz = p.ia_b.create_pz().unwrap();
     let target = Buf::new(&other_pz, 512, RW, 0x21);
     let src = Buf::new(&p.pz_a, 512, RW, 0x99);
-    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(1), F0).unwrap();
+    p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(1), F0).unwrap();
     expect_remote_fault(&p, 1, &target, &[0x21; 512]);
 }
 
@@ -630,7 +630,7 @@ pub fn local_lmr_of_another_pz_rejected(t: &Target) {
     let other = p.ia_a.create_pz().unwrap();
     let src = Buf::new(&other, 64, RW, 0);
     let target = Buf::new(&p.pz_b, 64, RW, 0);
-    let r = p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(1), F0);
+    let r = p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(1), F0);
     assert!(matches!(r, Err(Error::Protection(_))), "{r:?}");
     let r = p.a.post_recv(&[src.sge()], Cookie(1), F0);
     assert!(matches!(r, Err(Error::Protection(_))), "{r:?}");
@@ -812,7 +812,7 @@ pub fn window_backpressure_is_a_value(t: &Target) {
     for i in 0..posts {
         match p.a.post_rdma_write(
             &[src.part(i % 512 * 8, 8)],
-            (target.ctx()).at(i % 512 * 8),
+            target.ctx().at(i % 512 * 8),
             Cookie(i),
             DtoFlags::SUPPRESS,
         ) {
@@ -824,13 +824,12 @@ pub fn window_backpressure_is_a_value(t: &Target) {
             Err(e) => panic!("unexpected error under load: {e}"),
         }
     }
-    p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(u64::MAX), F0).unwrap_or_else(
+    p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(u64::MAX), F0).unwrap_or_else(
         |_| {
             // Still full: drain by waiting until a retry succeeds.
             let start = Instant::now();
             loop {
-                match p.a.post_rdma_write(&[src.sge()], (target.ctx()).at(0), Cookie(u64::MAX), F0)
-                {
+                match p.a.post_rdma_write(&[src.sge()], target.ctx().at(0), Cookie(u64::MAX), F0) {
                     Ok(()) => break,
                     Err(Error::QueueFull) if start.elapsed() < WAIT => {
                         std::thread::sleep(Duration::from_millis(1))
