@@ -110,8 +110,6 @@ fn launch(n: usize) -> String {
 
 /// One process of a job: join, compute, check, report (rank 0).
 fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
-    backend_tcp::register();
-    multirail::register();
     let g = Grid { rows: a.rows, cols: heat::COLS };
     let cfg = DsmConfig {
         spec: a.spec.clone(),

@@ -6,14 +6,14 @@
 //! cargo run --release -p rmr-examples --example pingpong -- client tcp:127.0.0.1 127.0.0.1:7472
 //! ```
 
-use rmr_api::Cookie;
-use rmr_api::{Access, DtoFlags, Ep, Evd, Lmr, MemRegion, Result, Sge};
-use rmr_examples::{accept, register_backends, split_addr, wait_dto};
+use rmr::{Access, Cookie, DtoFlags, Ep, EpEvds, Evd, Lmr, MemRegion, Result, Sge};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const SIZES: [u64; 5] = [8, 64, 512, 4096, 65536];
 const ITERS: u64 = 2000;
+/// Bound on every wait: a peer that vanishes ends the run with an error.
+const WAIT: Duration = Duration::from_secs(60);
 
 /// One side of the exchange: `first` sends first, the other echoes.
 fn exchange(ep: &Arc<dyn Ep>, evd: &Arc<dyn Evd>, lmr: &Arc<dyn Lmr>, first: bool) -> Result<()> {
@@ -29,9 +29,9 @@ fn exchange(ep: &Arc<dyn Ep>, evd: &Arc<dyn Evd>, lmr: &Arc<dyn Lmr>, first: boo
             ep.post_recv(&recv, Cookie(i), DtoFlags::empty())?;
             if first {
                 ep.post_send(&send, Cookie(i), DtoFlags::SUPPRESS)?;
-                wait_dto(evd)?;
+                evd.wait_dto(WAIT)?;
             } else {
-                wait_dto(evd)?;
+                evd.wait_dto(WAIT)?;
                 ep.post_send(&send, Cookie(i), DtoFlags::SUPPRESS)?;
             }
         }
@@ -43,10 +43,10 @@ fn exchange(ep: &Arc<dyn Ep>, evd: &Arc<dyn Evd>, lmr: &Arc<dyn Lmr>, first: boo
     Ok(())
 }
 
-type Side = (Arc<dyn rmr_api::Ia>, Arc<dyn rmr_api::Pz>, Arc<dyn Evd>, Arc<dyn Lmr>);
+type Side = (Arc<dyn rmr::Ia>, Arc<dyn rmr::Pz>, Arc<dyn Evd>, Arc<dyn Lmr>);
 
 fn setup(spec: &str) -> Result<Side> {
-    let ia = rmr_api::open(spec)?;
+    let ia = rmr::open(spec)?;
     let (pz, evd) = (ia.create_pz()?, ia.create_evd()?);
     let mem = MemRegion::new(2 * 65536);
     let lmr = pz.register_all(&mem, Access::LOCAL_WRITE)?;
@@ -55,29 +55,29 @@ fn setup(spec: &str) -> Result<Side> {
 
 fn server(spec: &str, service: u16, ready: Option<std::sync::mpsc::Sender<u16>>) -> Result<()> {
     let (ia, pz, evd, lmr) = setup(spec)?;
-    let psp_evd = ia.create_evd()?;
-    let psp = ia.create_psp(service, &psp_evd)?;
-    println!("server: listening on {}:{}", psp.address(), psp.service());
+    let listener = ia.listen(service)?;
+    println!("server: listening on {}:{}", listener.address(), listener.service());
     if let Some(tx) = ready {
-        let _ = tx.send(psp.service());
+        let _ = tx.send(listener.service());
     }
-    let (ep, _) = accept(&ia, &pz, &psp_evd, &evd, b"")?;
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
+    listener.accept(&ep, b"", WAIT)?;
     exchange(&ep, &evd, &lmr, false)?;
-    std::thread::sleep(Duration::from_millis(100));
-    Ok(())
+    // Stay until the client closes: by then it has every echo.
+    evd.wait_closed(WAIT)
 }
 
 fn client(spec: &str, host: &str, port: u16) -> Result<()> {
     let (ia, pz, evd, lmr) = setup(spec)?;
-    let ep = ia.create_ep(&pz, &rmr_api::EpEvds::single(&evd))?;
-    ep.connect(host, port, b"", Duration::from_secs(10))?;
-    // The connection event comes first on the shared EVD; wait_dto skips it.
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
+    ep.connect_with_retry(host, port, b"", Duration::from_secs(10))?;
+    // The connection event comes first on the shared EVD; wait_dto passes it over.
     println!("ping-pong over {spec}, {ITERS} iterations per size");
-    exchange(&ep, &evd, &lmr, true)
+    exchange(&ep, &evd, &lmr, true)?;
+    ep.close()
 }
 
 fn main() -> Result<()> {
-    register_backends();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let spec = args.get(1).cloned().unwrap_or_else(|| "tcp:127.0.0.1".into());
     match args.first().map(String::as_str) {
@@ -85,8 +85,9 @@ fn main() -> Result<()> {
             server(&spec, args.get(2).map_or(7472, |p| p.parse().expect("port")), None)
         }
         Some("client") => {
-            let (h, p) = split_addr(args.get(2).map_or("127.0.0.1:7472", String::as_str));
-            client(&spec, &h, p)
+            let to = args.get(2).map_or("127.0.0.1:7472", String::as_str);
+            let (h, p) = to.rsplit_once(':').expect("HOST:PORT");
+            client(&spec, h, p.parse().expect("port number"))
         }
         None | Some("local") => {
             let (tx, rx) = std::sync::mpsc::channel();

@@ -9,13 +9,13 @@
 //! The server hands its region's RMR context to the client in the
 //! connection's private data: no extra round trip.
 
-use rmr_api::Cookie;
-use rmr_api::{Access, DtoFlags, MemRegion, Result, RmrContext, Sge};
-use rmr_examples::{accept, register_backends, split_addr, wait_dto};
+use rmr::{Access, Cookie, DtoFlags, EpEvds, MemRegion, Result, RmrContext, Sge};
 use std::time::{Duration, Instant};
 
 const LEN: usize = 64 << 20;
 const ROUNDS: u64 = 8;
+/// Bound on every wait: a peer that vanishes ends the run with an error.
+const WAIT: Duration = Duration::from_secs(60);
 
 fn checksum(b: &[u8]) -> u64 {
     b.iter()
@@ -27,21 +27,22 @@ fn fill(round: u64) -> Vec<u8> {
 }
 
 fn server(spec: &str, service: u16, ready: Option<std::sync::mpsc::Sender<u16>>) -> Result<()> {
-    let ia = rmr_api::open(spec)?;
-    let (pz, evd, psp_evd) = (ia.create_pz()?, ia.create_evd()?, ia.create_evd()?);
+    let ia = rmr::open(spec)?;
+    let (pz, evd) = (ia.create_pz()?, ia.create_evd()?);
     let target = MemRegion::new(LEN);
     let lmr = pz.register_all(&target, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
     let note = MemRegion::new(16);
     let note_lmr = pz.register_all(&note, Access::LOCAL_WRITE)?;
-    let psp = ia.create_psp(service, &psp_evd)?;
-    println!("server: listening on {}:{}", psp.address(), psp.service());
+    let listener = ia.listen(service)?;
+    println!("server: listening on {}:{}", listener.address(), listener.service());
     if let Some(tx) = ready {
-        let _ = tx.send(psp.service());
+        let _ = tx.send(listener.service());
     }
-    let (ep, _) = accept(&ia, &pz, &psp_evd, &evd, &lmr.rmr_context().to_bytes())?;
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
+    listener.accept(&ep, &lmr.rmr_context().to_bytes(), WAIT)?;
     for round in 0..ROUNDS {
         ep.post_recv(&[Sge::whole(&*note_lmr)], Cookie(round), DtoFlags::empty())?;
-        wait_dto(&evd)?;
+        evd.wait_dto(WAIT)?;
         let want = note.load_u64(0)?;
         let mut got = vec![0u8; LEN];
         target.read(0, &mut got)?;
@@ -53,18 +54,18 @@ fn server(spec: &str, service: u16, ready: Option<std::sync::mpsc::Sender<u16>>)
         note.store_u64(8, ok as u64)?;
         ep.post_send(&[Sge::new(&*note_lmr, 8, 8)], Cookie(round), DtoFlags::SUPPRESS)?;
         if !ok {
-            return Err(rmr_api::Error::Protocol("checksum mismatch".into()));
+            return Err(rmr::Error::Protocol("checksum mismatch".into()));
         }
     }
-    std::thread::sleep(Duration::from_millis(100));
-    Ok(())
+    // Stay until the client closes: by then it has every verdict.
+    evd.wait_closed(WAIT)
 }
 
 fn client(spec: &str, remote: &str, service: u16) -> Result<()> {
-    let ia = rmr_api::open(spec)?;
+    let ia = rmr::open(spec)?;
     let (pz, evd) = (ia.create_pz()?, ia.create_evd()?);
-    let ep = ia.create_ep(&pz, &rmr_api::EpEvds::single(&evd))?;
-    let pd = ep.connect(remote, service, b"", Duration::from_secs(10))?;
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
+    let pd = ep.connect_with_retry(remote, service, b"", Duration::from_secs(10))?;
     let ctx = RmrContext::from_bytes(&pd)?;
     let src = MemRegion::new(LEN);
     let src_lmr = pz.register_all(&src, Access::empty())?;
@@ -80,20 +81,19 @@ fn client(spec: &str, remote: &str, service: u16) -> Result<()> {
         // The write needs no completion: the send after it is ordered behind it.
         ep.post_rdma_write(&[Sge::whole(&*src_lmr)], ctx.at(0), Cookie(round), DtoFlags::SUPPRESS)?;
         ep.post_send(&[Sge::new(&*note_lmr, 0, 8)], Cookie(round), DtoFlags::SUPPRESS)?;
-        wait_dto(&evd)?; // the server's verdict
+        evd.wait_dto(WAIT)?; // the server's verdict
         secs += t.elapsed().as_secs_f64();
         if note.load_u64(8)? != 1 {
-            return Err(rmr_api::Error::Protocol("server saw corrupted data".into()));
+            return Err(rmr::Error::Protocol("server saw corrupted data".into()));
         }
     }
     let mb = (LEN as f64 * ROUNDS as f64) / secs / 1e6;
     println!("client: {ROUNDS} x {} MiB RDMA writes verified, {mb:.0} MB/s", LEN >> 20);
-    ep.disconnect()?;
+    ep.close()?;
     Ok(())
 }
 
 fn main() -> Result<()> {
-    register_backends();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("server") => {
@@ -102,8 +102,9 @@ fn main() -> Result<()> {
         }
         Some("client") => {
             let spec = args.get(1).map_or("tcp:127.0.0.1", String::as_str);
-            let (host, port) = split_addr(args.get(2).map_or("127.0.0.1:7471", String::as_str));
-            client(spec, &host, port)
+            let to = args.get(2).map_or("127.0.0.1:7471", String::as_str);
+            let (host, port) = to.rsplit_once(':').expect("HOST:PORT");
+            client(spec, host, port.parse().expect("port number"))
         }
         None | Some("local") => {
             let spec = args.get(1).cloned().unwrap_or_else(|| "tcp:127.0.0.1".into());

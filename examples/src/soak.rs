@@ -10,8 +10,8 @@
 //! slot back and checks it. A round that never completes is "lost". The
 //! process's RSS is sampled throughout: after the warm-up it must stay flat.
 
-use rmr_api::Cookie;
-use rmr_api::{Access, DtoFlags, EpEvds, Error, Event, Ia, MemRegion, Result, RmrContext, Sge};
+use rmr::Cookie;
+use rmr::{Access, DtoFlags, EpEvds, Error, Event, Ia, MemRegion, Result, RmrContext, Sge};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -208,7 +208,7 @@ fn server(
             Err(e) => return Err(e),
         };
         let Event::Dto(c) = ev else { continue };
-        if c.status == rmr_api::Status::Flushed {
+        if c.status == rmr::Status::Flushed {
             // The client finished and disconnected; a round it still
             // waited for would show up there as lost.
             continue;
@@ -358,7 +358,7 @@ fn client(
         let (e, x) = split(c.cookie.0);
         let running = t0.elapsed().as_secs_f64() < cfg.secs;
         let (s, i) = match c.op {
-            rmr_api::DtoOp::Recv => {
+            rmr::DtoOp::Recv => {
                 let [kind, slot, len, ok] = get_msg(&msgs, msg_at(e, x) + MSG)?;
                 eps[e].post_recv(
                     &[Sge::new(&*ml, msg_at(e, x) + MSG, MSG)],
@@ -390,7 +390,7 @@ fn client(
                 }
                 (s, i)
             }
-            rmr_api::DtoOp::RdmaRead => {
+            rmr::DtoOp::RdmaRead => {
                 let i = e * cfg.window + x;
                 let got = back.to_vec(slot_at(e, x), state[i].1 as usize)?;
                 rep.bytes_verified += state[i].1;
@@ -421,8 +421,6 @@ fn client(
 /// # Errors
 /// A failed DTO, a lost round (no progress for 60 s), or setup failures.
 pub fn run(cfg: &SoakConfig) -> Result<SoakResult> {
-    backend_tcp::register();
-    multirail::register();
     let t0 = Instant::now();
     let rss_max = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let rss_start = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -431,7 +429,7 @@ pub fn run(cfg: &SoakConfig) -> Result<SoakResult> {
     let mut handles = Vec::new();
     for t in &cfg.transports {
         let (sa, sb) = specs(t)?;
-        let (ia_a, ia_b) = (rmr_api::open(&sa)?, rmr_api::open(&sb)?);
+        let (ia_a, ia_b) = (rmr::open(&sa)?, rmr::open(&sb)?);
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let (c2, s2) = (cfg.clone(), stop.clone());

@@ -21,7 +21,6 @@ fn member() {
     if std::env::var_os(ROLE).is_none() {
         return;
     }
-    backend_tcp::register();
     let g = Grid { rows: ROWS, cols: heat::COLS };
     let cfg = DsmConfig {
         spec: "tcp:127.0.0.1".into(),

@@ -113,3 +113,53 @@ pub trait Evd: Send + Sync {
     /// Downcasting support for backends.
     fn as_any(&self) -> &dyn Any;
 }
+
+impl dyn Evd {
+    /// Waits up to `timeout` for the next DTO completion and returns it
+    /// when it succeeded: the wait a simple program makes after each post.
+    /// Connection events that say nothing about the DTOs ([`Event::Established`],
+    /// software events, asynchronous notices) are passed over; a connection
+    /// that ends first is an error, so the wait never outlives its endpoint.
+    ///
+    /// # Errors
+    /// [`crate::Error::Timeout`]; [`crate::Error::Dto`] for a failed
+    /// completion; [`crate::Error::Broken`] or [`crate::Error::NotConnected`]
+    /// when a [`Event::Broken`] or [`Event::Disconnected`] comes first.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(evd: &std::sync::Arc<dyn rmr_api::Evd>) -> rmr_api::Result<()> {
+    /// let c = evd.wait_dto(std::time::Duration::from_secs(5))?;
+    /// println!("{:?} of {} bytes done (cookie {})", c.op, c.bytes, c.cookie);
+    /// # Ok(()) }
+    /// ```
+    pub fn wait_dto(&self, timeout: Duration) -> Result<crate::DtoCompletion> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.wait(Some(left), 1)? {
+                Event::Dto(c) => return c.result().map(|()| c),
+                Event::Broken { reason, .. } => return Err(crate::Error::Broken(reason)),
+                Event::Disconnected { .. } => return Err(crate::Error::NotConnected),
+                _ => {}
+            }
+        }
+    }
+
+    /// Waits up to `timeout` until an endpoint reporting here is
+    /// disconnected or broken, passing over every other event: how a
+    /// server stays until its client has closed (by then the client holds
+    /// everything the server sent).
+    ///
+    /// # Errors
+    /// [`crate::Error::Timeout`].
+    pub fn wait_closed(&self, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Event::Disconnected { .. } | Event::Broken { .. } = self.wait(Some(left), 1)? {
+                return Ok(());
+            }
+        }
+    }
+}

@@ -4,8 +4,8 @@
 //! own completion, keeping others' completions for their waiters.
 
 use super::{DsmError, Result};
-use rmr_api::{DtoCompletion, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext};
-use rmr_boot::Bootstrap;
+use rmr::boot::Bootstrap;
+use rmr::{DtoCompletion, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -100,10 +100,7 @@ impl Mesh {
     }
 
     /// Posts one DTO with `post(cookie)` and waits for its completion.
-    pub(crate) fn run(
-        &self,
-        post: impl FnOnce(u64) -> rmr_api::Result<()>,
-    ) -> Result<DtoCompletion> {
+    pub(crate) fn run(&self, post: impl FnOnce(u64) -> rmr::Result<()>) -> Result<DtoCompletion> {
         let mut g = self.done.lock().unwrap_or_else(|e| e.into_inner());
         let cookie = g.0;
         g.0 += 1;

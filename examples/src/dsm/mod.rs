@@ -35,13 +35,13 @@ pub const PAGE: usize = 4096;
 pub enum DsmError {
     /// A transport error.
     #[error("rmr: {0}")]
-    Rmr(#[from] rmr_api::Error),
+    Rmr(#[from] rmr::Error),
     /// The bootstrap failed.
     #[error("bootstrap: {0}")]
-    Boot(#[from] rmr_boot::Error),
+    Boot(#[from] rmr::boot::Error),
     /// The barrier failed.
     #[error("barrier: {0}")]
-    Barrier(#[from] rmr_coll::Error),
+    Barrier(#[from] rmr::coll::Error),
     /// An address outside the shared region.
     #[error("address {addr}+{len} is outside the {size}-byte shared region")]
     OutOfRange {

@@ -2,10 +2,10 @@
 
 use super::mesh::Mesh;
 use super::{DsmError, PAGE, Result};
-use rmr_api::{Access, DtoFlags, Lmr, MemRegion, RmrContext, Sge};
-use rmr_api::{CompareSwap, Cookie};
-use rmr_boot::Bootstrap;
-use rmr_coll::{Barrier, BarrierConfig};
+use rmr::boot::Bootstrap;
+use rmr::coll::{Barrier, BarrierConfig};
+use rmr::{Access, DtoFlags, Lmr, MemRegion, RmrContext, Sge};
+use rmr::{CompareSwap, Cookie};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -85,7 +85,7 @@ impl Dsm {
     /// Bootstrap, connection and registration failures.
     pub fn join(cfg: &DsmConfig) -> Result<Dsm> {
         let boot = Bootstrap::from_env()?;
-        let ia = rmr_api::open(&cfg.spec)?;
+        let ia = rmr::open(&cfg.spec)?;
         let (me, n) = (boot.rank(), boot.size());
         let upages = cfg.bytes.div_ceil(PAGE).max(1);
         let region = (1 + upages) * PAGE;
@@ -489,7 +489,7 @@ impl Dsm {
     }
 
     /// The IA's attributes (provider, rails).
-    pub fn ia_attr(&self) -> rmr_api::IaAttr {
+    pub fn ia_attr(&self) -> rmr::IaAttr {
         self.mesh.ia.attr().clone()
     }
 }
