@@ -26,6 +26,9 @@ if [ "$FUZZ_SECS" != 0 ]; then
   # Unoptimised targets (debug assertions on): builds in ~3 min instead of ~5.
   FUZZ_PROFILE=${FUZZ_PROFILE:-dev} scripts/fuzz.sh "$FUZZ_SECS"
 fi
+# Every public item documented, every intra-doc link resolving (all backends' docs).
+step docs
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-coll/pmix,rmr/ofi,rmr/verbs,rmr/zipper
 # Miri over the pure modules (memory's raw-pointer accessors, planner, codec).
 step miri
 scripts/sanitize.sh
