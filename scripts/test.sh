@@ -29,8 +29,9 @@ fi
 # Every public item documented, every intra-doc link resolving (all backends' docs).
 step docs
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-coll/pmix,rmr/ofi,rmr/verbs,rmr/zipper
-# Miri over the pure modules (memory's raw-pointer accessors, planner, codec).
-step miri
+# Miri over the pure modules (memory's raw-pointer accessors, planner, codec),
+# ThreadSanitizer over the tcp and multirail conformance suites.
+step sanitizers
 scripts/sanitize.sh
 step tests
 cargo test --workspace --release --features rmr-coll/pmix 2>&1
