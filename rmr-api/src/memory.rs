@@ -1,5 +1,5 @@
-//! Registrable memory: a stable, page-aligned buffer that peers may read and
-//! write at any time through RDMA.
+//! Registrable memory: a stable buffer (the library's, page aligned, or the
+//! application's own) that peers may read and write at any time through RDMA.
 //!
 //! Because a peer may write into a region at any moment, a [`MemRegion`]
 //! never hands out a plain `&mut [u8]`. Use the copying accessors
@@ -281,6 +281,15 @@ impl MemRegion {
 
     /// The 8-byte aligned word at `off` as an atomic (the target of remote
     /// atomics and of RDMA-written flags that a process polls).
+    ///
+    /// Only for words every writer of which is atomic: this process through
+    /// this accessor, the transport's target-side atomics, or a NIC/kernel
+    /// placing a whole aligned word. A word that a peer's multi-byte RDMA
+    /// write may also cover, or that the NIC's remote atomics update while
+    /// this process updates it with CPU atomics, is not such a word: on
+    /// verbs, CPU and HCA atomics are not atomic with respect to each other
+    /// (`IBV_ATOMIC_HCA`), so update a remotely-atomic word only through DTO
+    /// atomics, on every process (its home included, through a loopback EP).
     ///
     /// # Errors
     /// [`Error::OutOfBounds`], or [`Error::InvalidArgument`] when `off` is not 8-byte aligned.

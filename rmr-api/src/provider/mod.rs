@@ -19,6 +19,8 @@
 //! minor versions faster than the application API at the crate root.
 
 mod checks;
+mod cpus;
+mod driver;
 pub mod io;
 mod soft_evd;
 
@@ -30,9 +32,9 @@ pub use crate::conformance_suite;
 
 pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{check_local_sges, completion_result};
-pub use soft_evd::{
-    Driver, Interest, Sink, SoftEvd, WaitOn, cpus_idle, doorbell_deferred, with_deferred_doorbell,
-};
+pub use cpus::cpus_idle;
+pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
+pub use soft_evd::{Sink, SoftEvd};
 
 /// A fresh process-unique id for protection zones and other objects.
 pub fn fresh_id() -> u64 {

@@ -1,0 +1,91 @@
+//! Whether a waiter may spin: the machine's runnable threads against its
+//! CPUs (a spinner on a crowded node steals the core its peer needs).
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Whether a spinning waiter would not take a CPU someone else needs: the
+/// kernel's count of runnable threads (`/proc/loadavg`, read at most every
+/// 10 ms) exceeds the machine's online CPUs by at most one (a spinner and
+/// its peer, plus one). Spinning on a busy machine delays the very peer
+/// whose answer the spinner waits for (on two cores with other work, a
+/// spinning ping-pong is several times slower than a blocking one), so
+/// then waiters block at once.
+///
+/// The count is machine-wide, so it is weighed against the machine's CPUs,
+/// not against the ones this process may use: two ranks pinned one per
+/// core are two runnable spinners on two CPUs, not a crowd on one.
+pub fn cpus_idle() -> bool {
+    runnable_excess() <= 1
+}
+
+/// Whether no thread waits for a CPU at all (runnable threads at most the
+/// machine's CPUs): only then may a spin outlast its base (see
+/// [`SoftEvd::spin_time`]). An oversubscribed node (ranks sharing cores)
+/// keeps short spins; a long one would hold the core a peer needs.
+pub(crate) fn cpus_spare() -> bool {
+    runnable_excess() == 0
+}
+
+/// Runnable threads beyond the machine's online CPUs (`/proc/loadavg`,
+/// read at most every 10 ms; 0 where it cannot be read), capped at 255.
+fn runnable_excess() -> u8 {
+    use std::sync::atomic::AtomicU8;
+    static CHECKED: AtomicU64 = AtomicU64::new(0);
+    static EXCESS: AtomicU8 = AtomicU8::new(0);
+    static CPUS: OnceLock<usize> = OnceLock::new();
+    let cpus = *CPUS.get_or_init(online_cpus);
+    // Waiters ask on every wait: the coarse clock (the kernel's last tick,
+    // read from the vDSO without the TSC) is plenty for a 10 ms period and
+    // costs a fraction of `Instant::now`, which a VM may make dear.
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::MonotonicCoarse);
+    let now = (t.tv_sec as u64).wrapping_mul(1000).wrapping_add(t.tv_nsec as u64 / 1_000_000) + 1;
+    let last = CHECKED.load(Ordering::Relaxed);
+    if now.saturating_sub(last) >= 10
+        && CHECKED.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        // "0.52 0.51 0.78 2/291 12345": the fourth field is runnable/total.
+        let running = std::fs::read_to_string("/proc/loadavg")
+            .ok()
+            .and_then(|l| l.split_whitespace().nth(3)?.split('/').next()?.parse::<usize>().ok());
+        let excess = running.map_or(0, |r| r.saturating_sub(cpus).min(255) as u8);
+        EXCESS.store(excess, Ordering::Relaxed);
+    }
+    EXCESS.load(Ordering::Relaxed)
+}
+
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
+/// that cannot be read, the CPUs this process may use.
+fn online_cpus() -> usize {
+    std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|l| count_cpu_list(&l))
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// The number of CPUs in a kernel CPU list such as "0-3,8,10-11".
+fn count_cpu_list(list: &str) -> Option<usize> {
+    list.trim().split(',').try_fold(0usize, |n, r| {
+        let (a, b) = r.split_once('-').unwrap_or((r, r));
+        let (a, b) = (a.parse::<usize>().ok()?, b.parse::<usize>().ok()?);
+        Some(n + b.checked_sub(a)? + 1)
+    })
+}
+
+#[cfg(all(test, not(miri)))] // /proc and /sys: not under Miri
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_counted_and_bad_ones_refused() {
+        assert_eq!(count_cpu_list("0-1\n"), Some(2));
+        assert_eq!(count_cpu_list("0-3,8,10-11"), Some(7));
+        assert_eq!(count_cpu_list("5"), Some(1));
+        assert_eq!(count_cpu_list("3-1"), None);
+        assert_eq!(count_cpu_list("x"), None);
+        // This machine's own list counts at least the CPUs this process may use.
+        let mine = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(online_cpus() >= mine);
+    }
+}
