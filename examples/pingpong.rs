@@ -74,7 +74,7 @@ fn client(spec: &str, host: &str, port: u16) -> Result<()> {
     // The connection event comes first on the shared EVD; wait_dto passes it over.
     println!("ping-pong over {spec}, {ITERS} iterations per size");
     exchange(&ep, &evd, &lmr, true)?;
-    ep.close()
+    ep.close(WAIT)
 }
 
 fn main() -> Result<()> {

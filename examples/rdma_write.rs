@@ -89,7 +89,7 @@ fn client(spec: &str, remote: &str, service: u16) -> Result<()> {
     }
     let mb = (LEN as f64 * ROUNDS as f64) / secs / 1e6;
     println!("client: {ROUNDS} x {} MiB RDMA writes verified, {mb:.0} MB/s", LEN >> 20);
-    ep.close()?;
+    ep.close(WAIT)?;
     Ok(())
 }
 

@@ -383,3 +383,12 @@ print("```text\n" + text(os.path.join(OUT, "dsm.txt")) + "\n```")
 print("\n## The demo on loopback\n")
 print("`./scripts/demo.sh` (both ends in one process on two loopback addresses; CPU-bound):\n")
 print("```text\n" + text(os.path.join(OUT, "demo.txt")) + "\n```")
+
+CHECKS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benches", "checks")
+checks = sorted(f for f in os.listdir(CHECKS) if f.endswith(".md") and f != "README.md") if os.path.isdir(CHECKS) else []
+if checks:
+    print("\n## Checks of changes: old build against new\n")
+    print("`scripts/bench-ab.sh OLD_REV ROUNDS`: the two builds interleaved on one shaped lab rail "
+          "(kept in benches/checks/).\n")
+    for f in checks:
+        print(open(os.path.join(CHECKS, f)).read().strip() + "\n")

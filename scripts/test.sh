@@ -33,6 +33,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-col
 # ThreadSanitizer over the tcp and multirail conformance suites.
 step sanitizers
 scripts/sanitize.sh
+# A fresh crate depending only on rmr runs the README's first program.
+step fresh crate
+scripts/fresh-crate.sh
 step tests
 cargo test --workspace --release --features rmr-coll/pmix 2>&1
 step done

@@ -1187,6 +1187,48 @@ impl Ep for TcpEp {
         self.atomic(Op::CmpSwap, result, remote, remote_offset, (compare, swap), cookie, flags)
     }
 
+    fn close(&self, timeout: Duration) -> Result<()> {
+        match self.sh.disconnect() {
+            Ok(()) | Err(Error::NotConnected) => {}
+            Err(e) => return Err(e),
+        }
+        // The disconnect frame follows every frame posted before it; the
+        // peer answers it once it has handled them all. Wait for that end,
+        // driving the socket meanwhile.
+        let deadline = Instant::now() + timeout;
+        let sh = &*self.sh;
+        sh.enter();
+        let r = loop {
+            if sh.ended.load(Ordering::Acquire) {
+                break Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break Err(Error::Timeout);
+            }
+            if !sh.drive() {
+                // Nothing moved: block on the socket (or until the
+                // backend's next timer) for at most a millisecond.
+                let w = sh.wait_on();
+                let until = [Some(deadline), w.deadline, Some(now + Duration::from_millis(1))];
+                let left = until.into_iter().flatten().min().unwrap_or(deadline) - now;
+                match w.fd {
+                    Some((fd, i)) => {
+                        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+                        let mut ev = PollFlags::empty();
+                        ev.set(PollFlags::IN, i.read);
+                        ev.set(PollFlags::OUT, i.write);
+                        let ts = Timespec { tv_sec: 0, tv_nsec: left.subsec_nanos() as i64 };
+                        let _ = poll(&mut [PollFd::new(&fd, ev)], Some(&ts));
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+        };
+        sh.leave();
+        r
+    }
+
     fn peer_address(&self) -> Option<String> {
         self.sh.peer.get().map(|p| p.ip().to_string())
     }

@@ -1927,6 +1927,47 @@ impl Ep for MrEp {
         Ok(())
     }
 
+    fn close(&self, timeout: Duration) -> Result<()> {
+        let c = &self.core;
+        let deadline = Instant::now() + timeout;
+        // First every DTO goes to its rail: a send deferred behind writes on
+        // other rails (the ordering rule) leaves once they completed, and a
+        // rail thread may still hold work handed to it.
+        let mut r = loop {
+            let handed = {
+                let st = c.lock();
+                if st.conn != EpState::Connected {
+                    break Ok(());
+                }
+                st.deferred.is_empty()
+            } && c.rails.iter().all(|r| r.pending.load(Ordering::Acquire) == 0);
+            if handed {
+                break Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Err(Error::Timeout);
+            }
+            if !c.poll_rails() {
+                c.await_rails(left.min(Duration::from_millis(1)));
+            }
+        };
+        {
+            let mut st = c.lock();
+            if st.conn == EpState::Connected {
+                st.conn = EpState::Disconnected;
+            }
+        }
+        // Then each rail ends in order behind what it carries.
+        for rail in &c.rails {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(e) = rail.ep.close(left) {
+                r = r.and(Err(e));
+            }
+        }
+        r
+    }
+
     fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
         let cookie = cookie.0;
         self.core.post(

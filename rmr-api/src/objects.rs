@@ -155,9 +155,24 @@ pub trait Pz: Send + Sync {
     /// Process-unique id of this zone.
     fn id(&self) -> u64;
     /// Registers `len` bytes of `region` starting at `offset` with `access`.
+    /// The LMR holds the region (an `Arc`), so its memory stays put while
+    /// the registration or any transfer on it lives.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`] for a range outside the region.
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(pz: std::sync::Arc<dyn rmr_api::Pz>) -> rmr_api::Result<()> {
+    /// use rmr_api::{Access, MemRegion};
+    /// // The application's own samples, registered in place: peers may
+    /// // write the second half.
+    /// let samples = MemRegion::from_boxed(vec![0.0f64; 1 << 16].into_boxed_slice());
+    /// let half = samples.len() as u64 / 2;
+    /// let lmr = pz.register(&samples, half, half, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+    /// let ctx = lmr.rmr_context(); // send this to the peer
+    /// # Ok(()) }
+    /// ```
     fn register(
         &self,
         region: &Arc<MemRegion>,
@@ -174,6 +189,16 @@ impl dyn Pz {
     ///
     /// # Errors
     /// As [`Pz::register`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(pz: std::sync::Arc<dyn rmr_api::Pz>) -> rmr_api::Result<()> {
+    /// use rmr_api::{Access, MemRegion};
+    /// let buf = MemRegion::new(1 << 20); // page aligned, zeroed
+    /// let lmr = pz.register_all(&buf, Access::LOCAL_WRITE | Access::REMOTE_READ)?;
+    /// assert_eq!(lmr.len(), 1 << 20);
+    /// # Ok(()) }
+    /// ```
     pub fn register_all(&self, region: &Arc<MemRegion>, access: Access) -> Result<Arc<dyn Lmr>> {
         self.register(region, 0, region.len() as u64, access)
     }
@@ -323,6 +348,15 @@ pub trait Ep: Send + Sync {
     ///
     /// # Errors
     /// [`Error::Unsupported`] when [`crate::Caps::WRITE_IMM`] is absent; else as [`Ep::post_send`].
+    ///
+    /// # Example
+    /// ```no_run
+    /// # fn f(ep: &dyn rmr_api::Ep, lmr: &dyn rmr_api::Lmr, peer: rmr_api::RmrContext) -> rmr_api::Result<()> {
+    /// use rmr_api::{Cookie, DtoFlags, Sge};
+    /// // The data and, in the peer's receive completion, the number 42.
+    /// ep.post_rdma_write_imm(&[Sge::whole(lmr)], peer.at(0), 42, Cookie(8), DtoFlags::empty())?;
+    /// # Ok(()) }
+    /// ```
     fn post_rdma_write_imm(
         &self,
         local: &[Sge<'_>],
@@ -383,6 +417,26 @@ pub trait Ep: Send + Sync {
         let _ = (result, remote, op, cookie, flags);
         Err(Error::Unsupported("compare-and-swap"))
     }
+    /// Ends the connection once what was posted on it has been delivered:
+    /// every DTO posted before (suppressed ones included) reaches the peer
+    /// ahead of the disconnect, and this waits up to `timeout` until the
+    /// peer has confirmed the end (for the transports that can tell). A peer
+    /// that closed first is not an error. This is how a program ends that
+    /// must not exit while its last messages are still on their way — no
+    /// sleeps. The default is [`Ep::disconnect`], which such transports
+    /// order behind what was posted.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] when the peer did not confirm in time (the
+    /// endpoint is disconnected all the same); the disconnect's errors
+    /// other than [`Error::NotConnected`].
+    fn close(&self, timeout: Duration) -> Result<()> {
+        let _ = timeout;
+        match self.disconnect() {
+            Ok(()) | Err(Error::NotConnected) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
     /// The peer's address once connected.
     fn peer_address(&self) -> Option<String>;
     /// Downcasting support.
@@ -390,20 +444,6 @@ pub trait Ep: Send + Sync {
 }
 
 impl dyn Ep {
-    /// Ends the connection in order, whichever side gets there first: what
-    /// was posted before goes out ahead of the disconnect (the transports
-    /// keep a connection's order), and a peer that already closed is not an
-    /// error. Use it where [`Ep::disconnect`] would race the peer's own close.
-    ///
-    /// # Errors
-    /// The disconnect's errors other than [`Error::NotConnected`].
-    pub fn close(&self) -> Result<()> {
-        match self.disconnect() {
-            Ok(()) | Err(Error::NotConnected) => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
     /// [`Ep::connect`], retried while the peer refuses (it has not started
     /// listening yet), until `timeout` has passed in all: how a client that
     /// may start before its server connects. A rejection is not retried.

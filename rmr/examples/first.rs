@@ -59,7 +59,7 @@ fn main() -> rmr::Result<()> {
             break;
         }
     }
-    ep.close()?; // the server may have closed first: fine
+    ep.close(WAIT)?; // once the server has everything; fine if it closed first
     let got = server.join().expect("server thread")?;
     println!("server received: {got}");
     assert_eq!(got, "hello over rmr");

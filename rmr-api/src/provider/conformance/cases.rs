@@ -646,6 +646,35 @@ pub fn disconnect_events_both_sides(t: &Target) {
     assert_eq!(p.b.state(), EpState::Disconnected);
 }
 
+/// `close` right after posting: everything posted (suppressed sends after
+/// a suppressed RDMA write) reaches the peer before the disconnect.
+pub fn close_delivers_what_was_posted(t: &Target) {
+    let p = Pair::new(t);
+    const N: u64 = 32;
+    let len = t.n(1 << 20, 64 << 10);
+    let src = Buf::new(&p.pz_a, len, RW, 0);
+    let dst = Buf::new(&p.pz_b, len, RW, 0);
+    src.mem.write(0, &pattern(17, len)).unwrap();
+    let msgs = Buf::new(&p.pz_a, N as usize * 8, RW, 0);
+    let inbox = Buf::new(&p.pz_b, N as usize * 8, RW, 0);
+    for i in 0..N {
+        msgs.mem.write(i * 8, &i.to_le_bytes()).unwrap();
+        p.b.post_recv(&[inbox.part(i * 8, 8)], Cookie(i), F0).unwrap();
+    }
+    let ctx = dst.ctx();
+    p.a.post_rdma_write(&[src.sge()], ctx.at(0), Cookie(100), DtoFlags::SUPPRESS).unwrap();
+    for i in 0..N {
+        p.a.post_send(&[msgs.part(i * 8, 8)], Cookie(i), DtoFlags::SUPPRESS).unwrap();
+    }
+    p.a.close(WAIT).unwrap();
+    for i in 0..N {
+        let c = next_dto(&p.evd_b);
+        assert_eq!((c.cookie.0, c.status), (i, Status::Success), "{c:?}");
+    }
+    assert_eq!(checksum(&dst.mem.to_vec(0, len).unwrap()), checksum(&pattern(17, len)));
+    expect_conn_event(&p.cevd_b, WAIT, |e| matches!(e, Event::Disconnected { .. }));
+}
+
 pub fn recvs_flushed_on_disconnect(t: &Target) {
     let p = Pair::new(t);
     let dst = Buf::new(&p.pz_b, 64, RW, 0);

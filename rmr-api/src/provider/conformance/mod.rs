@@ -451,6 +451,7 @@ macro_rules! conformance_suite {
             deregistered_lmr,
             local_lmr_of_another_pz_rejected,
             disconnect_events_both_sides,
+            close_delivers_what_was_posted,
             recvs_flushed_on_disconnect,
             post_after_disconnect_is_error,
             evd_wait_timeout,
