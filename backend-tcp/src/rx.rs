@@ -519,6 +519,7 @@ impl EpShared {
             bytes: len,
             imm: (op == Op::WriteImm).then_some(h.arg0),
             solicited: h.flags & F_SOLICITED != 0,
+            rail: None,
         };
         if op == Op::WriteImm {
             self.complete(c);

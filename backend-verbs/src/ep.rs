@@ -108,6 +108,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                     bytes: r.bytes,
                     imm: r.imm,
                     solicited: r.solicited,
+                    rail: None,
                 }));
             }
         }
@@ -138,6 +139,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                         bytes: if d.status.is_ok() { d.bytes } else { 0 },
                         imm,
                         solicited: false,
+                        rail: None,
                     }));
                 }
             }

@@ -143,6 +143,8 @@ struct Req {
     bytes: u64,
     remaining: usize,
     status: Status,
+    /// The rail whose stripe failed, when one did.
+    failed_on: Option<u8>,
     imm: Option<u64>,
     local: Segs,
     remote: Option<(RmrContext, u64)>,
@@ -172,6 +174,7 @@ impl Req {
             bytes,
             remaining,
             status: Status::Success,
+            failed_on: None,
             imm: None,
             local,
             remote,
@@ -1083,6 +1086,7 @@ impl Core {
             if r.signalled || !r.status.is_ok() {
                 let mut c = self.dto(r.cookie, r.kind.op(), r.status, r.bytes);
                 c.imm = r.imm;
+                c.rail = r.failed_on;
                 evs.push((TO_REQ, Event::Dto(c)));
             }
         }
@@ -1229,8 +1233,9 @@ impl Core {
         } else {
             let s = &mut req.stripes[idx];
             s.done = true;
-            if req.status.is_ok() {
+            if req.status.is_ok() && !c.status.is_ok() {
                 req.status = c.status;
+                req.failed_on = Some(s.rail as u8);
             }
             req.remaining -= 1;
         }

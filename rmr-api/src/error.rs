@@ -44,7 +44,7 @@ pub enum Error {
     /// invented. Match on `status` for the kind (for example
     /// [`Status::BadKey`], [`Status::ReceiverNotReady`]); see also
     /// [`Error::status`].
-    #[error("{op:?} on endpoint {} failed: {status}", ep.0)]
+    #[error("{op:?} on endpoint {}{} failed: {status}", ep.0, rail.map(|r| format!(" (rail {r})")).unwrap_or_default())]
     Dto {
         /// The operation.
         op: DtoOp,
@@ -55,6 +55,8 @@ pub enum Error {
         status: Status,
         /// Bytes the completion reports (for a receive: the message's size).
         bytes: u64,
+        /// On a multirail endpoint, the rail whose failure ended the DTO.
+        rail: Option<u8>,
     },
     /// An access outside a registered region (local or remote).
     #[error("out of bounds: offset {offset} + length {len} exceeds {limit}")]

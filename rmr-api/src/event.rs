@@ -22,13 +22,16 @@ pub struct DtoCompletion {
     pub imm: Option<u64>,
     /// A receive of a message sent with [`crate::DtoFlags::SOLICITED`].
     pub solicited: bool,
+    /// On a multirail endpoint, the rail whose failure ended the DTO
+    /// (`None` elsewhere, and for a DTO that succeeded).
+    pub rail: Option<u8>,
 }
 
 impl DtoCompletion {
     /// A completion with no immediate data and not solicited (what most
     /// completions a backend makes are).
     pub fn new(ep: EpId, cookie: Cookie, op: DtoOp, status: Status, bytes: u64) -> Self {
-        DtoCompletion { ep, cookie, op, status, bytes, imm: None, solicited: false }
+        DtoCompletion { ep, cookie, op, status, bytes, imm: None, solicited: false, rail: None }
     }
 
     /// `Ok(())` for success, otherwise the matching [`crate::Error`].

@@ -61,6 +61,6 @@ pub fn completion_result(c: &crate::DtoCompletion) -> Result<()> {
     if c.status.is_ok() {
         Ok(())
     } else {
-        Err(Error::Dto { op: c.op, ep: c.ep, status: c.status, bytes: c.bytes })
+        Err(Error::Dto { op: c.op, ep: c.ep, status: c.status, bytes: c.bytes, rail: c.rail })
     }
 }
