@@ -26,7 +26,7 @@ pub struct WaitOn<'a> {
 
 /// Progress that a thread waiting on an EVD can make itself: a backend's
 /// endpoint whose IO is non-blocking socket reads and writes. Registered
-/// with [`SoftEvd::add_driver`].
+/// with [`SoftEvd::add_driver`](crate::provider::SoftEvd::add_driver).
 pub trait Driver: Send + Sync {
     /// Does all IO that is ready now, without blocking; events it produces
     /// are pushed to their EVDs. Returns true when anything moved.
@@ -47,7 +47,7 @@ pub trait Driver: Send + Sync {
     }
     /// Sends what waits to go out (frames held for batching, frames queued
     /// behind a full socket) without reading or blocking; true when any
-    /// went. See [`SoftEvd::flush_writes`]. Default: nothing to flush.
+    /// went. See [`SoftEvd::flush_writes`](crate::provider::SoftEvd::flush_writes). Default: nothing to flush.
     fn flush(&self) -> bool {
         false
     }
@@ -60,7 +60,7 @@ thread_local! {
 /// Runs `f` with this thread's doorbells deferred: a backend that holds
 /// small frames for batching (TCP) does not wake other threads to send
 /// what `f` posts — the caller rings the doorbell itself, with
-/// [`SoftEvd::flush_writes`] on the EVDs of the endpoints it posted to,
+/// [`SoftEvd::flush_writes`](crate::provider::SoftEvd::flush_writes) on the EVDs of the endpoints it posted to,
 /// before it blocks. For a forwarder that posts on endpoints whose EVD
 /// another thread waits on: each post would otherwise wake that thread
 /// for nothing (the poster sends the batch a moment later anyway).
