@@ -370,6 +370,23 @@ for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
             if a and b:
                 s = "on" if shm in (True, "on") else "off"
                 print(f"| {n} | {n / 2:.1f} | {s} | {a['lat_us']:.1f} | {b['lat_us']:.1f} | {a['lat_us'] / b['lat_us']:.2f} |")
+    mpi = [r for r in rows if r.get("backend") == "mpi"]
+    if mpi:
+        print(f"\n#### {label} beside Open MPI's MPI_Barrier (same process counts, same run; "
+              "`mpi`: Open MPI's default transports, shared memory between local ranks; "
+              "`mpi-tcp`: `--mca btl tcp,self`). Goal: rmr's barrier with its shared-memory stage "
+              "no slower than `mpi` at 8 and 16 processes.\n")
+        print("| procs | rmr rdma, shm on, us | rmr rdma, shm off, us | mpi us | mpi-tcp us | rmr (shm on) / mpi | verdict |")
+        print("|---|---|---|---|---|---|---|")
+        for n in sorted({r["procs"] for r in mpi}):
+            on = find(rows, procs=n, algo="rdma", shm="on") or find(rows, procs=n, algo="rdma", shm=True)
+            off = find(rows, procs=n, algo="rdma", shm="off") or find(rows, procs=n, algo="rdma", shm=False)
+            m = find(mpi, procs=n, algo="mpi")
+            mt = find(mpi, procs=n, algo="mpi-tcp")
+            f = lambda r: f"{r['lat_us']:.1f}" if r else "-"
+            ratio = on["lat_us"] / m["lat_us"] if on and m else None
+            verdict = ("met" if ratio <= 1.0 else "not met") if ratio is not None and n in (8, 16) else ""
+            print(f"| {n} | {f(on)} | {f(off)} | {f(m)} | {f(mt)} | {'-' if ratio is None else f'{ratio:.2f}'} | {verdict} |")
 
 print("\n## The zipper bridge\n")
 print("`scripts/bench-zipper.sh 1gbit 1gbit` (zipper layout: cluster A host, two zipper nodes "

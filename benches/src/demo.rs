@@ -65,6 +65,7 @@ fn client(
         paired: false,
         versus: None,
         json: true,
+        format: crate::Format::Json,
     }
 }
 
@@ -150,8 +151,8 @@ pub(crate) fn run(d: &DemoArgs) {
         rows.extend(run_client(&a, pb.as_ref(), true));
     }
     for &size in &lat_sizes {
-        let s =
-            raw::latency(peers[0], d.port + 20, size, lat_iters, lat_iters / 10).expect("raw tcp");
+        let s = raw::latency(peers[0], d.port + 20, size, lat_iters, lat_iters / 10, true)
+            .expect("raw tcp");
         rows.push(Row {
             test: "raw-lat".into(),
             backend: "raw".into(),

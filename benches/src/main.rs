@@ -9,7 +9,7 @@ mod row;
 mod session;
 mod stats;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use multirail::{Engine, MrConfig, MrIa, Policy, parse_size};
 use rmr_api::{Event, Ia};
 use row::Row;
@@ -67,8 +67,10 @@ enum RawCmd {
         /// Port.
         #[arg(long, default_value_t = 7490)]
         port: u16,
-        /// `bw` or `lat`.
-        #[arg(long, default_value = "bw")]
+        /// `bw`, `lat` (both ends busy-poll a non-blocking socket: the floor
+        /// a spinning rmr waiter is compared with) or `lat-blocking` (both
+        /// ends block in `read`: the cost of a wake-up, a second row).
+        #[arg(long, default_value = "bw", value_parser = ["bw", "lat", "lat-blocking"])]
         test: String,
         /// Message sizes (e.g. 8,4K,64K,1M).
         #[arg(long, value_delimiter = ',', default_value = "4K,64K,1M")]
@@ -107,14 +109,14 @@ pub(crate) struct Common {
     #[arg(long, default_value_t = 7470)]
     port: u16,
     /// Multirail engine: inline, fork-join, pinned.
-    #[arg(long, default_value = "pinned")]
+    #[arg(long, default_value = "pinned", value_parser = engine_arg)]
     engine: String,
     /// Multirail policy: single, round-robin, even, weighted:W0,W1,..,
     /// `adaptive[:n_paths,n_batch,alpha]`.
-    #[arg(long, default_value = "even")]
+    #[arg(long, default_value = "even", value_parser = policy_arg)]
     policy: String,
     /// Stripe threshold (DTOs below it go whole to one rail).
-    #[arg(long, default_value = "32K")]
+    #[arg(long, default_value = "32K", value_parser = size_arg)]
     threshold: String,
 }
 
@@ -141,7 +143,7 @@ pub(crate) struct ClientArgs {
     #[arg(long, value_delimiter = ',')]
     local: Vec<String>,
     /// bw, bibw, lat or breakdown.
-    #[arg(long, default_value = "bw")]
+    #[arg(long, default_value = "bw", value_parser = ["bw", "bibw", "lat", "breakdown"])]
     test: String,
     /// Message sizes (e.g. 8,4K,64K,1M,4M).
     #[arg(long, value_delimiter = ',', default_value = "4K,16K,64K,256K,1M,4M")]
@@ -175,11 +177,57 @@ pub(crate) struct ClientArgs {
     /// first; the `--engine` row's `ratio_engine` is its Mbit/s over the
     /// other's). Engines compared in separate runs catch different moods of
     /// a shared host, which swing more than the engines differ.
-    #[arg(long)]
+    #[arg(long, value_parser = engine_arg)]
     versus: Option<String>,
-    /// One JSON object per line.
+    /// One JSON object per line (the same as `--format json`).
     #[arg(long)]
     json: bool,
+    /// Output: `text` (a table), `json` (one object per line, the run's
+    /// metadata first as `"test": "meta"`), `csv` (a header, then a row
+    /// per point) or `osu` (OSU micro-benchmark columns: `# Size
+    /// Bandwidth (MB/s)` with MB = 10^6 bytes, or `# Size  Latency (us)`).
+    /// Text and CSV give bandwidth in Mbit/s (10^6 bit/s).
+    #[arg(long, value_enum, default_value_t = Format::Text)]
+    format: Format,
+}
+
+/// How the client prints its rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// A table for a person.
+    Text,
+    /// One JSON object per line.
+    Json,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// The columns of the OSU micro-benchmarks (osu_bw, osu_latency).
+    Osu,
+}
+
+impl ClientArgs {
+    /// The output format in effect (`--json` is `--format json`).
+    pub(crate) fn fmt(&self) -> Format {
+        if self.json { Format::Json } else { self.format }
+    }
+}
+
+/// `--engine`, checked while the arguments are parsed (before any connection).
+fn engine_arg(s: &str) -> Result<String, String> {
+    Engine::parse(s)
+        .map(|_| s.to_string())
+        .map_err(|e| format!("{e} (valid: inline, fork-join, pinned)"))
+}
+
+/// `--policy`, checked while the arguments are parsed.
+fn policy_arg(s: &str) -> Result<String, String> {
+    Policy::parse(s).map(|_| s.to_string()).map_err(|e| {
+        format!("{e} (valid: single, round-robin, even, weighted:W0,W1,.., adaptive[:n_paths,n_batch,alpha])")
+    })
+}
+
+/// A size (`--threshold`), checked while the arguments are parsed.
+fn size_arg(s: &str) -> Result<String, String> {
+    parse_size(s).map(|_| s.to_string())
 }
 
 fn die(msg: impl std::fmt::Display) -> ! {
@@ -354,7 +402,10 @@ pub(crate) fn run_client(
     let n = remote.split(',').count();
     let mut one = a.paired.then(|| one_rail_conn(a, n, max));
     let mut versus = a.versus.as_deref().map(|e| versus_conn(a, e, n, max));
-    if !a.json && progress.is_none() {
+    if !quiet {
+        print_meta(a, progress);
+    }
+    if a.fmt() == Format::Text && progress.is_none() {
         for (k, v) in conn.ep_notes() {
             eprintln!("# {k} = {v}");
         }
@@ -443,24 +494,22 @@ pub(crate) fn run_client(
                     engine: "-".into(),
                     policy: "-".into(),
                     threshold: None,
-                    iters: s1.n as u64,
-                    lat_us: Some(s1.median),
                     paired: true,
                     ..row.clone()
                 };
+                r1.set_latency(&s1);
                 if a.baseline {
                     raw_lat_baseline(&mut r1, &peers, c.port, warmup);
                 }
                 print_row(a, progress, quiet, &r1);
                 rows.push(r1);
-                row.iters = s.n as u64;
-                row.lat_us = Some(s.median);
+                row.set_latency(&s);
                 row.ratio_one = Some(s.median / s1.median);
                 row.paired = true;
             }
             "lat" => {
                 let s = conn.lat(size, iters, warmup).unwrap_or_else(|e| die(e));
-                row.lat_us = Some(s.median);
+                row.set_latency(&s);
                 if a.baseline {
                     raw_lat_baseline(&mut row, &peers, c.port, warmup);
                 }
@@ -501,7 +550,7 @@ fn raw_bw_baseline(row: &mut Row, peers: &[IpAddr], port: u16, iters: u64, warmu
 /// ratio of the two.
 fn raw_lat_baseline(row: &mut Row, peers: &[IpAddr], port: u16, warmup: u64) {
     let (Some(&peer), Some(lat)) = (peers.first(), row.lat_us) else { return };
-    let r = raw::latency(peer, port + 20, row.size, row.iters, warmup)
+    let r = raw::latency(peer, port + 20, row.size, row.iters, warmup, true)
         .unwrap_or_else(|e| die(format!("raw tcp: {e}")));
     row.raw_lat_us = Some(r.median);
     row.ratio_raw = Some(lat / r.median);
@@ -512,11 +561,110 @@ fn print_row(a: &ClientArgs, progress: Option<&indicatif::ProgressBar>, quiet: b
     if quiet {
         return;
     }
-    let line = if a.json { row.json().to_string() } else { row.line() };
+    let line = match a.fmt() {
+        Format::Json => row.json().to_string(),
+        Format::Text => row.line(),
+        Format::Csv => row.csv(),
+        Format::Osu => row.osu(),
+    };
     match progress {
         Some(pb) => pb.suspend(|| println!("{line}")),
         None => println!("{line}"),
     }
+}
+
+/// The run's metadata, once, before the rows: in the format's own way
+/// (comment lines for text, CSV and OSU; a `"test": "meta"` object for
+/// JSON), then the format's header.
+fn print_meta(a: &ClientArgs, progress: Option<&indicatif::ProgressBar>) {
+    let c = &a.common;
+    let rails = if c.rails.is_empty() { "(world)".to_string() } else { c.rails.join(",") };
+    let multi = c.rails.len() > 1 || c.world.is_some();
+    let meta: Vec<(&str, String)> = vec![
+        ("tool", format!("rmr-bench {}", env!("CARGO_PKG_VERSION"))),
+        ("commit", commit()),
+        ("test", a.test.clone()),
+        ("backend", c.backend.clone()),
+        ("rails", rails),
+        ("mtu", c.rails.iter().map(|r| mtu_towards(r)).collect::<Vec<_>>().join(",")),
+        ("engine", if multi { c.engine.clone() } else { "-".into() }),
+        ("policy", if multi { c.policy.clone() } else { "-".into() }),
+        ("threshold", if multi { c.threshold.clone() } else { "-".into() }),
+        ("pinning", cpus_allowed()),
+        (
+            "units",
+            "bandwidth Mbit/s = 10^6 bit/s (osu: MB/s = 10^6 B/s); latency us, half round trip"
+                .into(),
+        ),
+    ];
+    let out = |l: String| match progress {
+        Some(pb) => pb.suspend(|| println!("{l}")),
+        None => println!("{l}"),
+    };
+    match a.fmt() {
+        Format::Json => {
+            let mut m = serde_json::Map::new();
+            for (k, v) in &meta {
+                m.insert((*k).into(), serde_json::json!(v));
+            }
+            m.insert("test".into(), serde_json::json!("meta"));
+            m.insert("measured".into(), serde_json::json!(a.test));
+            out(serde_json::Value::Object(m).to_string());
+        }
+        f => {
+            for (k, v) in &meta {
+                out(format!("# {k}: {v}"));
+            }
+            out(match f {
+                Format::Csv => Row::csv_header(),
+                Format::Osu if a.test == "lat" => format!("# {:<10}{:>18}", "Size", "Latency (us)"),
+                Format::Osu => format!("# {:<10}{:>18}", "Size", "Bandwidth (MB/s)"),
+                _ => Row::header(),
+            });
+        }
+    }
+}
+
+/// The commit measured: `RMR_COMMIT`, else `git describe` of the current
+/// directory, else `unknown`.
+fn commit() -> String {
+    std::env::var("RMR_COMMIT").ok().unwrap_or_else(|| {
+        std::process::Command::new("git")
+            .args(["describe", "--always", "--dirty"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into())
+    })
+}
+
+/// The MTU of the interface the route to `addr` leaves by (`ip route get`),
+/// or `?`.
+fn mtu_towards(addr: &str) -> String {
+    let dev =
+        std::process::Command::new("ip").args(["-o", "route", "get", addr]).output().ok().and_then(
+            |o| {
+                let t = String::from_utf8_lossy(&o.stdout).to_string();
+                let mut w = t.split_whitespace();
+                w.by_ref().find(|x| *x == "dev")?;
+                w.next().map(str::to_string)
+            },
+        );
+    dev.and_then(|d| std::fs::read_to_string(format!("/sys/class/net/{d}/mtu")).ok())
+        .map_or("?".into(), |m| m.trim().to_string())
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list`).
+fn cpus_allowed() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:").map(|v| format!("cpus {}", v.trim()))
+            })
+        })
+        .unwrap_or_else(|| "?".into())
 }
 
 /// The one-rail session that `--paired` measures beside the multirail one:
@@ -628,12 +776,9 @@ fn main() {
     match cli.cmd {
         Cmd::Server(s) => run_server(&s.common, s.idle, s.once, Arc::new(AtomicBool::new(false))),
         Cmd::Client(a) => {
-            if !a.json {
-                println!("{}", Row::header());
-            }
-            // A progress bar on stderr for a person watching; none for --json
-            // or when stderr is not a terminal (scripts, CI).
-            let pb = (!a.json && std::io::stderr().is_terminal()).then(|| {
+            // A progress bar on stderr for a person watching; none for
+            // machine formats or when stderr is not a terminal (scripts, CI).
+            let pb = (a.fmt() == Format::Text && std::io::stderr().is_terminal()).then(|| {
                 let pb = indicatif::ProgressBar::new(sizes(&a.sizes).len() as u64);
                 pb.set_style(
                     indicatif::ProgressStyle::with_template(
@@ -675,14 +820,13 @@ fn main() {
                         size,
                         ..Row::default()
                     };
-                    if test == "lat" {
+                    if test.starts_with("lat") {
                         let it = iters.unwrap_or(2000);
                         row.iters = it;
-                        row.lat_us = Some(
-                            raw::latency(rails[0], port, size, it, it / 10)
-                                .unwrap_or_else(|e| die(e))
-                                .median,
-                        );
+                        let spin = test == "lat";
+                        let r = raw::latency(rails[0], port, size, it, it / 10, spin)
+                            .unwrap_or_else(|e| die(e));
+                        row.set_latency(&r);
                     } else {
                         let it = iters.unwrap_or(auto_iters(size));
                         row.iters = it;
@@ -725,6 +869,7 @@ mod tests {
             paired: false,
             versus: None,
             json: true,
+            format: Format::Json,
         };
         set(&mut args);
         let rows = run_client(&args, None, true);

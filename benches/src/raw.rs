@@ -1,6 +1,12 @@
 //! The physical baseline: plain TCP streams on the same links, with the
 //! same sample shape as the rmr tests (20 × size bytes then an 8-byte reply;
 //! a ping-pong of `size` bytes), one stream per rail in parallel.
+//!
+//! The latency floor busy-polls: both ends spin on a non-blocking socket
+//! (`TCP_NODELAY`, no `poll` and no `read` that sleeps), as an rmr waiter
+//! spins, so a ratio against it measures rmr, not a thread wake-up. The
+//! blocking ping-pong (both ends sleep in `read`) stays as a second,
+//! labelled row: what a wake-up costs on this host.
 
 use crate::session::WRITES_PER_SAMPLE;
 use crate::stats::{Summary, summarize};
@@ -11,7 +17,41 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 const BW: u64 = 1;
+/// Ping-pong, both ends blocking in `read`.
 const LAT: u64 = 2;
+/// Ping-pong, both ends busy-polling a non-blocking socket.
+const LAT_SPIN: u64 = 3;
+
+/// Reads exactly `buf.len()` bytes from a non-blocking socket, spinning on
+/// `WouldBlock`.
+fn spin_read(s: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.read(&mut buf[at..]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `buf` to a non-blocking socket, spinning on `WouldBlock`.
+fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < buf.len() {
+        match s.write(&buf[at..]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
 
 /// Serves raw-TCP clients on `addr:port` until `stop` is set.
 pub(crate) fn serve(addr: IpAddr, port: u16, stop: Arc<AtomicBool>) -> std::io::Result<()> {
@@ -55,6 +95,15 @@ fn handle(mut s: TcpStream) -> std::io::Result<()> {
                     left -= got as u64;
                 }
                 s.write_all(&[1u8; 8])?;
+            }
+            LAT_SPIN => {
+                s.set_nonblocking(true)?;
+                loop {
+                    if spin_read(&mut s, &mut buf[..size]).is_err() {
+                        return Ok(());
+                    }
+                    spin_write(&mut s, &buf[..size])?;
+                }
             }
             _ => {
                 if s.read_exact(&mut buf[..size]).is_err() {
@@ -126,21 +175,32 @@ pub(crate) fn bandwidth(
     Ok(summarize(&mut rates))
 }
 
-/// Ping-pong half round trip of `size` bytes on one stream (microseconds).
+/// Ping-pong half round trip of `size` bytes on one stream (microseconds):
+/// both ends busy-polling (`spin`, the floor) or both blocking in `read`.
 pub(crate) fn latency(
     peer: IpAddr,
     port: u16,
     size: u64,
     iters: u64,
     warmup: u64,
+    spin: bool,
 ) -> std::io::Result<Summary> {
-    let mut s = connect(peer, port, LAT, size)?;
-    let mut buf = vec![7u8; size.max(1) as usize];
-    let mut v = Vec::new();
+    let mut s = connect(peer, port, if spin { LAT_SPIN } else { LAT }, size)?;
+    let n = size as usize;
+    let mut buf = vec![7u8; n.max(1)];
+    let mut v = Vec::with_capacity(iters as usize);
+    if spin {
+        s.set_nonblocking(true)?;
+    }
     for i in 0..warmup + iters {
         let t0 = Instant::now();
-        s.write_all(&buf[..size as usize])?;
-        s.read_exact(&mut buf[..size as usize])?;
+        if spin {
+            spin_write(&mut s, &buf[..n])?;
+            spin_read(&mut s, &mut buf[..n])?;
+        } else {
+            s.write_all(&buf[..n])?;
+            s.read_exact(&mut buf[..n])?;
+        }
         if i >= warmup {
             v.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }

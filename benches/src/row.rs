@@ -29,6 +29,12 @@ pub(crate) struct Row {
     pub(crate) mbps_max: Option<f64>,
     /// Half round trip, microseconds (median).
     pub(crate) lat_us: Option<f64>,
+    /// Fastest half round trip, microseconds.
+    pub(crate) lat_min_us: Option<f64>,
+    /// 99th percentile of the half round trips, microseconds.
+    pub(crate) lat_p99_us: Option<f64>,
+    /// 99.9th percentile of the half round trips, microseconds.
+    pub(crate) lat_p999_us: Option<f64>,
     /// Time per sample spent in post calls, microseconds.
     pub(crate) post_us: Option<f64>,
     /// Time per sample spent waiting for events, microseconds.
@@ -68,6 +74,15 @@ impl Row {
         }
     }
 
+    /// Sets a latency row's median and tails from its samples' summary.
+    pub(crate) fn set_latency(&mut self, s: &crate::stats::Summary) {
+        self.iters = s.n as u64;
+        self.lat_us = Some(s.median);
+        self.lat_min_us = Some(s.min);
+        self.lat_p99_us = Some(s.p99);
+        self.lat_p999_us = Some(s.p999);
+    }
+
     /// The JSON object.
     pub(crate) fn json(&self) -> Value {
         let mut m = Map::new();
@@ -90,6 +105,9 @@ impl Row {
         opt("mbps_min", self.mbps_min);
         opt("mbps_max", self.mbps_max);
         opt("lat_us", self.lat_us);
+        opt("lat_min_us", self.lat_min_us);
+        opt("lat_p99_us", self.lat_p99_us);
+        opt("lat_p999_us", self.lat_p999_us);
         opt("post_us", self.post_us);
         opt("wait_us", self.wait_us);
         opt("raw_mbps", self.raw_mbps);
@@ -110,7 +128,7 @@ impl Row {
         let f =
             |v: Option<f64>, w: usize| v.map_or(format!("{:>w$}", "-"), |x| format!("{x:>w$.1}"));
         format!(
-            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {} {} {} {} {} {} {}",
+            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {} {} {} {} {} {} {} {}",
             self.test,
             self.backend,
             self.rails,
@@ -120,6 +138,7 @@ impl Row {
             f(self.mbps, 9),
             self.cpus.map_or(format!("{:>5}", "-"), |x| format!("{x:>5.2}")),
             f(self.lat_us, 8),
+            f(self.lat_p99_us, 8),
             f(self.post_us, 8),
             f(self.wait_us, 8),
             f(self.raw_mbps.or(self.raw_lat_us), 9),
@@ -127,10 +146,63 @@ impl Row {
         )
     }
 
+    /// Header matching [`Row::csv`].
+    pub(crate) fn csv_header() -> String {
+        "test,backend,rails,engine,policy,threshold,size,iters,mbps,mbps_min,mbps_max,lat_us,\
+         lat_min_us,lat_p99_us,lat_p999_us,post_us,wait_us,raw_mbps,raw_lat_us,ratio_raw,cpus,\
+         paired,ratio_one"
+            .into()
+    }
+
+    /// A CSV line (empty fields where a figure does not apply).
+    pub(crate) fn csv(&self) -> String {
+        let o = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
+        [
+            self.test.clone(),
+            self.backend.clone(),
+            self.rails.to_string(),
+            self.engine.clone(),
+            self.policy.clone(),
+            self.threshold.map_or(String::new(), |t| t.to_string()),
+            self.size.to_string(),
+            self.iters.to_string(),
+            o(self.mbps),
+            o(self.mbps_min),
+            o(self.mbps_max),
+            o(self.lat_us),
+            o(self.lat_min_us),
+            o(self.lat_p99_us),
+            o(self.lat_p999_us),
+            o(self.post_us),
+            o(self.wait_us),
+            o(self.raw_mbps),
+            o(self.raw_lat_us),
+            o(self.ratio_raw),
+            o(self.cpus),
+            self.paired.to_string(),
+            o(self.ratio_one),
+        ]
+        .iter()
+        // No field holds a comma or a quote (names, numbers): plain CSV.
+        .map(|f| f.replace(',', ";"))
+        .collect::<Vec<_>>()
+        .join(",")
+    }
+
+    /// An OSU-style line: size, then bandwidth in MB/s (10^6 bytes per
+    /// second) or the half round trip in microseconds.
+    pub(crate) fn osu(&self) -> String {
+        match (self.mbps, self.lat_us) {
+            (Some(m), _) => format!("{:<12}{:>18.2}", self.size, m / 8.0),
+            (None, Some(l)) => format!("{:<12}{:>18.2}", self.size, l),
+            _ => format!("{:<12}{:>18}", self.size, "-"),
+        }
+    }
+
     /// Header matching [`Row::line`].
     pub(crate) fn header() -> String {
         format!(
-            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {:>9} {:>5} {:>8} {:>8} {:>8} {:>9} {:>6}",
+            "{:<9} {:<5} {:>2} {:<9} {:<14} {:>8} {:>9} {:>5} {:>8} {:>8} {:>8} {:>8} {:>9} {:>6}",
             "test",
             "back",
             "rl",
@@ -140,6 +212,7 @@ impl Row {
             "Mbit/s",
             "cpus",
             "lat_us",
+            "p99_us",
             "post_us",
             "wait_us",
             "raw",

@@ -13,6 +13,10 @@ pub(crate) struct Summary {
     pub p10: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// 99th percentile (a latency row's tail).
+    pub(crate) p99: f64,
+    /// 99.9th percentile.
+    pub(crate) p999: f64,
     /// Number of samples.
     pub(crate) n: usize,
 }
@@ -28,7 +32,16 @@ pub(crate) fn summarize(v: &mut [f64]) -> Summary {
         let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
         v[lo] + (v[hi] - v[lo]) * (x - lo as f64)
     };
-    Summary { median: q(0.5), min: v[0], max: v[v.len() - 1], p10: q(0.1), p90: q(0.9), n: v.len() }
+    Summary {
+        median: q(0.5),
+        min: v[0],
+        max: v[v.len() - 1],
+        p10: q(0.1),
+        p90: q(0.9),
+        p99: q(0.99),
+        p999: q(0.999),
+        n: v.len(),
+    }
 }
 
 #[cfg(test)]
@@ -40,6 +53,9 @@ mod tests {
         let s = summarize(&mut [5.0, 1.0, 3.0, 2.0, 4.0]);
         assert_eq!((s.median, s.min, s.max, s.n), (3.0, 1.0, 5.0, 5));
         assert!((s.p10 - 1.4).abs() < 1e-9);
+        let mut v: Vec<f64> = (1..=1000).map(f64::from).collect();
+        let t = summarize(&mut v);
+        assert!((t.p99 - 990.01).abs() < 1e-9 && (t.p999 - 999.001).abs() < 1e-9, "{t:?}");
         assert_eq!(summarize(&mut []).n, 0);
     }
 }

@@ -1,0 +1,101 @@
+//! The rmr-bench command line as a user meets it: bad choices refused
+//! before any connection, and the machine formats (CSV, OSU columns, JSON)
+//! that parse, from a real server and client over loopback.
+
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_rmr-bench"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+struct Server(Child);
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn server(port: u16) -> Server {
+    let s = bench()
+        .args(["server", "--rails", "127.0.0.1", "--port", &port.to_string(), "--idle", "30"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start server");
+    std::thread::sleep(Duration::from_millis(300));
+    Server(s)
+}
+
+fn client(port: u16, extra: &[&str]) -> Output {
+    let mut c = bench();
+    c.args(["client", "--rails", "127.0.0.1", "--port", &port.to_string()]).args(extra);
+    c.output().expect("run client")
+}
+
+#[test]
+fn bad_choices_are_refused_before_connecting() {
+    // No server anywhere: a refusal must come from the arguments, naming what is valid.
+    for (flag, value, valid) in [
+        ("--engine", "warp", "inline, fork-join, pinned"),
+        ("--test", "speed", "bw"),
+        ("--policy", "random", "round-robin"),
+        ("--threshold", "12Q", "size"),
+        ("--format", "xml", "osu"),
+    ] {
+        let o = client(1, &[flag, value]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{flag} {value} accepted");
+        assert!(!err.contains("connect"), "{flag} {value}: tried to connect: {err}");
+        assert!(err.contains(valid), "{flag} {value}: {err}");
+    }
+}
+
+#[test]
+fn csv_osu_and_json_outputs_parse() {
+    let port = free_port();
+    let _s = server(port);
+    let base = ["--sizes", "8,4K", "--iters", "200", "--warmup", "10"];
+
+    let o = client(port, &[&base[..], &["--test", "lat", "--format", "csv"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let mut lines = out.lines().filter(|l| !l.starts_with('#'));
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 2, "{out}");
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    for r in &rows {
+        assert_eq!(r.len(), header.len(), "{out}");
+        let (p50, p99): (f64, f64) =
+            (r[col("lat_us")].parse().unwrap(), r[col("lat_p99_us")].parse().unwrap());
+        assert!(p50 > 0.0 && p99 >= p50, "{out}");
+    }
+    assert!(out.contains("# units: bandwidth Mbit/s = 10^6 bit/s"), "{out}");
+
+    let o = client(port, &[&base[..], &["--test", "bw", "--format", "osu"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("# Size") && out.contains("Bandwidth (MB/s)"), "{out}");
+    let pts: Vec<(u64, f64)> = out
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next().unwrap().parse().unwrap(), w.next().unwrap().parse().unwrap())
+        })
+        .collect();
+    assert_eq!(pts.iter().map(|p| p.0).collect::<Vec<_>>(), vec![8, 4096], "{out}");
+    assert!(pts.iter().all(|p| p.1 > 0.0), "{out}");
+
+    let o = client(port, &[&base[..], &["--test", "lat", "--json"]].concat());
+    let out = String::from_utf8_lossy(&o.stdout);
+    let objs: Vec<&str> = out.lines().collect();
+    assert!(objs[0].contains("\"test\":\"meta\"") && objs[0].contains("\"commit\""), "{out}");
+    assert!(objs[1..].iter().all(|l| l.contains("\"lat_p999_us\"")), "{out}");
+}
