@@ -66,6 +66,7 @@ fn client(
         versus: None,
         json: true,
         format: crate::Format::Json,
+        validate: false,
     }
 }
 

@@ -179,6 +179,12 @@ pub(crate) struct ClientArgs {
     /// a shared host, which swing more than the engines differ.
     #[arg(long, value_parser = engine_arg)]
     versus: Option<String>,
+    /// Check every byte that landed: each bandwidth sample writes its own
+    /// pattern, then reads the server's buffer back and compares (as osu's
+    /// `-c` and fabtests' `-v`); a mismatch ends the run with an error.
+    /// Slows the run: for correctness, not for figures.
+    #[arg(long)]
+    validate: bool,
     /// One JSON object per line (the same as `--format json`).
     #[arg(long)]
     json: bool,
@@ -399,6 +405,7 @@ pub(crate) fn run_client(
     let (ia, remote, port) = client_ia(a);
     let mut conn = Conn::connect(&ia, &remote, port, max)
         .unwrap_or_else(|e| die(format!("connect {remote}:{port}: {e}")));
+    conn.validate = a.validate;
     let n = remote.split(',').count();
     let mut one = a.paired.then(|| one_rail_conn(a, n, max));
     let mut versus = a.versus.as_deref().map(|e| versus_conn(a, e, n, max));
@@ -870,6 +877,7 @@ mod tests {
             versus: None,
             json: true,
             format: Format::Json,
+            validate: false,
         };
         set(&mut args);
         let rows = run_client(&args, None, true);

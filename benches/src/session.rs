@@ -23,6 +23,16 @@ pub(crate) const WRITES_PER_SAMPLE: u64 = 20;
 const CTRL: u64 = 128;
 const RING: u64 = 64;
 const SEND_BIT: u64 = 1 << 40;
+/// The cookie of `--validate`'s read-back.
+const READ_BIT: u64 = SEND_BIT >> 1;
+
+/// Sample `i`'s bytes under `--validate`: different for every sample and
+/// every byte position, so a stale or misplaced byte shows.
+fn sample_pattern(i: u64, size: u64) -> Vec<u8> {
+    (0..size)
+        .map(|j| (j.wrapping_mul(31) ^ i.wrapping_mul(0x9e37_79b9)).wrapping_add(i) as u8)
+        .collect()
+}
 /// How long any single wait may last before the run is declared stuck.
 pub(crate) const STUCK: Duration = Duration::from_secs(120);
 
@@ -115,6 +125,12 @@ const MAGIC: &[u8; 4] = b"RMRB";
 /// One benchmark connection (either side).
 pub(crate) struct Conn {
     ep: Arc<dyn Ep>,
+    pz: Arc<dyn rmr_api::Pz>,
+    /// `--validate`: every bandwidth sample writes its own pattern and reads
+    /// the peer's buffer back to compare (osu's `-c`, fabtests' `-v`).
+    pub(crate) validate: bool,
+    /// The read-back buffer of `validate`, made on first use.
+    check: Option<Reg>,
     evd: Arc<dyn Evd>,
     data_lmr: Arc<dyn Lmr>,
     ctl: Arc<MemRegion>,
@@ -140,10 +156,18 @@ fn regs(ia: &Arc<dyn Ia>, pz: &Arc<dyn rmr_api::Pz>, size: u64) -> Result<[Reg; 
 }
 
 impl Conn {
-    fn new(ep: Arc<dyn Ep>, evd: Arc<dyn Evd>, bufs: [Reg; 2]) -> Result<Conn> {
+    fn new(
+        ep: Arc<dyn Ep>,
+        pz: Arc<dyn rmr_api::Pz>,
+        evd: Arc<dyn Evd>,
+        bufs: [Reg; 2],
+    ) -> Result<Conn> {
         let [(_data, data_lmr), (ctl, ctl_lmr)] = bufs;
         let c = Conn {
             ep,
+            pz,
+            validate: false,
+            check: None,
             evd,
             data_lmr,
             ctl,
@@ -185,7 +209,7 @@ impl Conn {
         let bufs = regs(ia, &pz, max_size)?;
         let mut pd = MAGIC.to_vec();
         pd.extend_from_slice(&max_size.to_le_bytes());
-        let mut c = Conn::new(ep, evd, bufs)?;
+        let mut c = Conn::new(ep, pz, evd, bufs)?;
         let reply = c.ep.connect(remote, port, &pd, Duration::from_secs(15))?;
         c.peer = Some(RmrContext::from_bytes(&reply)?);
         c.post_ring()?;
@@ -211,7 +235,7 @@ impl Conn {
         let ep =
             ia.create_ep(&pz, &EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd })?;
         let bufs = regs(ia, &pz, max)?;
-        let mut c = Conn::new(ep, evd, bufs)?;
+        let mut c = Conn::new(ep, pz, evd, bufs)?;
         c.post_ring()?;
         cr.accept(&c.ep, &c.data_lmr.rmr_context().to_bytes())?;
         loop {
@@ -353,6 +377,9 @@ impl Conn {
         let lmr = self.data_lmr.clone();
         let sge = [Sge::new(&*lmr, 0, size)];
         for i in 0..warmup + iters {
+            if self.validate {
+                lmr.region().write(0, &sample_pattern(i, size))?;
+            }
             let seq = self.send_slot + 1_000_000;
             let t0 = Instant::now();
             for _ in 0..WRITES_PER_SAMPLE {
@@ -368,8 +395,53 @@ impl Conn {
                 post_t += t1 - t0;
                 wait_t += t2 - t1;
             }
+            if self.validate {
+                self.check_sample(i, size, &peer)?;
+            }
         }
         Ok((rates, post_t, wait_t))
+    }
+
+    /// `--validate`: reads the peer's buffer back (the writes before the
+    /// acknowledged notify have landed) and compares it with sample `i`'s
+    /// pattern, byte for byte.
+    fn check_sample(&mut self, i: u64, size: u64, peer: &RmrContext) -> Result<()> {
+        if self.check.as_ref().is_none_or(|(m, _)| (m.len() as u64) < size) {
+            let m = MemRegion::new(size.max(64) as usize);
+            let l = self.pz.register_all(&m, Access::LOCAL_WRITE)?;
+            self.check = Some((m, l));
+        }
+        let (mem, lmr) = self.check.clone().expect("made above");
+        mem.fill(0, size, 0)?;
+        self.ep.post_rdma_read(
+            &[Sge::new(&*lmr, 0, size)],
+            peer.at(0),
+            Cookie(READ_BIT),
+            DtoFlags::empty(),
+        )?;
+        loop {
+            match self.evd.wait(Some(stuck_after()), 1)? {
+                Event::Dto(c) if c.cookie == READ_BIT => {
+                    c.result()?;
+                    break;
+                }
+                Event::Dto(c) if c.cookie.0 & SEND_BIT != 0 => c.result()?,
+                Event::Dto(c) => {
+                    return Err(Error::Protocol(format!(
+                        "validation: unexpected completion {c:?}"
+                    )));
+                }
+                _ => {}
+            }
+        }
+        let (got, want) = (mem.to_vec(0, size as usize)?, sample_pattern(i, size));
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None => Ok(()),
+            Some(k) => Err(Error::Protocol(format!(
+                "validation: sample {i} of {size} bytes: byte {k} is {:#04x}, {:#04x} was written",
+                got[k], want[k]
+            ))),
+        }
     }
 
     /// Bi-directional bandwidth: the peer runs the same loop at the same time.

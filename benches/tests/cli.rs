@@ -57,6 +57,19 @@ fn bad_choices_are_refused_before_connecting() {
 }
 
 #[test]
+fn validate_checks_every_sample_that_landed() {
+    let port = free_port();
+    let _s = server(port);
+    let o = client(
+        port,
+        &["--test", "bw", "--sizes", "4K,1M", "--iters", "20", "--validate", "--format", "csv"],
+    );
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(out.lines().filter(|l| l.starts_with("bw,")).count(), 2, "{out}");
+}
+
+#[test]
 fn csv_osu_and_json_outputs_parse() {
     let port = free_port();
     let _s = server(port);
