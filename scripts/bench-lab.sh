@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/lab}; mkdir -p "$OUT"
 P=rmrb
-trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; scripts/lab.sh down $P' EXIT
+trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; pkill -f "fi_pingpong -p" 2>/dev/null || true; scripts/lab.sh down $P' EXIT
+command -v iperf3 >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
 cargo build --release -q -p rmr-bench
 B=$PWD/target/release/rmr-bench
 SIZES=${SIZES:-4K,16K,64K,256K,1M,4M}
@@ -17,6 +18,40 @@ server() { # rails [command prefix, e.g. "taskset -c 1"]
   sleep 0.5
 }
 client() { ip netns exec $P-a "$B" client --json "$@" 2>>"$OUT/client.log"; }
+# iperf3 beside rmr, the bandwidth floor: one stream per rail given (rail
+# addresses, comma separated), all at once, 5 s; one JSON row with the sum.
+iperf() {
+  local rails=$1 port=5201 pids=() f=() i=0
+  for r in ${rails//,/ }; do
+    ip netns exec $P-b iperf3 -s -B "$r" -p $((port + i)) -1 >/dev/null 2>&1 &
+    i=$((i + 1))
+  done
+  sleep 0.5; i=0
+  for r in ${rails//,/ }; do
+    f+=("$OUT/iperf-$i.json")
+    ip netns exec $P-a iperf3 -c "$r" -p $((port + i)) -t 5 -J > "$OUT/iperf-$i.json" 2>/dev/null &
+    pids+=($!); i=$((i + 1))
+  done
+  wait "${pids[@]}" || true
+  python3 - "${f[@]}" <<'PY'
+import json, sys
+bps = [json.load(open(p))["end"]["sum_received"]["bits_per_second"] for p in sys.argv[1:]]
+print(json.dumps({"test": "iperf3", "backend": "iperf3", "rails": len(bps), "streams": len(bps),
+                  "mbps": round(sum(bps) / 1e6, 3), "per_stream_mbps": [round(b / 1e6, 3) for b in bps]}))
+PY
+}
+# libfabric's own ping-pong (fi_pingpong -p PROV -e msg, SIZE bytes): its
+# mean half round trip (usec/xfer) as one JSON row.
+fipp() {
+  local prov=$1 size=$2
+  taskset -c 1 ip netns exec $P-b fi_pingpong -p "$prov" -e msg -I 3000 -S "$size" -B 9228 >/dev/null 2>&1 &
+  sleep 0.5
+  taskset -c 0 ip netns exec $P-a fi_pingpong -p "$prov" -e msg -I 3000 -S "$size" -P 9228 198.18.0.2 2>/dev/null \
+    | awk -v p="$prov" -v s="$size" '/usec\/xfer/ { h = 1; next } h && NF >= 7 { h = 0; printf "{\"test\": \"fi_pingpong\", \"backend\": \"fi_pingpong:%s\", \"rails\": 1, \"size\": %d, \"lat_mean_us\": %s}\n", p, s, $7 }'
+  wait || true
+}
+# One rail's 8 B and 4 KiB latency beside libfabric's (client on CPU 0).
+lat1() { taskset -c 0 ip netns exec $P-a "$B" client --json --test lat --sizes 8,4K --iters 3000 "$@" 2>>"$OUT/client.log"; }
 # A latency client: on CPU 0 (the server on CPU 1, see the latency rounds).
 lat() { taskset -c 0 ip netns exec $P-a "$B" client --json --test lat --sizes 8,64,512,4K --iters 3000 "$@" 2>>"$OUT/client.log"; }
 
@@ -25,6 +60,8 @@ scripts/lab.sh pair $P 1gbit,1gbit
 server 198.18.0.2,198.18.1.2
 {
   client --rails 198.18.0.2 --test bw --sizes "$SIZES" --baseline
+  iperf 198.18.0.2
+  iperf 198.18.0.2,198.18.1.2
   for e in inline fork-join pinned; do
     client --rails 198.18.0.2,198.18.1.2 --engine $e --policy even --test bw --sizes "$SIZES" --baseline
   done
@@ -74,14 +111,17 @@ done | tee "$OUT/equal-rounds.jsonl"
 
 echo "== the same 1 Gbit/s rail through libfabric (ofi:tcp) beside the tcp backend"
 pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; sleep 0.3
-ip netns exec $P-b "$B" server --backend ofi:tcp --rails 198.18.0.2 --port 7570 --idle 30 2>>"$OUT/server.log" &
-ip netns exec $P-b "$B" server --rails 198.18.0.2 --idle 30 2>>"$OUT/server.log" &
+taskset -c 1 ip netns exec $P-b "$B" server --backend ofi:tcp --rails 198.18.0.2 --port 7570 --idle 60 2>>"$OUT/server.log" &
+taskset -c 1 ip netns exec $P-b "$B" server --rails 198.18.0.2 --idle 60 2>>"$OUT/server.log" &
 sleep 0.5
 {
   client --rails 198.18.0.2 --test bw --sizes 64K,1M --baseline
   client --backend ofi:tcp --port 7570 --rails 198.18.0.2 --test bw --sizes 64K,1M
-  client --rails 198.18.0.2 --test lat --sizes 8,4K --baseline
-  client --backend ofi:tcp --port 7570 --rails 198.18.0.2 --test lat --sizes 8,4K
+  for round in $(seq "${OFI_ROUNDS:-5}"); do
+    lat1 --rails 198.18.0.2 --baseline
+    lat1 --backend ofi:tcp --port 7570 --rails 198.18.0.2
+    for size in 8 4096; do fipp tcp $size; fipp sockets $size; done
+  done
 } | tee "$OUT/ofi.jsonl"
 
 echo "== two equal rails with jumbo frames (MTU 9000): latency"
@@ -109,6 +149,8 @@ server 198.18.0.2,198.18.1.2
   for round in 1 2 3; do
     client --rails 198.18.0.2,198.18.1.2 --engine inline --paired --baseline --test bw --sizes 64K,1M --iters 60
     client --rails 198.18.0.2,198.18.1.2 --engine pinned --paired --test bw --sizes 64K,1M --iters 60
+    iperf 198.18.0.2
+    iperf 198.18.0.2,198.18.1.2
   done
 } | tee "$OUT/unshaped.jsonl"
 

@@ -12,7 +12,9 @@ def load(name):
         for line in open(p):
             line = line.strip()
             if line.startswith("{"):
-                rows.append(json.loads(line))
+                r = json.loads(line)
+                if r.get("test") != "meta":  # a run's metadata line
+                    rows.append(r)
     return rows
 
 def h(n):
@@ -53,6 +55,8 @@ def ratios(rows_a, rows_b, k="mbps"):
     return ", ".join(f"{b[k] / a[k]:.2f}" for a, b in zip(rows_a, rows_b) if a.get(k) and b.get(k)) or "-"
 
 eq = load("equal")
+eq_iperf = [r for r in eq if r["test"] == "iperf3"]
+eq = [r for r in eq if r["test"] != "iperf3"]
 sizes = sorted({r["size"] for r in eq if r["test"] == "bw"})
 print("### Two equal rails, 1 Gbit/s each: RDMA write bandwidth (Mbit/s, median)\n")
 print("| size | raw TCP 1 stream | rmr 1 rail | ratio | raw TCP 2 streams | inline | fork-join | pinned | inline / 1 rail | pinned / 1 rail | pinned / inline | inline / raw sum |")
@@ -111,7 +115,7 @@ for s in sorted({r["size"] for r in eq if r["test"] == "bibw"}):
 
 lrounds = len([r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == 8])
 print(f"\n### Write + notify half round trip (us, median; figures are medians of {lrounds} rounds, each pinning its two-rail run to a one-rail run taking turns with it in one client, `--paired`)\n")
-print("| size | raw TCP ping-pong | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail (median) | pinned / 1 rail (each round) |")
+print("| size | raw TCP ping-pong, busy-polling (the floor) | rmr 1 rail | rmr / raw | 2 rails inline | 2 rails pinned | pinned / 1 rail (median) | pinned / 1 rail (each round) |")
 print("|---|---|---|---|---|---|---|---|")
 for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
     one = [r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == s]
@@ -121,6 +125,28 @@ for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
     print(f"| {h(s)} | {f(med(r.get('raw_lat_us') for r in one), 1)} | {f(med(r.get('lat_us') for r in one), 1)} | "
           f"{f(med(r.get('ratio_raw') for r in one), 2)} | {f(med(r.get('lat_us') for r in i), 1)} | "
           f"{f(med(r.get('lat_us') for r in p), 1)} | {f(rm, 2)} | {ratios(one, p, 'lat_us')} |")
+
+print(f"\n### Tails of the same rounds: one rail's write + notify half round trip (us; each figure the median over the {lrounds} rounds)\n")
+print("| size | min | p50 | p99 | p99.9 | raw TCP p50 |")
+print("|---|---|---|---|---|---|")
+for s in sorted({r["size"] for r in eq if r["test"] == "lat"}):
+    one = [r for r in eq if r["test"] == "lat" and r["rails"] == 1 and r["size"] == s]
+    print(f"| {h(s)} | {f(med(r.get('lat_min_us') for r in one), 1)} | {f(med(r.get('lat_us') for r in one), 1)} | "
+          f"{f(med(r.get('lat_p99_us') for r in one), 1)} | {f(med(r.get('lat_p999_us') for r in one), 1)} | "
+          f"{f(med(r.get('raw_lat_us') for r in one), 1)} |")
+
+ipf = eq_iperf
+if ipf:
+    print("\n### iperf3 on the same shaped rails, same run (the bandwidth floor; Mbit/s, one stream per rail, 5 s)\n")
+    print("| streams | iperf3 | rmr at 1 MiB (1 rail / 2 rails pinned+even) | rmr / iperf3 |")
+    print("|---|---|---|---|")
+    for n in sorted({r["rails"] for r in ipf}):
+        i = med(r["mbps"] for r in ipf if r["rails"] == n)
+        if n == 1:
+            m = (find(eq, test="bw", rails=1, size=1 << 20) or {}).get("mbps")
+        else:
+            m = (find(eq, test="bw", rails=2, engine="pinned", policy="even", size=1 << 20) or {}).get("mbps")
+        print(f"| {n} | {f(i)} | {f(m)} | {f(m / i, 2) if m and i else '-'} |")
 
 jb = load("jumbo")
 if jb:
@@ -143,6 +169,8 @@ for r in eq:
         print(f"| {h(r['size'])} | {r['engine']} | {f(r.get('mbps'))} | {f(r.get('post_us'))} | {f(r.get('wait_us'))} |")
 
 un = load("unshaped")
+uip = [r for r in un if r["test"] == "iperf3"]
+un = [r for r in un if r["test"] != "iperf3"]
 rounds = len([r for r in un if r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == max((x["size"] for x in un), default=0)])
 paired = any(r.get("paired") for r in un)
 how = ", each two-rail run paired with a one-rail run taking turns with it in one client (`--paired`)" if paired else ""
@@ -154,6 +182,11 @@ for s in sorted({r["size"] for r in un}):
     print(f"| {h(s)} | {f(med(r.get('raw_mbps') for r in one))} | {f(med(r.get('mbps') for r in one))} | "
           f"{f(med(r.get('raw_mbps') for r in i))} | {f(med(r.get('mbps') for r in i))} | {f(med(r.get('mbps') for r in p))} | "
           f"{ratios(one, i)} | {ratios(one, p)} |")
+if uip:
+    print("\nThe same rounds' iperf3 (one stream per rail, 5 s each; Mbit/s, each round): "
+          + "; ".join(f"{n} stream{'s' if n > 1 else ''}: median {f(med(r['mbps'] for r in uip if r['rails'] == n))} ("
+                      + ", ".join(f(r["mbps"]) for r in uip if r["rails"] == n) + ")"
+                      for n in sorted({r["rails"] for r in uip})))
 
 if any(r.get("cpus") is not None for r in un):
     print(f"\n### The same runs: busy CPUs (of 2, both ends together, from /proc/stat) and Mbit/s per busy CPU, medians\n")
@@ -195,3 +228,15 @@ if of:
             r = f(b[k] / a[k], 2) if b.get(k) and a.get(k) else "-"
             p = 0 if t == "bw" else 1
             print(f"| {t} | {h(s)} | {f(raw, p)} | {f(a.get(k), p)} | {f(b.get(k), p)} | {r} |")
+    fpp = [r for r in of if r["test"] == "fi_pingpong"]
+    if fpp:
+        n = len([r for r in fpp if r["backend"] == "fi_pingpong:tcp" and r["size"] == 8])
+        print(f"\n### ofi vs libfabric: half round trip, means (fi_pingpong prints a mean; us, median over {n} interleaved rounds; both ends pinned, client CPU 0, server CPU 1)\n")
+        print("| size | fi_pingpong -p tcp -e msg | rmr ofi:tcp | ofi:tcp / fi_pingpong | fi_pingpong -p sockets | rmr tcp backend | ofi:tcp / tcp backend |")
+        print("|---|---|---|---|---|---|---|")
+        for s in sorted({r["size"] for r in fpp}):
+            fp = med(r["lat_mean_us"] for r in fpp if r["backend"] == "fi_pingpong:tcp" and r["size"] == s)
+            fs = med(r["lat_mean_us"] for r in fpp if r["backend"] == "fi_pingpong:sockets" and r["size"] == s)
+            ro = med(r.get("lat_mean_us") for r in of if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == s)
+            rt = med(r.get("lat_mean_us") for r in of if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == s)
+            print(f"| {h(s)} | {f(fp, 1)} | {f(ro, 1)} | {f(ro / fp, 2) if ro and fp else '-'} | {f(fs, 1)} | {f(rt, 1)} | {f(ro / rt, 2) if ro and rt else '-'} |")

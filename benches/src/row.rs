@@ -29,6 +29,8 @@ pub(crate) struct Row {
     pub(crate) mbps_max: Option<f64>,
     /// Half round trip, microseconds (median).
     pub(crate) lat_us: Option<f64>,
+    /// Mean half round trip, microseconds (beside tools that print means).
+    pub(crate) lat_mean_us: Option<f64>,
     /// Fastest half round trip, microseconds.
     pub(crate) lat_min_us: Option<f64>,
     /// 99th percentile of the half round trips, microseconds.
@@ -79,6 +81,7 @@ impl Row {
         self.iters = s.n as u64;
         self.lat_us = Some(s.median);
         self.lat_min_us = Some(s.min);
+        self.lat_mean_us = Some(s.mean);
         self.lat_p99_us = Some(s.p99);
         self.lat_p999_us = Some(s.p999);
     }
@@ -106,6 +109,7 @@ impl Row {
         opt("mbps_max", self.mbps_max);
         opt("lat_us", self.lat_us);
         opt("lat_min_us", self.lat_min_us);
+        opt("lat_mean_us", self.lat_mean_us);
         opt("lat_p99_us", self.lat_p99_us);
         opt("lat_p999_us", self.lat_p999_us);
         opt("post_us", self.post_us);

@@ -13,6 +13,8 @@ pub(crate) struct Summary {
     pub p10: f64,
     /// 90th percentile.
     pub p90: f64,
+    /// Mean (fi_pingpong and friends print means: compare like with like).
+    pub(crate) mean: f64,
     /// 99th percentile (a latency row's tail).
     pub(crate) p99: f64,
     /// 99.9th percentile.
@@ -34,6 +36,7 @@ pub(crate) fn summarize(v: &mut [f64]) -> Summary {
     };
     Summary {
         median: q(0.5),
+        mean: v.iter().sum::<f64>() / v.len() as f64,
         min: v[0],
         max: v[v.len() - 1],
         p10: q(0.1),
@@ -51,7 +54,7 @@ mod tests {
     #[test]
     fn median_and_percentiles() {
         let s = summarize(&mut [5.0, 1.0, 3.0, 2.0, 4.0]);
-        assert_eq!((s.median, s.min, s.max, s.n), (3.0, 1.0, 5.0, 5));
+        assert_eq!((s.median, s.min, s.max, s.n, s.mean), (3.0, 1.0, 5.0, 5, 3.0));
         assert!((s.p10 - 1.4).abs() < 1e-9);
         let mut v: Vec<f64> = (1..=1000).map(f64::from).collect();
         let t = summarize(&mut v);
