@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every measurement behind BENCHMARKS.md, in one run (~30 minutes):
+# Every measurement behind BENCHMARKS.md, in one run (~40 minutes):
 #   scripts/bench-all.sh [OUT]          (default bench-out)
 #   python3 scripts/benchmarks-md.py [OUT] > BENCHMARKS.md
 # Each part builds and tears down its own lab; run it on an otherwise idle
@@ -17,6 +17,7 @@ START=$(rev)
 echo "${START%% *}" > "$OUT/commit"
 scripts/setup.sh
 cargo build --release -q -p rmr-bench -p zipper-bridge -p rmr-examples --examples
+scripts/bench-floor.sh 3 | tee "$OUT/floor.txt"
 scripts/bench-lab.sh "$OUT/lab"
 scripts/rt-instructions.sh "$OUT/rt-instructions.jsonl"
 ITERS=${ITERS:-2000} scripts/bench-barrier.sh "$OUT/barrier.jsonl"

@@ -4,7 +4,8 @@ captured tables under bench-out/): python3 scripts/benchmarks-md.py > BENCHMARKS
 
 Every figure comes from that one run; ratios are computed between numbers
 measured in it. The targets are DESIGN.md's "Results it must reach"."""
-import json, os, subprocess, sys
+import json
+import re, os, subprocess, sys
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "bench-out"
 
@@ -70,6 +71,15 @@ if rs:
     more = f"; median of {len(rs)} rounds" if len(rs) > 1 else ""
     verdict("TCP one rail, 8 B write+notify half round trip / busy-polling raw TCP ping-pong (the floor)",
             f"{r['ratio_raw']:.2f} ({r['lat_us']:.1f} vs {r['raw_lat_us']:.1f} us{more})", r["ratio_raw"] <= 1.15, "<= 1.15")
+
+# --- the floor itself: rmr-bench's busy-polling raw ping-pong against plain C
+floor_txt = text(os.path.join(OUT, "floor.txt"))
+for line in floor_txt.splitlines():
+    m = re.match(r"size (\d+): median C ([\d.]+) us, rmr-bench raw-tcp ([\d.]+) us, ratio ([\d.]+)", line)
+    if m:
+        v = float(m.group(4))
+        verdict(f"the floor: rmr-bench raw-tcp busy-poll ping-pong / plain C busy-poll ping-pong, {m.group(1)} B (median of 3 interleaved rounds)",
+                f"{v:.2f} ({m.group(3)} vs {m.group(2)} us)", v <= 1.15, "<= 1.15")
 
 # --- against iperf3 on the same links (one stream per rail, same run)
 def iperf_of(rows, rails):
@@ -390,6 +400,10 @@ if rti:
     for r in rti:
         ratio = f"{r['per_round_trip'] / base:.2f}" if base else "-"
         print(f"| `{r['spec']}` | {r['per_round_trip']} | {ratio} |")
+
+print("\n## The latency floor: rmr-bench's raw TCP ping-pong beside plain C\n")
+print("`scripts/bench-floor.sh 3`: both busy-poll a non-blocking socket (TCP_NODELAY), one shaped 1 Gbit/s rail, client on CPU 0, server on CPU 1, interleaved rounds; every rmr latency ratio above is against the Rust one.\n")
+print("```text\n" + floor_txt + "\n```")
 
 print("\n## The RDMA barrier\n")
 print("`scripts/bench-barrier.sh` (tcp) and `BACKEND=ofi:tcp` for the libfabric rows; "
