@@ -232,6 +232,8 @@ if of:
     if fpp:
         n = len([r for r in fpp if r["backend"] == "fi_pingpong:tcp" and r["size"] == 8])
         print(f"\n### ofi vs libfabric: half round trip, means (fi_pingpong prints a mean; us, median over {n} interleaved rounds; both ends pinned, client CPU 0, server CPU 1)\n")
+        print("The `sockets` provider's own fi_pingpong takes milliseconds per round trip on this host "
+              "(its progress thread's timing), so it is shown but is no floor; the verdicts use `-p tcp`.\n")
         print("| size | fi_pingpong -p tcp -e msg | rmr ofi:tcp | ofi:tcp / fi_pingpong | fi_pingpong -p sockets | rmr tcp backend | ofi:tcp / tcp backend |")
         print("|---|---|---|---|---|---|---|")
         for s in sorted({r["size"] for r in fpp}):
