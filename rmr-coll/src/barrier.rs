@@ -100,7 +100,7 @@ impl Barrier {
         if cfg.shm {
             let node = nodes.node_of(rank);
             let path = shm_dir().join(format!("rmr-coll-{}-node{node}", boot.job_id()));
-            let words = lsize + 1;
+            let words = crate::shm::tree_words(lsize);
             let created =
                 if lsize > 1 && lrank == 0 { Some(ShmWords::create(&path, words)?) } else { None };
             boot.barrier()?;

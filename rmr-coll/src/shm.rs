@@ -2,7 +2,6 @@
 //! words in a file under `/dev/shm` that every local process maps, and the
 //! node's flat tree built on it.
 
-use crate::wait::Backoff;
 use crate::{Error, Result};
 use memmap2::MmapRaw;
 use std::fs::OpenOptions;
@@ -108,9 +107,58 @@ impl ShmWords {
     }
 }
 
+/// Sleeps in `futex(2)` while the low 32 bits of the shared word `w` still
+/// read `seen` (at most `timeout`). Not `FUTEX_PRIVATE`: the word is shared
+/// between processes.
+fn futex_wait(w: &AtomicU64, seen: u64, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: `low32(w)` points at four aligned bytes of a live mapping
+    // (every word is 64-byte aligned); the kernel only reads them, and `ts`
+    // outlives the call. A spurious or early return is harmless: callers
+    // re-check their condition.
+    unsafe {
+        libc::syscall(libc::SYS_futex, low32(w), libc::FUTEX_WAIT, seen as u32, &ts, 0usize, 0u32);
+    }
+}
+
+/// Wakes every process sleeping in [`futex_wait`] on `w`.
+fn futex_wake(w: &AtomicU64) {
+    // SAFETY: as in `futex_wait`; FUTEX_WAKE does not touch the memory.
+    unsafe {
+        libc::syscall(libc::SYS_futex, low32(w), libc::FUTEX_WAKE, i32::MAX, 0usize, 0usize, 0u32);
+    }
+}
+
+/// The address of the low 32 bits of a word (what the futex compares).
+fn low32(w: &AtomicU64) -> *const u32 {
+    let p = std::ptr::from_ref(w).cast::<u32>();
+    if cfg!(target_endian = "big") { p.wrapping_add(1) } else { p }
+}
+
+/// Polls before a wait sleeps in the kernel: long enough to catch a peer
+/// that is running on another core, short enough not to steal the core
+/// from the one it waits for on an oversubscribed node.
+const SPINS: u32 = 200;
+
+/// Longest single futex sleep (the deadline is checked between them).
+const NAP: Duration = Duration::from_millis(50);
+
+/// Words of a node tree for `local_size` processes (what [`NodeTree::new`]
+/// expects the mapping to hold).
+pub(crate) fn tree_words(local_size: usize) -> usize {
+    local_size + 4
+}
+
 /// The flat tree of one node: word 0 is the master's release word, word
 /// `1 + l` the arrival flag of local rank `l`. Back-to-back barriers are
-/// told apart by the sequence number stored (flags only grow).
+/// told apart by the sequence number stored (flags only grow). A process
+/// that waits spins briefly, then sleeps in `futex(2)` on the word it waits
+/// for; the process that changes that word wakes it, but only when someone
+/// announced (in a sleepers word) that they sleep, so a barrier whose
+/// processes all run costs no system call.
 pub(crate) struct NodeTree {
     shm: ShmWords,
     local_rank: usize,
@@ -119,12 +167,14 @@ pub(crate) struct NodeTree {
 }
 
 impl NodeTree {
+    /// `shm` must hold [`tree_words`]`(local_size)` words.
     pub(crate) fn new(
         shm: ShmWords,
         local_rank: usize,
         local_size: usize,
         timeout: Duration,
     ) -> Self {
+        assert!(shm.len() >= tree_words(local_size), "node tree mapping too small");
         NodeTree { shm, local_rank, local_size, timeout }
     }
 
@@ -132,35 +182,87 @@ impl NodeTree {
         self.local_rank == 0
     }
 
-    fn wait(&self, seq: u64, done: impl Fn() -> bool) -> Result<()> {
+    /// Bumped by every arrival: the word the master sleeps on.
+    fn doorbell(&self) -> &AtomicU64 {
+        self.shm.word(1 + self.local_size)
+    }
+
+    /// How many processes sleep on the release word.
+    fn release_sleepers(&self) -> &AtomicU64 {
+        self.shm.word(2 + self.local_size)
+    }
+
+    /// Nonzero while the master sleeps on the doorbell.
+    fn master_sleeps(&self) -> &AtomicU64 {
+        self.shm.word(3 + self.local_size)
+    }
+
+    /// Waits until `done()`, sleeping on `word` (announced in `sleepers`).
+    /// The announce / re-check / sleep order pairs with the signaller's
+    /// store / check-sleepers order (all `SeqCst`): either the signaller
+    /// sees a sleeper and wakes it, or the sleeper sees the new value.
+    fn wait(
+        &self,
+        seq: u64,
+        word: &AtomicU64,
+        sleepers: &AtomicU64,
+        done: impl Fn() -> bool,
+    ) -> Result<()> {
+        for i in 0..SPINS {
+            if done() {
+                return Ok(());
+            }
+            if i % 64 == 63 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
         let deadline = Instant::now() + self.timeout;
-        let mut b = Backoff::default();
-        while !done() {
+        loop {
+            sleepers.fetch_add(1, Ordering::SeqCst);
+            let seen = word.load(Ordering::SeqCst);
+            let ready = done();
+            if !ready {
+                let left = deadline.saturating_duration_since(Instant::now());
+                futex_wait(word, seen, left.min(NAP));
+            }
+            sleepers.fetch_sub(1, Ordering::SeqCst);
+            if ready || done() {
+                return Ok(());
+            }
             if Instant::now() >= deadline {
                 return Err(Error::Timeout { seq, rank: usize::MAX, after: self.timeout });
             }
-            b.snooze();
         }
-        Ok(())
     }
 
     /// A non-master: announce arrival, wait for the release.
     pub(crate) fn arrive_and_wait(&self, seq: u64) -> Result<()> {
-        self.shm.word(1 + self.local_rank).store(seq, Ordering::Release);
+        self.shm.word(1 + self.local_rank).store(seq, Ordering::SeqCst);
+        let bell = self.doorbell();
+        bell.fetch_add(1, Ordering::SeqCst);
+        if self.master_sleeps().load(Ordering::SeqCst) > 0 {
+            futex_wake(bell);
+        }
         let rel = self.shm.word(0);
-        self.wait(seq, || rel.load(Ordering::Acquire) >= seq)
+        self.wait(seq, rel, self.release_sleepers(), || rel.load(Ordering::Acquire) >= seq)
     }
 
     /// The master: wait until every local process arrived.
     pub(crate) fn gather(&self, seq: u64) -> Result<()> {
-        self.wait(seq, || {
+        self.wait(seq, self.doorbell(), self.master_sleeps(), || {
             (1..self.local_size).all(|l| self.shm.word(1 + l).load(Ordering::Acquire) >= seq)
         })
     }
 
     /// The master: release the local processes.
     pub(crate) fn release(&self, seq: u64) {
-        self.shm.word(0).store(seq, Ordering::Release);
+        let rel = self.shm.word(0);
+        rel.store(seq, Ordering::SeqCst);
+        if self.release_sleepers().load(Ordering::SeqCst) > 0 {
+            futex_wake(rel);
+        }
     }
 }
 
@@ -188,8 +290,11 @@ mod tests {
         let n = 4;
         let trees: Vec<NodeTree> = (0..n)
             .map(|l| {
-                let s =
-                    if l == 0 { ShmWords::create(&p, n + 1) } else { ShmWords::open(&p, n + 1) };
+                let s = if l == 0 {
+                    ShmWords::create(&p, tree_words(n))
+                } else {
+                    ShmWords::open(&p, tree_words(n))
+                };
                 NodeTree::new(s.unwrap(), l, n, Duration::from_secs(10))
             })
             .collect();
@@ -216,6 +321,47 @@ mod tests {
                     }
                 });
             }
+        });
+    }
+
+    #[test]
+    fn sleepers_are_woken_and_a_missing_process_times_out() {
+        let p = std::env::temp_dir().join(format!("rmr-coll-sleep-test-{}", std::process::id()));
+        let n = 3;
+        let t = Duration::from_millis(300);
+        let trees: Vec<NodeTree> = (0..n)
+            .map(|l| {
+                let s = if l == 0 {
+                    ShmWords::create(&p, tree_words(n))
+                } else {
+                    ShmWords::open(&p, tree_words(n))
+                };
+                NodeTree::new(s.unwrap(), l, n, t)
+            })
+            .collect();
+        trees[0].shm.unlink().unwrap();
+        // The master comes late: both others are asleep in the futex by then
+        // (they announced it) and still leave at once when released.
+        std::thread::scope(|sc| {
+            for tr in &trees[1..] {
+                sc.spawn(move || tr.arrive_and_wait(1).unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 2, "both asleep");
+            trees[0].gather(1).unwrap();
+            trees[0].release(1);
+        });
+        assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0);
+        // Local rank 2 never arrives at barrier 2: the master times out
+        // (typed, after its timeout), it does not hang.
+        std::thread::scope(|sc| {
+            sc.spawn(|| trees[1].shm.word(2).store(2, Ordering::SeqCst));
+            let started = Instant::now();
+            match trees[0].gather(2) {
+                Err(Error::Timeout { seq: 2, .. }) => {}
+                other => panic!("expected a timeout, got {other:?}"),
+            }
+            assert!(started.elapsed() >= t);
         });
     }
 }
