@@ -6,10 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/lab}; mkdir -p "$OUT"
 P=rmrb
-trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; pkill -f "fi_pingpong -p" 2>/dev/null || true; scripts/lab.sh down $P' EXIT
+trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; pkill -f "fi_pingpong -p" 2>/dev/null || true; pkill -f "fi_rma_bw server" 2>/dev/null || true; rm -rf "${CBIN:-}"; scripts/lab.sh down $P' EXIT
 command -v iperf3 >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
 cargo build --release -q -p rmr-bench
 B=$PWD/target/release/rmr-bench
+# The plain-libfabric bandwidth baseline (benches/c/fi_rma_bw.c).
+CBIN=$(mktemp -d /tmp/rmr-lab-c.XXXXXX)
+cc -O2 -o "$CBIN/fi_rma_bw" benches/c/fi_rma_bw.c -lfabric
 SIZES=${SIZES:-4K,16K,64K,256K,1M,4M}
 
 server() { # rails [command prefix, e.g. "taskset -c 1"]
@@ -50,6 +53,16 @@ fipp() {
   sleep 0.5
   taskset -c 0 ip netns exec $P-a fi_pingpong -p "$prov" -e msg -I "$it" -S "$size" -P 9228 198.18.0.2 2>/dev/null \
     | awk -v p="$prov" -v s="$size" '/usec\/xfer/ { h = 1; next } h && NF >= 7 { h = 0; printf "{\"test\": \"fi_pingpong\", \"backend\": \"fi_pingpong:%s\", \"rails\": 1, \"size\": %d, \"lat_mean_us\": %s}\n", p, s, $7 }'
+  wait || true
+}
+# A plain libfabric program's bandwidth (benches/c/fi_rma_bw.c: msg
+# endpoint, RMA writes of SIZE in samples of 20 then a notify, as
+# `rmr-bench --test bw`), ITERS samples, one JSON row: the ofi rows' floor.
+fibw() {
+  local prov=$1 size=$2 it=$3
+  taskset -c 1 ip netns exec $P-b "$CBIN/fi_rma_bw" server "$prov" 9229 "$size" >/dev/null 2>&1 &
+  sleep 0.5
+  ip netns exec $P-a "$CBIN/fi_rma_bw" client "$prov" 198.18.0.2 9229 "$size" "$it" 2>>"$OUT/client.log" || true
   wait || true
 }
 # One rail's 8 B and 4 KiB latency beside libfabric's (client on CPU 0).
@@ -119,6 +132,8 @@ sleep 0.5
 {
   client --rails 198.18.0.2 --test bw --sizes 64K,1M --baseline
   client --backend ofi:tcp --port 7570 --rails 198.18.0.2 --test bw --sizes 64K,1M
+  # The same iterations as rmr-bench's rows (its counts for a 1 Gbit/s rail).
+  fibw tcp 65536 204; fibw tcp 1048576 12
   for round in $(seq "${OFI_ROUNDS:-5}"); do
     lat1 --rails 198.18.0.2 --baseline
     lat1 --backend ofi:tcp --port 7570 --rails 198.18.0.2

@@ -218,8 +218,10 @@ for s in sorted({r["size"] for r in ue}):
 of = load("ofi")
 if of:
     print("\n### One 1 Gbit/s rail: tcp backend vs libfabric (ofi:tcp)\n")
-    print("| test | size | raw TCP | tcp backend | ofi:tcp | ofi / tcp |")
-    print("|---|---|---|---|---|---|")
+    print("Bandwidth rows have beside them a plain libfabric program (benches/c/fi_rma_bw.c: "
+          "msg endpoint, `-p tcp`, RMA writes in samples of 20 and a notify, as rmr-bench's; median sample).\n")
+    print("| test | size | raw TCP | tcp backend | ofi:tcp | ofi / tcp | plain libfabric | ofi:tcp / plain libfabric |")
+    print("|---|---|---|---|---|---|---|---|")
     for t, k in (("bw", "mbps"), ("lat", "lat_us")):
         for s in sorted({r["size"] for r in of if r["test"] == t}):
             a = find(of, test=t, backend="tcp", size=s) or {}
@@ -227,7 +229,9 @@ if of:
             raw = a.get("raw_mbps") if t == "bw" else a.get("raw_lat_us")
             r = f(b[k] / a[k], 2) if b.get(k) and a.get(k) else "-"
             p = 0 if t == "bw" else 1
-            print(f"| {t} | {h(s)} | {f(raw, p)} | {f(a.get(k), p)} | {f(b.get(k), p)} | {r} |")
+            c = (find(of, test="fi_rma_bw", backend="fi_rma_bw:tcp", size=s) or {}).get("mbps") if t == "bw" else None
+            rc = f(b[k] / c, 2) if c and b.get(k) else "-"
+            print(f"| {t} | {h(s)} | {f(raw, p)} | {f(a.get(k), p)} | {f(b.get(k), p)} | {r} | {f(c, 0)} | {rc} |")
     fpp = [r for r in of if r["test"] == "fi_pingpong"]
     if fpp:
         n = len([r for r in fpp if r["backend"] == "fi_pingpong:tcp" and r["size"] == 8])

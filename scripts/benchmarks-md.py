@@ -115,6 +115,13 @@ for s_ in (8, 4096):
     if rm and tc and s_ == 8:
         verdict("ofi:tcp, 8 B half round trip / the tcp backend's (means)", f"{rm / tc:.2f}", rm / tc <= 1.5, "<= 1.5")
 
+for s_ in (65536, 1 << 20):
+    rb = med(r["mbps"] for r in of if r["test"] == "bw" and r["backend"] == "ofi:tcp" and r["size"] == s_)
+    cb = med(r["mbps"] for r in of if r["test"] == "fi_rma_bw" and r["backend"] == "fi_rma_bw:tcp" and r["size"] == s_)
+    if rb and cb:
+        verdict(f"ofi:tcp, {s_ >> 10} KiB RDMA write bandwidth / a plain libfabric program's (fi_rma_bw.c, same window; medians)",
+                f"{rb / cb:.2f}", rb / cb >= 0.95, ">= 0.95")
+
 # --- multirail, equal shaped rails
 one = {r["size"]: r["mbps"] for r in eq if r["test"] == "bw" and r["rails"] == 1}
 pin = {r["size"]: r for r in eq if r["test"] == "bw" and r["rails"] == 2 and r["engine"] == "pinned" and r["policy"] == "even" and r.get("threshold") == 32768}
