@@ -36,4 +36,16 @@ for n in 2 3 4 5 6 8 10 12 14 16; do
     mpi "$n" mpi-tcp --mca btl tcp,self | tee -a "$OUT"
   fi
 done
+# The goal's check, like with like: rmr's one-node barrier and MPI_Barrier
+# at 8 and 16 processes in MPI_ROUNDS interleaved rounds (rmr, then MPI,
+# each round); the verdict takes the medians.
+if [ "$MPI" != 0 ]; then
+  for round in $(seq "${MPI_ROUNDS:-5}"); do
+    for n in 8 16; do
+      "$B" barrier --procs "$n" --backend "$BACKEND" --shm on --nodes 1 --algo rdma --iters "$ITERS" --json \
+        | sed "s/\"test\":\"barrier\"/\"test\":\"barrier\",\"one_node\":true,\"round\":$round/" | tee -a "$OUT"
+      mpi "$n" mpi | sed "s/\"algo\":\"mpi\"/\"algo\":\"mpi\",\"round\":$round/" | tee -a "$OUT"
+    done
+  done
+fi
 echo "wrote $OUT"
