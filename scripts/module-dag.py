@@ -95,16 +95,20 @@ def order(e):
     circles = [sorted(c) for c in sccs if len(c) > 1]
     return [c[0] for c in sccs], circles
 
-bad = False
-for crate in sys.argv[1:]:
-    e = edges(crate)
-    topo, circles = order(e)
-    if circles:
-        bad = True
-        print(f"{crate}: circles between modules:")
-        for c in circles:
-            inner = [f"{a} -> {b}" for a in c for b in sorted(e[a]) if b in c]
-            print("  " + ", ".join(inner))
-    else:
-        print(f"{crate}: reading order (each module uses only those before it): {', '.join(topo)}")
-sys.exit(1 if bad else 0)
+def main():
+    bad = False
+    for crate in sys.argv[1:]:
+        e = edges(crate)
+        topo, circles = order(e)
+        if circles:
+            bad = True
+            print(f"{crate}: circles between modules:")
+            for c in circles:
+                inner = [f"{a} -> {b}" for a in c for b in sorted(e[a]) if b in c]
+                print("  " + ", ".join(inner))
+        else:
+            print(f"{crate}: reading order (each module uses only those before it): {', '.join(topo)}")
+    sys.exit(1 if bad else 0)
+
+if __name__ == "__main__":
+    main()

@@ -12,6 +12,12 @@ step setup
 scripts/setup.sh
 step fmt
 cargo fmt --all -- --check
+# The layout: modules inside these crates depend on each other one way only
+# (an order to read them in), and no source file in the core crates runs
+# past 800 lines (one concern per file).
+step layout
+python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot benches examples
+scripts/file-lengths.sh 800 rmr-api multirail backend-tcp
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 step clippy
 cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings

@@ -7,6 +7,25 @@
 //! zone and bounds have been checked, and sent with one `writev` of header
 //! plus the registered memory itself (no staging copy on either side).
 //!
+//! ## Map
+//! The modules in reading order (each uses only those above it):
+//! - `config`: [`TcpConfig`], the IA's settings.
+//! - `domain`: what one IA's objects share, [`TcpPz`], [`TcpLmr`] and the
+//!   key table every remote access is checked against.
+//! - [`wire`]: the frame format.
+//! - `tx`: the sender's queue of frames and registered-memory segments.
+//! - `ep`: [`TcpEp`], in files by concern: `shared` (the state every
+//!   thread works on), `connect`, `send` (requests into frames), `window`
+//!   (acknowledgements, the receive stall), `rx` (the reader: frames into
+//!   registered memory after the checks), `progress` (the driver a waiter
+//!   runs, the progress thread, the watchdog), `teardown`.
+//! - `psp`: [`TcpPsp`], listening and the handshake.
+//! - `ia`: [`TcpIa`], the factory of everything above.
+//!
+//! Data flows: post (`ep`) → frame ([`wire`]) → queue (`tx`) → socket →
+//! the peer's reader (`ep::rx`) checks the key (`domain`) → its memory →
+//! a completion on each side's EVD.
+//!
 //! ## Quick start
 //! ```
 //! use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
@@ -105,15 +124,18 @@
 #![forbid(unsafe_code)]
 #![warn(unreachable_pub)]
 
+mod config;
+mod domain;
 mod ep;
 mod ia;
 mod psp;
-mod rx;
 mod tx;
 pub mod wire;
 
+pub use config::TcpConfig;
+pub use domain::{TcpLmr, TcpPz};
 pub use ep::TcpEp;
-pub use ia::{TcpConfig, TcpIa, TcpLmr, TcpPz};
+pub use ia::TcpIa;
 pub use psp::TcpPsp;
 
 use rmr_api::provider::Provider;

@@ -1,8 +1,8 @@
 //! Public service points: a listening socket whose accepted connections
 //! become connection-request events.
 
+use crate::domain::IaShared;
 use crate::ep::{TcpEp, handshake_write, push, tune};
-use crate::ia::IaShared;
 use crate::wire::{HDR, Header, Op};
 use rmr_api::{ConnRequest, ConnRequestOps, Ep, EpState, Error, Evd, Event, Psp, Result};
 use std::io::Read;

@@ -4,7 +4,6 @@
 //! uDAPL multirail paper's non-threaded approach), backing off to short
 //! sleeps when nothing moves.
 
-use crate::ep::Core;
 use rmr_api::provider::SoftEvd;
 use rmr_api::{Error, Evd, Event, Result};
 use smallvec::SmallVec;
@@ -14,7 +13,23 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-type Cores = SmallVec<[Arc<Core>; 4]>;
+type Cores = SmallVec<[Arc<dyn Polled>; 4]>;
+
+/// What a multirail EVD polls: the rails of an endpoint that reports to
+/// it. The endpoint's core implements it (the `ep` module, which comes after
+/// this module: the EVD knows endpoints only through this trait).
+pub(crate) trait Polled: Send + Sync {
+    /// The endpoint's rail EVDs (their doorbells and socket drivers).
+    fn rail_evds(&self) -> SmallVec<[Arc<dyn Evd>; 4]>;
+    /// Pushes out frames the rails hold for batching; true if any went.
+    fn flush_rails(&self) -> bool;
+    /// Harvests every rail once: (anything happened, the event handed back
+    /// for `take`, the queue of the waiter's own EVD, if the harvest made
+    /// one while it was empty).
+    fn poll_rails_taking(&self, take: Option<&SoftEvd>) -> (bool, Option<Event>);
+    /// The endpoint has rail threads that deliver by themselves.
+    fn threaded(&self) -> bool;
+}
 
 thread_local! {
     /// The queue of the multirail EVD this thread waits on for one event,
@@ -78,7 +93,7 @@ impl Drop for Waiting<'_> {
 #[derive(Default)]
 pub struct MrEvd {
     pub(crate) q: Arc<SoftEvd>,
-    polled: Mutex<Vec<Weak<Core>>>,
+    polled: Mutex<Vec<Weak<dyn Polled>>>,
     has_polled: AtomicBool,
     /// Some attached rail EVD cannot poke us: waiters must poll.
     blind: AtomicBool,
@@ -94,12 +109,12 @@ impl MrEvd {
         self.waiters.load(Ordering::SeqCst) > 0
     }
 
-    pub(crate) fn attach_polled(&self, core: &Arc<Core>) {
+    pub(crate) fn attach_polled(&self, core: &Arc<dyn Polled>) {
         let mut p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
         p.retain(|w| w.strong_count() > 0);
-        if !p.iter().any(|w| w.as_ptr() == Arc::as_ptr(core)) {
+        if !p.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(core))) {
             p.push(Arc::downgrade(core));
-            for evd in core.rail_evds() {
+            for evd in &core.rail_evds() {
                 match evd.as_any().downcast_ref::<SoftEvd>() {
                     Some(s) => {
                         s.observe(&self.q);
@@ -218,7 +233,7 @@ impl MrEvd {
     }
 
     /// [`MrEvd::progress`] over `cores`.
-    fn progress_on(&self, cores: &[Arc<Core>], take: bool) -> (bool, bool, Option<Event>) {
+    fn progress_on(&self, cores: &[Arc<dyn Polled>], take: bool) -> (bool, bool, Option<Event>) {
         let (mut any, mut threaded, mut taken) = (false, true, None);
         for c in cores {
             let t = (take && taken.is_none()).then_some(&*self.q);

@@ -6,6 +6,28 @@
 //! a rail. Because a multirail endpoint *is* an rmr-api endpoint, anything
 //! that runs over one rail runs over many.
 //!
+//! ## Map
+//! The modules in reading order (each uses only those above it):
+//! - `bind`: pins a rail thread to a core near its NIC (hwloc).
+//! - `evd`: [`MrEvd`], the user's EVD; a waiter harvests the rails of the
+//!   endpoints that report to it (it knows them only as `Polled`).
+//! - `header`: the per-rail connection header (session, rail, count).
+//! - `objects`: [`MrIa`]'s data, [`MrPz`] and [`MrLmr`]: one per rail
+//!   underneath.
+//! - [`planner`]: sans-IO striping policies and the rails' rate estimates.
+//! - `ep`: [`MrEp`], in files by concern: `state` (requests, stripes, the
+//!   core), `post` (check, plan, record, fence), `silent` (the silent-write
+//!   rules and probes), `issue` (work onto rails, events to the user),
+//!   `progress` (harvesting rail EVDs), `complete` (stripes into one
+//!   completion per DTO, in order), `failover` (a lost rail), `engine`
+//!   (connecting the rails; the pinned rail threads).
+//! - `psp`: [`MrPsp`], a connector's rail connections as one request.
+//! - `ia`: the IA as the factory of everything above.
+//!
+//! Data flows: post (`ep::post`) → plan ([`planner`]) → rails (`ep::issue`,
+//! the engines) → completions (`ep::progress`, `ep::complete`) → user
+//! events ([`MrEvd`]).
+//!
 //! ## Quick start
 //! ```
 //! use rmr_api::Ia;
@@ -77,6 +99,8 @@
 mod bind;
 mod ep;
 mod evd;
+mod header;
+mod ia;
 mod objects;
 pub mod planner;
 mod psp;

@@ -1,24 +1,19 @@
-//! The multirail IA, protection zone and memory region: one of each per
-//! rail underneath, the same memory registered on every rail.
+//! The multirail IA's data, protection zone and memory region: one of each
+//! per rail underneath, the same memory registered on every rail. (The
+//! IA's object factory, which makes EVDs, EPs and PSPs, is in
+//! the `ia` module, above them all.)
 
 use crate::MrConfig;
-use crate::ep::MrEp;
-use crate::evd::MrEvd;
-use crate::psp::MrPsp;
-use rmr_api::{
-    Access, Caps, EpEvds, Error, Evd, Ia, IaAttr, Lmr, MemRegion, Psp, Pz, Result, RmrContext,
-};
+use crate::header::MR_HDR;
+use rmr_api::{Access, Caps, Error, Ia, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
 use std::any::Any;
 use std::sync::Arc;
-
-/// Bytes of each rail's connection private data the multirail header takes.
-pub(crate) const MR_HDR: usize = 14;
 
 /// One logical IA over several rail IAs (of any backends).
 pub struct MrIa {
     pub(crate) rails: Vec<Arc<dyn Ia>>,
     pub(crate) cfg: MrConfig,
-    attr: IaAttr,
+    pub(crate) attr: IaAttr,
 }
 
 impl MrIa {
@@ -65,48 +60,6 @@ impl MrIa {
     /// The configuration.
     pub fn config(&self) -> &MrConfig {
         &self.cfg
-    }
-}
-
-impl Ia for MrIa {
-    fn attr(&self) -> &IaAttr {
-        &self.attr
-    }
-
-    fn create_pz(&self) -> Result<Arc<dyn Pz>> {
-        let rails = self.rails.iter().map(|r| r.create_pz()).collect::<Result<Vec<_>>>()?;
-        Ok(Arc::new(MrPz { id: rmr_api::provider::fresh_id(), rails }))
-    }
-
-    fn create_evd(&self) -> Result<Arc<dyn Evd>> {
-        Ok(Arc::new(MrEvd::default()))
-    }
-
-    fn create_ep(&self, pz: &Arc<dyn Pz>, evds: &EpEvds) -> Result<Arc<dyn rmr_api::Ep>> {
-        let pz = pz
-            .as_any()
-            .downcast_ref::<MrPz>()
-            .ok_or_else(|| Error::invalid("PZ is not a multirail PZ"))?;
-        if pz.rails.len() != self.rails.len() {
-            return Err(Error::invalid("PZ of another multirail IA"));
-        }
-        for e in [&evds.request, &evds.recv, &evds.conn] {
-            if e.as_any().downcast_ref::<MrEvd>().is_none() {
-                return Err(Error::invalid("multirail EPs need EVDs created by a multirail IA"));
-            }
-        }
-        MrEp::create(self, pz, evds)
-    }
-
-    fn create_psp(&self, service: u16, evd: &Arc<dyn Evd>) -> Result<Arc<dyn Psp>> {
-        if evd.as_any().downcast_ref::<MrEvd>().is_none() {
-            return Err(Error::invalid("multirail PSPs need an EVD created by a multirail IA"));
-        }
-        Ok(Arc::new(MrPsp::listen(self, service, evd.clone())?))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

@@ -11,6 +11,7 @@
 
 use smallvec::SmallVec;
 use std::fmt;
+use std::time::Instant;
 
 /// How DTOs are spread over rails.
 #[derive(Clone, Debug, PartialEq)]
@@ -351,10 +352,61 @@ impl Planner {
     }
 }
 
+/// A rail's measured throughput: bytes completed over *busy* time (time
+/// during which the rail had stripes outstanding), averaged over a long
+/// byte window. Acknowledgements arrive in bursts, so a per-completion rate
+/// would measure the burst, not the link; idle time must not count either.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RailRate {
+    bytes: f64,
+    secs: f64,
+    last: Instant,
+}
+
+/// Bytes after which the averaging window is halved.
+const RATE_WINDOW: f64 = 64.0 * 1024.0 * 1024.0;
+
+impl RailRate {
+    /// No measurement yet.
+    pub(crate) fn new() -> Self {
+        RailRate { bytes: 0.0, secs: 0.0, last: Instant::now() }
+    }
+
+    /// A stripe is posted on a rail with `outstanding` bytes in flight.
+    pub(crate) fn posted(&mut self, outstanding: u64, now: Instant) {
+        if outstanding > 0 {
+            self.secs += now.saturating_duration_since(self.last).as_secs_f64();
+        }
+        self.last = now;
+    }
+
+    /// A stripe of `bytes` completed (the rail was busy until now).
+    pub(crate) fn completed(&mut self, bytes: u64, now: Instant) {
+        self.secs += now.saturating_duration_since(self.last).as_secs_f64();
+        self.last = now;
+        self.bytes += bytes as f64;
+        if self.bytes > RATE_WINDOW {
+            self.bytes /= 2.0;
+            self.secs /= 2.0;
+        }
+    }
+
+    /// The measured rate in Mbit/s (0 before any measurement).
+    pub(crate) fn mbps(&self) -> f64 {
+        if self.secs > 0.0 { self.bytes / self.secs * 8e-6 } else { 0.0 }
+    }
+
+    /// Seconds this rail needs for `bytes`, once it has a measurement.
+    pub(crate) fn time_for(&self, bytes: u64) -> Option<f64> {
+        (self.secs > 0.0 && self.bytes > 0.0).then(|| bytes as f64 * self.secs / self.bytes)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn policies() -> impl Strategy<Value = Policy> {
         prop_oneof![
@@ -485,5 +537,30 @@ mod tests {
         assert!(Policy::parse("weighted:0,1").is_err());
         assert!(Policy::parse("adaptive:1,1,2").is_err());
         assert!(Policy::parse("fastest").is_err());
+    }
+
+    #[test]
+    fn rail_rate_counts_busy_time_only_and_halves_its_window() {
+        let t0 = Instant::now();
+        let ms = |n: u64| t0 + Duration::from_millis(n);
+        let mut r = RailRate { bytes: 0.0, secs: 0.0, last: t0 };
+        assert_eq!(r.time_for(1), None, "no measurement yet");
+        // Idle until 100 ms (nothing outstanding): not counted.
+        r.posted(0, ms(100));
+        // 1 MB completes 10 ms later: 1e8 B/s.
+        r.completed(1_000_000, ms(110));
+        let t = r.time_for(1_000_000).unwrap();
+        assert!((t - 0.010).abs() < 1e-9, "{t}");
+        // Busy from 110 (bytes outstanding) to 130: 20 ms for 1 MB more.
+        r.posted(500_000, ms(110));
+        r.completed(1_000_000, ms(130));
+        let t = r.time_for(2_000_000).unwrap();
+        assert!((t - 0.030).abs() < 1e-9, "{t}");
+        // Past the window the sums halve; the rate stays.
+        r.completed(70 << 20, ms(1130));
+        assert!(r.bytes <= RATE_WINDOW);
+        let per_byte = r.time_for(1).unwrap();
+        let want = 1.030 / (2_000_000.0 + (70u64 << 20) as f64);
+        assert!((per_byte - want).abs() / want < 1e-9, "{per_byte} vs {want}");
     }
 }

@@ -5,33 +5,13 @@
 
 use crate::ep::MrEp;
 use crate::evd::MrEvd;
-use crate::objects::{MR_HDR, MrIa};
+use crate::header::parse_header;
+use crate::objects::MrIa;
 use rmr_api::{ConnRequest, ConnRequestOps, Ep, Error, Evd, Event, Psp, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-pub(crate) const MAGIC: &[u8; 4] = b"MRL1";
-
-/// Encodes the per-rail header of a connection's private data.
-pub(crate) fn header(session: u64, idx: usize, n: usize) -> [u8; MR_HDR] {
-    let mut h = [0u8; MR_HDR];
-    h[..4].copy_from_slice(MAGIC);
-    h[4..12].copy_from_slice(&session.to_le_bytes());
-    h[12] = idx as u8;
-    h[13] = n as u8;
-    h
-}
-
-/// Decodes it: (session, rail index, rail count, user private data).
-pub(crate) fn parse_header(pd: &[u8]) -> Option<(u64, usize, usize, &[u8])> {
-    if pd.len() < MR_HDR || &pd[..4] != MAGIC {
-        return None;
-    }
-    let session = u64::from_le_bytes(pd[4..12].try_into().ok()?);
-    Some((session, pd[12] as usize, pd[13] as usize, &pd[MR_HDR..]))
-}
 
 /// A listening multirail service point.
 pub struct MrPsp {

@@ -1,6 +1,6 @@
 //! The one error type of the API and the `Result` alias.
 
-use crate::{DtoOp, EpId, Status};
+use crate::types::{DtoOp, EpId, Status};
 use std::io;
 
 /// Errors returned by every rmr-api operation.

@@ -1,8 +1,8 @@
 //! Event dispatchers: the [`Evd`] trait applications wait on.
 //!
 //! Every backend's EVD implements it; the software queue most of them are
-//! built on ([`crate::provider::SoftEvd`]) and its progress machinery live
-//! in [`crate::provider`].
+//! built on (`provider::SoftEvd`) and its progress machinery live in the
+//! provider toolkit, above this module.
 //!
 //! ## Progress by the waiter
 //! A thread waiting on an EVD makes the progress its events need: on the
@@ -11,8 +11,11 @@
 //! raw TCP ping-pong does. [`Evd::progress_until`] is the same wait for a
 //! condition that raises no event (a flag an RDMA write sets in memory).
 
-use crate::{Event, Result};
+use crate::error::{Error, Result};
+use crate::event::{DtoCompletion, Event};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::any::Any;
+use std::io;
 use std::os::fd::BorrowedFd;
 use std::time::{Duration, Instant};
 
@@ -98,7 +101,7 @@ pub trait Evd: Send + Sync {
             // or progress pending that `ready` does not see) falls back to
             // the yield-then-nap loop below rather than spinning on `arm`.
             if let Some(fd) = self.wait_fd().filter(|_| self.arm()) {
-                let _ = crate::provider::io::poll_readable(fd, slice);
+                let _ = poll_readable(fd, slice);
                 continue;
             }
             if naps < 64 {
@@ -133,14 +136,14 @@ impl dyn Evd {
     /// println!("{:?} of {} bytes done (cookie {})", c.op, c.bytes, c.cookie);
     /// # Ok(()) }
     /// ```
-    pub fn wait_dto(&self, timeout: Duration) -> Result<crate::DtoCompletion> {
+    pub fn wait_dto(&self, timeout: Duration) -> Result<DtoCompletion> {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             match self.wait(Some(left), 1)? {
                 Event::Dto(c) => return c.result().map(|()| c),
-                Event::Broken { reason, .. } => return Err(crate::Error::Broken(reason)),
-                Event::Disconnected { .. } => return Err(crate::Error::NotConnected),
+                Event::Broken { reason, .. } => return Err(Error::Broken(reason)),
+                Event::Disconnected { .. } => return Err(Error::NotConnected),
                 _ => {}
             }
         }
@@ -161,5 +164,23 @@ impl dyn Evd {
                 return Ok(());
             }
         }
+    }
+}
+
+/// Blocks until `fd` is readable or `timeout` passes; true when readable
+/// (`provider::io::poll_readable`, for the waits above).
+///
+/// # Errors
+/// The OS error of `poll(2)` (`EINTR` counts as "not readable yet").
+pub(crate) fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
+        tv_nsec: timeout.subsec_nanos() as i64,
+    };
+    match poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }

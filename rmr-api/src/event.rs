@@ -1,6 +1,9 @@
-//! Events delivered by an [`crate::Evd`].
+//! What an EVD delivers: [`Event`], with [`DtoCompletion`] (a finished
+//! DTO) and [`ConnRequest`] (a peer asking a service point to connect).
 
-use crate::{Cookie, DtoOp, Ep, EpId, Result, Status};
+use crate::ep::Ep;
+use crate::error::{Error, Result};
+use crate::types::{Cookie, DtoOp, EpId, Status};
 use std::fmt;
 use std::sync::Arc;
 
@@ -40,7 +43,17 @@ impl DtoCompletion {
     /// [`crate::Error::Dto`] with this completion's operation, endpoint and
     /// status when it did not succeed.
     pub fn result(&self) -> Result<()> {
-        crate::provider::completion_result(self)
+        if self.status.is_ok() {
+            Ok(())
+        } else {
+            Err(Error::Dto {
+                op: self.op,
+                ep: self.ep,
+                status: self.status,
+                bytes: self.bytes,
+                rail: self.rail,
+            })
+        }
     }
 }
 
@@ -140,7 +153,7 @@ pub enum Event {
         /// What happened.
         what: String,
     },
-    /// A software event posted with [`crate::Evd::post_software`].
+    /// A software event posted with `Evd::post_software`.
     Software(u64),
 }
 

@@ -6,6 +6,31 @@
 //! reliable connection made through a **PSP**; completions and connection
 //! events arrive on an **EVD**.
 //!
+//! ## Map
+//! The modules in reading order (each uses only those above it):
+//! - `types`: plain values: access rights, DTO flags, cookies, operations
+//!   and their status, attributes.
+//! - `error`: [`Error`], what every call returns on failure.
+//! - `memory`: [`MemRegion`], memory a NIC, a transport thread or a peer
+//!   may write at any time (no Rust reference to its bytes).
+//! - `remote`: [`RmrContext`] and [`RemoteAddr`], what a peer needs to
+//!   target a registered region.
+//! - `lmr`: [`Pz`], [`Lmr`] and [`Sge`]: registering memory, naming it in
+//!   a DTO.
+//! - `ep`: [`Ep`] and [`Psp`]: connections and the DTOs posted on them.
+//! - `event`: [`Event`], [`DtoCompletion`], [`ConnRequest`]: what an EVD
+//!   delivers.
+//! - `evd`: [`Evd`], the queue applications wait on.
+//! - `ia`: [`Ia`], the factory of every object above; [`Listener`].
+//! - `registry`: [`open`] a spec with a registered provider.
+//! - [`stages`]: round-trip timelines for latency work (a feature).
+//! - [`provider`]: the toolkit backends are built from (the software EVD,
+//!   drivers, raw IO, checks, the conformance suite).
+//!
+//! Data flows: an application posts on an EP, from LMR memory to a remote
+//! place; the backend moves the bytes and the peer's checks admit them;
+//! completions come back as events on an EVD.
+//!
 //! ## Quick start
 //!
 //! Code written against the traits runs on every backend and on a
@@ -52,23 +77,28 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
+mod ep;
 mod error;
 mod evd;
 mod event;
+mod ia;
+mod lmr;
 mod memory;
-mod objects;
 pub mod provider;
 mod registry;
+mod remote;
 pub mod stages;
 mod types;
 
+pub use ep::{Ep, Psp};
 pub use error::{Error, Result};
 pub use evd::Evd;
 pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
+pub use ia::{EpEvds, Ia, Listener};
+pub use lmr::{Lmr, Pz, Sge, sge_total};
 pub use memory::{MemRegion, REGION_ALIGN};
-pub use objects::{Ep, EpEvds, Ia, Listener, Lmr, Psp, Pz};
 pub use registry::{open, providers};
+pub use remote::{MAX_RAIL_KEYS, RemoteAddr, RmrContext};
 pub use types::{
-    Access, Caps, CompareSwap, Cookie, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr,
-    MAX_RAIL_KEYS, RemoteAddr, RmrContext, Sge, Status, sge_total,
+    Access, Caps, CompareSwap, Cookie, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr, Status,
 };

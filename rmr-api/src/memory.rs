@@ -7,7 +7,7 @@
 //! ([`MemRegion::load_u64`], [`MemRegion::atomic_u64`]), or the `unsafe`
 //! raw views when you can prove nobody else touches the bytes.
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,7 +1,8 @@
 //! The provider registry: backends register by name and open from spec
 //! strings such as `tcp:127.0.0.1`, `ofi:tcp:198.18.0.1` or `verbs:mlx5_0:1`.
 
-use crate::{Error, Ia, Result};
+use crate::error::{Error, Result};
+use crate::ia::Ia;
 use std::sync::{Arc, RwLock};
 
 /// A backend, registered by name.

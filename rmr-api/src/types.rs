@@ -1,7 +1,7 @@
 //! Plain data types shared by every object: access rights, DTO flags,
-//! segments, remote contexts, attributes.
+//! cookies, operations and their status, endpoint and IA attributes.
+//! They name nothing else in the crate (the bottom of the reading order).
 
-use crate::{Error, Lmr, Result};
 use std::fmt;
 
 bitflags::bitflags! {
@@ -63,123 +63,8 @@ bitflags::bitflags! {
     }
 }
 
-/// Maximum number of rail keys one [`RmrContext`] can carry.
-pub const MAX_RAIL_KEYS: usize = 8;
-
-/// What a peer needs to target a registered region: its remote key(s),
-/// base address and length (uDAPL's RMR context plus the region's extent).
-///
-/// A multirail region carries one key per rail (same memory registered on
-/// every rail); a plain region carries one. It is `Copy` and serialises to
-/// a fixed-size byte string ([`RmrContext::to_bytes`]) for exchange in a
-/// message.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct RmrContext {
-    /// Base address in the target's addressing scheme (a virtual address).
-    pub addr: u64,
-    /// Length of the region in bytes.
-    pub len: u64,
-    nkeys: u8,
-    keys: [u64; MAX_RAIL_KEYS],
-}
-
-impl RmrContext {
-    /// Size of [`RmrContext::to_bytes`]'s output.
-    pub const WIRE_SIZE: usize = 8 + 8 + 1 + 8 * MAX_RAIL_KEYS;
-
-    /// A context with a single key.
-    pub fn new(key: u64, addr: u64, len: u64) -> Self {
-        let mut keys = [0; MAX_RAIL_KEYS];
-        keys[0] = key;
-        RmrContext { addr, len, nkeys: 1, keys }
-    }
-
-    /// A context carrying one key per rail.
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when `keys` is empty or longer than [`MAX_RAIL_KEYS`].
-    pub fn with_keys(keys: &[u64], addr: u64, len: u64) -> Result<Self> {
-        if keys.is_empty() || keys.len() > MAX_RAIL_KEYS {
-            return Err(Error::invalid(format!("{} rail keys (1..={MAX_RAIL_KEYS})", keys.len())));
-        }
-        let mut k = [0; MAX_RAIL_KEYS];
-        k[..keys.len()].copy_from_slice(keys);
-        Ok(RmrContext { addr, len, nkeys: keys.len() as u8, keys: k })
-    }
-
-    /// The byte at `offset` of this region, as the target of a one-sided
-    /// operation ([`crate::Ep::post_rdma_write`] and the others).
-    pub fn at(&self, offset: u64) -> RemoteAddr<'_> {
-        RemoteAddr { ctx: self, offset }
-    }
-
-    /// The first (or only) key.
-    pub fn key(&self) -> u64 {
-        self.keys[0]
-    }
-
-    /// All keys, one per rail.
-    pub fn keys(&self) -> &[u64] {
-        &self.keys[..self.nkeys as usize]
-    }
-
-    /// The single-key context of rail `i` (for a multirail layer).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] when the context has no key `i`.
-    pub fn rail(&self, i: usize) -> Result<RmrContext> {
-        match self.keys().get(i) {
-            Some(&k) => Ok(RmrContext::new(k, self.addr, self.len)),
-            None => Err(Error::invalid(format!("rmr context has no rail {i}"))),
-        }
-    }
-
-    /// Fixed-size little-endian encoding.
-    pub fn to_bytes(&self) -> [u8; Self::WIRE_SIZE] {
-        let mut b = [0u8; Self::WIRE_SIZE];
-        b[0..8].copy_from_slice(&self.addr.to_le_bytes());
-        b[8..16].copy_from_slice(&self.len.to_le_bytes());
-        b[16] = self.nkeys;
-        for (i, k) in self.keys.iter().enumerate() {
-            b[17 + 8 * i..25 + 8 * i].copy_from_slice(&k.to_le_bytes());
-        }
-        b
-    }
-
-    /// Decodes [`RmrContext::to_bytes`]'s output.
-    ///
-    /// # Errors
-    /// [`Error::Protocol`] on a short buffer or a bad key count.
-    pub fn from_bytes(b: &[u8]) -> Result<Self> {
-        if b.len() < Self::WIRE_SIZE {
-            return Err(Error::Protocol(format!("rmr context needs {} bytes", Self::WIRE_SIZE)));
-        }
-        let u = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
-        let nkeys = b[16];
-        if nkeys == 0 || nkeys as usize > MAX_RAIL_KEYS {
-            return Err(Error::Protocol(format!("rmr context with {nkeys} keys")));
-        }
-        let mut keys = [0; MAX_RAIL_KEYS];
-        for (i, k) in keys.iter_mut().enumerate() {
-            *k = u(17 + 8 * i);
-        }
-        Ok(RmrContext { addr: u(0), len: u(8), nkeys, keys })
-    }
-}
-
-impl fmt::Debug for RmrContext {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Keys are capabilities: show only that they exist.
-        f.debug_struct("RmrContext")
-            .field("addr", &format_args!("{:#x}", self.addr))
-            .field("len", &self.len)
-            .field("keys", &self.nkeys)
-            .finish()
-    }
-}
-
 /// The application's tag for a DTO, handed back in its completion
-/// ([`crate::DtoCompletion::cookie`]). A type of its own so that it cannot
+/// (the completion's `cookie`). A type of its own so that it cannot
 /// be passed where an offset or an operand is expected.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Cookie(pub u64);
@@ -208,23 +93,7 @@ impl From<u64> for Cookie {
     }
 }
 
-/// Where a one-sided operation lands at the peer: a region's
-/// [`RmrContext`] and a byte offset into it, made with [`RmrContext::at`].
-///
-/// ```
-/// # let ctx = rmr_api::RmrContext::new(1, 0x1000, 4096);
-/// let dst = ctx.at(512); // byte 512 of the peer's region
-/// assert_eq!(dst.offset, 512);
-/// ```
-#[derive(Clone, Copy, Debug)]
-pub struct RemoteAddr<'a> {
-    /// The peer's region.
-    pub ctx: &'a RmrContext,
-    /// Byte offset from the start of that region.
-    pub offset: u64,
-}
-
-/// The operands of a compare-and-swap ([`crate::Ep::post_cmp_swap`]):
+/// The operands of a compare-and-swap (`Ep::post_cmp_swap`):
 /// named, so the two cannot be swapped by mistake.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CompareSwap {
@@ -232,41 +101,6 @@ pub struct CompareSwap {
     pub compare: u64,
     /// The value written when it does.
     pub swap: u64,
-}
-
-/// One element of a gather/scatter list: a range of a local LMR
-/// (uDAPL's LMR triplet). `offset` is relative to the start of the LMR.
-#[derive(Clone, Copy)]
-pub struct Sge<'a> {
-    /// The registered region.
-    pub lmr: &'a dyn Lmr,
-    /// First byte, relative to the LMR's start.
-    pub offset: u64,
-    /// Number of bytes.
-    pub len: u64,
-}
-
-impl<'a> Sge<'a> {
-    /// A segment covering `len` bytes at `offset` of `lmr`.
-    pub fn new(lmr: &'a dyn Lmr, offset: u64, len: u64) -> Self {
-        Sge { lmr, offset, len }
-    }
-
-    /// A segment covering the whole LMR.
-    pub fn whole(lmr: &'a dyn Lmr) -> Self {
-        Sge { lmr, offset: 0, len: lmr.len() }
-    }
-}
-
-impl fmt::Debug for Sge<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Sge(offset={}, len={})", self.offset, self.len)
-    }
-}
-
-/// Total byte count of a segment list.
-pub fn sge_total(sges: &[Sge<'_>]) -> u64 {
-    sges.iter().map(|s| s.len).sum()
 }
 
 /// Which data transfer operation a completion belongs to.

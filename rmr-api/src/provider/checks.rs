@@ -1,6 +1,8 @@
 //! Checks and mappings every backend needs the same way.
 
-use crate::{Access, Error, Result, Sge};
+use crate::error::{Error, Result};
+use crate::lmr::Sge;
+use crate::types::Access;
 
 /// Validates a local segment list for a DTO: every LMR registered, in the
 /// EP's protection zone, holding `need` rights, in bounds, at most
@@ -58,9 +60,5 @@ pub fn check_local_sges(
 /// # Errors
 /// [`Error::Dto`] for every status but [`crate::Status::Success`].
 pub fn completion_result(c: &crate::DtoCompletion) -> Result<()> {
-    if c.status.is_ok() {
-        Ok(())
-    } else {
-        Err(Error::Dto { op: c.op, ep: c.ep, status: c.status, bytes: c.bytes, rail: c.rail })
-    }
+    c.result()
 }

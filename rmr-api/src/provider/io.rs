@@ -10,8 +10,8 @@
 //! They are the only place a transport needs `unsafe` for its data path:
 //! backend-tcp, built on them, keeps `#![forbid(unsafe_code)]`.
 
-use crate::{MemRegion, Result};
-use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use crate::error::Result;
+use crate::memory::MemRegion;
 use smallvec::SmallVec;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -100,16 +100,7 @@ pub fn send_gather<'a>(
 /// # Errors
 /// The OS error of `poll(2)` (`EINTR` counts as "not readable yet").
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> io::Result<bool> {
-    let mut fds = [PollFd::new(&fd, PollFlags::IN)];
-    let ts = Timespec {
-        tv_sec: timeout.as_secs().min(i64::MAX as u64) as i64,
-        tv_nsec: timeout.subsec_nanos() as i64,
-    };
-    match poll(&mut fds, Some(&ts)) {
-        Ok(n) => Ok(n > 0),
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(e.into()),
-    }
+    crate::evd::poll_readable(fd, timeout)
 }
 
 #[cfg(test)]

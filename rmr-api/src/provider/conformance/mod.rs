@@ -25,10 +25,15 @@
 
 pub mod cases;
 
-use crate::Cookie;
-use crate::{
-    Access, DtoCompletion, Ep, EpEvds, Evd, Event, Ia, Lmr, MemRegion, Psp, Pz, RmrContext,
-};
+use crate::ep::{Ep, Psp};
+use crate::evd::Evd;
+use crate::event::{DtoCompletion, Event};
+use crate::ia::{EpEvds, Ia};
+use crate::lmr::{Lmr, Pz};
+use crate::memory::MemRegion;
+use crate::remote::RmrContext;
+use crate::types::Access;
+use crate::types::Cookie;
 use std::sync::Arc;
 use std::time::Duration;
 

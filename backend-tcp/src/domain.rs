@@ -1,0 +1,181 @@
+//! What the objects of one IA share: [`IaShared`] (its attributes,
+//! address, settings and the key table), the memory it registers
+//! ([`TcpPz`], [`TcpLmr`]), and the key table the receive path checks
+//! every remote access against.
+
+use crate::config::TcpConfig;
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
+use std::any::Any;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// A registered region as the receive path sees it.
+pub(crate) struct LmrInner {
+    pub(crate) key: u64,
+    pub(crate) region: Arc<MemRegion>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+    pub(crate) pz_id: u64,
+    pub(crate) registered: AtomicBool,
+}
+
+impl LmrInner {
+    /// The target-side check of a remote access: right, PZ and bounds.
+    /// Returns the offset within the region.
+    pub(crate) fn check_remote(
+        &self,
+        pz_id: u64,
+        need: Access,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<u64, rmr_api::Status> {
+        use rmr_api::Status;
+        if !self.registered.load(Ordering::Acquire) {
+            return Err(Status::RemoteAccess);
+        }
+        if self.pz_id != pz_id {
+            return Err(Status::Protection);
+        }
+        if !self.access.contains(need) {
+            return Err(Status::RemoteAccess);
+        }
+        let base = self.region.addr() + self.offset;
+        let off = addr.checked_sub(base).ok_or(Status::OutOfBounds)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.offset + off),
+            _ => Err(Status::OutOfBounds),
+        }
+    }
+}
+
+/// Key -> region, per IA.
+#[derive(Default)]
+pub(crate) struct KeyTable {
+    map: RwLock<HashMap<u64, Arc<LmrInner>>>,
+}
+
+impl KeyTable {
+    pub(crate) fn lookup(&self, key: u64) -> Option<Arc<LmrInner>> {
+        self.map.read().unwrap_or_else(|e| e.into_inner()).get(&key).cloned()
+    }
+
+    fn insert(&self, make: impl Fn(u64) -> LmrInner) -> Result<Arc<LmrInner>> {
+        let mut m = self.map.write().unwrap_or_else(|e| e.into_inner());
+        loop {
+            // Unguessable 64-bit keys: a peer cannot forge access to a region it was not given.
+            let key = getrandom::u64()
+                .map_err(|e| Error::io("getrandom", std::io::Error::other(e.to_string())))?;
+            if key != 0 && !m.contains_key(&key) {
+                let inner = Arc::new(make(key));
+                m.insert(key, inner.clone());
+                return Ok(inner);
+            }
+        }
+    }
+
+    fn remove(&self, key: u64) {
+        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(&key);
+    }
+}
+
+pub(crate) struct IaShared {
+    pub(crate) attr: IaAttr,
+    pub(crate) ip: IpAddr,
+    pub(crate) keys: KeyTable,
+    pub(crate) cfg: TcpConfig,
+}
+
+pub(crate) fn soft_evd(evd: &Arc<dyn Evd>) -> Result<()> {
+    if evd.as_any().downcast_ref::<SoftEvd>().is_none() {
+        return Err(Error::invalid("the tcp backend needs EVDs created by a tcp IA (SoftEvd)"));
+    }
+    Ok(())
+}
+
+/// A protection zone of the TCP backend.
+pub struct TcpPz {
+    pub(crate) id: u64,
+    pub(crate) ia: Arc<IaShared>,
+}
+
+impl Pz for TcpPz {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn register(
+        &self,
+        region: &Arc<MemRegion>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Arc<dyn Lmr>> {
+        region.check(offset, len)?;
+        let inner = self.ia.keys.insert(|key| LmrInner {
+            key,
+            region: region.clone(),
+            offset,
+            len,
+            access,
+            pz_id: self.id,
+            registered: AtomicBool::new(true),
+        })?;
+        Ok(Arc::new(TcpLmr { inner, ia: self.ia.clone() }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A registered region of the TCP backend. Dropping it deregisters.
+pub struct TcpLmr {
+    inner: Arc<LmrInner>,
+    ia: Arc<IaShared>,
+}
+
+impl Lmr for TcpLmr {
+    fn region(&self) -> &Arc<MemRegion> {
+        &self.inner.region
+    }
+    fn offset(&self) -> u64 {
+        self.inner.offset
+    }
+    fn len(&self) -> u64 {
+        self.inner.len
+    }
+    fn access(&self) -> Access {
+        self.inner.access
+    }
+    fn pz_id(&self) -> u64 {
+        self.inner.pz_id
+    }
+    fn rmr_context(&self) -> RmrContext {
+        RmrContext::new(
+            self.inner.key,
+            self.inner.region.addr() + self.inner.offset,
+            self.inner.len,
+        )
+    }
+    fn is_registered(&self) -> bool {
+        self.inner.registered.load(Ordering::Acquire)
+    }
+    fn deregister(&self) -> Result<()> {
+        self.inner.registered.store(false, Ordering::Release);
+        self.ia.keys.remove(self.inner.key);
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for TcpLmr {
+    fn drop(&mut self) {
+        let _ = self.deregister();
+    }
+}

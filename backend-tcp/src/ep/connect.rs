@@ -1,0 +1,159 @@
+//! Connection set-up: the socket options every stream gets, the
+//! handshake frames that carry private data, dialing a peer, and starting
+//! a connected EP (its reader state, sender and progress thread).
+
+use crate::ep::rx::RxState;
+use crate::ep::shared::*;
+use crate::ep::*;
+use crate::tx::Tx;
+use crate::wire::{self, HDR, Header, Op};
+use rmr_api::provider::Driver;
+use rmr_api::{EpState, Error, Event, Result};
+use rustix::event::{EventfdFlags, eventfd};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Socket options every EP stream gets: no Nagle, a bounded time to detect a
+/// dead peer or a cut link.
+pub(crate) fn tune(stream: &TcpStream, user_timeout: Duration) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    let s = socket2::SockRef::from(stream);
+    let idle = (user_timeout / 2).max(Duration::from_secs(1));
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(idle)
+        .with_interval(Duration::from_secs(1))
+        .with_retries(3);
+    s.set_tcp_keepalive(&ka)?;
+    s.set_tcp_user_timeout(Some(user_timeout))?;
+    if let Some(sz) = std::env::var("RMR_TCP_SOCKBUF").ok().and_then(|v| v.parse::<usize>().ok()) {
+        s.set_send_buffer_size(sz)?;
+        s.set_recv_buffer_size(sz)?;
+    }
+    Ok(())
+}
+
+pub(super) fn handshake_read(stream: &mut TcpStream) -> Result<(Op, Vec<u8>)> {
+    let mut hb = [0u8; HDR];
+    stream.read_exact(&mut hb).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Error::Timeout,
+        _ => Error::io("connection handshake", e),
+    })?;
+    let h = Header::decode(&hb);
+    let op = h.validate().map_err(|e| Error::Protocol(e.to_string()))?;
+    let mut pd = vec![0u8; h.len as usize];
+    stream.read_exact(&mut pd).map_err(|e| Error::io("connection handshake", e))?;
+    Ok((op, pd))
+}
+
+pub(crate) fn handshake_write(stream: &mut TcpStream, op: Op, pd: &[u8]) -> std::io::Result<()> {
+    let mut h = Header::new(op);
+    h.len = pd.len() as u32;
+    if op == Op::ConnReq {
+        h.arg0 = wire::MAGIC;
+    }
+    let mut buf = Vec::with_capacity(HDR + pd.len());
+    buf.extend_from_slice(&h.encode());
+    buf.extend_from_slice(pd);
+    stream.write_all(&buf)
+}
+
+impl EpShared {
+    /// Makes the connection live: the stream goes non-blocking, the EP
+    /// registers as a driver with its EVDs, its progress thread starts, and
+    /// Established is posted.
+    pub(crate) fn start(self: &Arc<Self>, stream: TcpStream, peer_pd: Vec<u8>) -> Result<()> {
+        let peer = stream.peer_addr().map_err(|e| Error::io("peer_addr", e))?;
+        stream.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
+        let kick = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+            .map_err(|e| Error::io("eventfd", e.into()))?;
+        let _ = self.kick_fd.set(kick);
+        let _ = self.peer.set(peer);
+        if self.tx.set(Tx::new(stream)).is_err() {
+            return Err(Error::invalid("endpoint already connected"));
+        }
+        *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(RxState::new());
+        self.set_state(EpState::Connected);
+        let me: Arc<dyn Driver> = self.clone();
+        for evd in self.distinct_evds() {
+            evd.add_driver(&me);
+        }
+        let me = self.clone();
+        std::thread::Builder::new()
+            .name(format!("rmr-tcp-ep{}", self.id.0))
+            .stack_size(256 << 10)
+            .spawn(move || me.progress_thread())
+            .map_err(|e| Error::io("spawn progress thread", e))?;
+        self.push_conn(Event::Established { ep: self.id, private_data: peer_pd });
+        Ok(())
+    }
+}
+
+impl TcpEp {
+    /// [`Ep::connect`]: dials the peer, exchanges the handshake and starts the EP.
+    pub(super) fn connect_stream(
+        &self,
+        remote: &str,
+        service: u16,
+        pd: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        if pd.len() > wire::MAX_PRIVATE {
+            return Err(Error::invalid(format!("private data over {} bytes", wire::MAX_PRIVATE)));
+        }
+        let ip: IpAddr = remote.parse().map_err(|_| Error::BadSpec {
+            spec: remote.into(),
+            why: "expected an IP address".into(),
+        })?;
+        if !self.sh.cas_state(EpState::Unconnected, EpState::Pending) {
+            return Err(Error::invalid("endpoint is not in the unconnected state"));
+        }
+        let res = (|| {
+            let start = Instant::now();
+            let to = SocketAddr::new(ip, service);
+            let sock = socket2::Socket::new(
+                socket2::Domain::for_address(to),
+                socket2::Type::STREAM,
+                Some(socket2::Protocol::TCP),
+            )
+            .map_err(|e| Error::io("socket", e))?;
+            sock.bind(&SocketAddr::new(self.sh.ia.ip, 0).into())
+                .map_err(|e| Error::io(format!("bind {}", self.sh.ia.ip), e))?;
+            sock.connect_timeout(&to.into(), timeout).map_err(|e| match e.kind() {
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock => Error::Timeout,
+                _ => Error::io(format!("connect {to}"), e),
+            })?;
+            let mut stream: TcpStream = sock.into();
+            tune(&stream, self.sh.ia.cfg.user_timeout)
+                .map_err(|e| Error::io("socket options", e))?;
+            handshake_write(&mut stream, Op::ConnReq, pd)
+                .map_err(|e| Error::io("send request", e))?;
+            let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));
+            stream.set_read_timeout(Some(left)).map_err(|e| Error::io("set timeout", e))?;
+            let (op, peer_pd) = handshake_read(&mut stream)?;
+            stream.set_read_timeout(None).map_err(|e| Error::io("set timeout", e))?;
+            match op {
+                Op::ConnAccept => Ok((stream, peer_pd)),
+                Op::ConnReject => {
+                    push(
+                        &self.sh.evds.conn,
+                        Event::Rejected { ep: self.sh.id, private_data: peer_pd.clone() },
+                    );
+                    Err(Error::Rejected { private_data: peer_pd })
+                }
+                other => Err(Error::Protocol(format!("unexpected {other:?} in handshake"))),
+            }
+        })();
+        match res {
+            Ok((stream, peer_pd)) => {
+                self.sh.start(stream, peer_pd.clone())?;
+                Ok(peer_pd)
+            }
+            Err(e) => {
+                self.sh.set_state(EpState::Unconnected);
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,293 @@
+//! The endpoint's shared state, [`EpShared`]: what the poster, the reader,
+//! the progress thread and waiting threads all work on (connection state,
+//! the in-flight and receive queues, the timers), and its small helpers.
+
+use crate::domain::IaShared;
+use crate::ep::rx::RxState;
+use crate::tx::{Segs, Tx};
+use rmr_api::Cookie;
+use rmr_api::provider::SoftEvd;
+use rmr_api::{DtoCompletion, DtoOp, EpEvds, EpId, EpState, Error, Event, Result, Status};
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+/// After an application thread stops driving an EP, its progress thread
+/// waits this long before it takes over (a waiter that comes straight back,
+/// as in a ping-pong, never hands the socket to another thread).
+pub(super) const LINGER: Duration = Duration::from_micros(200);
+
+/// How often the progress watchdog looks at the endpoints it watches.
+pub(super) const WATCH_EVERY: Duration = Duration::from_millis(2);
+
+/// A waiter that stays this many looks in one wait lets the progress
+/// thread sleep until that waiter leaves (the watchdog stops looking).
+pub(super) const DEEP_AFTER: u32 = 16;
+
+/// How long an orderly disconnect waits for the peer's answer.
+pub(super) const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
+
+pub(super) fn base() -> Instant {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    *BASE.get_or_init(Instant::now)
+}
+
+pub(super) fn now_ns() -> u64 {
+    base().elapsed().as_nanos() as u64
+}
+
+/// A deadline that the threads driving an EP read on every pass without a
+/// lock: nanoseconds after [`base`], 0 for none.
+pub(super) struct Deadline(AtomicU64);
+
+impl Deadline {
+    pub(super) const fn none() -> Deadline {
+        Deadline(AtomicU64::new(0))
+    }
+
+    pub(super) fn ns(t: Instant) -> u64 {
+        (t.saturating_duration_since(base()).as_nanos() as u64).max(1)
+    }
+
+    pub(super) fn at(&self) -> Option<Instant> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(base() + Duration::from_nanos(ns)),
+        }
+    }
+
+    pub(super) fn set(&self, t: Instant) {
+        self.0.store(Self::ns(t), Ordering::Release);
+    }
+
+    /// Sets it unless one is set already; returns whether it did.
+    pub(super) fn set_if_none(&self, t: Instant) -> bool {
+        self.0.compare_exchange(0, Self::ns(t), Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+
+    /// Replaces it with `t` if it is still set to `seen` (a value read by
+    /// [`Deadline::raw`]); returns whether it did.
+    pub(super) fn replace(&self, seen: u64, t: Instant) -> bool {
+        seen != 0
+            && self
+                .0
+                .compare_exchange(seen, Self::ns(t), Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+    }
+
+    /// Its current value, for [`Deadline::replace`] (0: none).
+    pub(super) fn raw(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub(super) fn clear(&self) {
+        self.0.store(0, Ordering::Release);
+    }
+
+    /// Whether it is set and has passed (no clock read when unset).
+    pub(super) fn passed(&self) -> bool {
+        let d = self.0.load(Ordering::Acquire);
+        d != 0 && now_ns() >= d
+    }
+
+    /// Clears it if it has passed; returns whether this call did.
+    pub(super) fn take_passed(&self) -> bool {
+        let d = self.0.load(Ordering::Acquire);
+        d != 0
+            && now_ns() >= d
+            && self.0.compare_exchange(d, 0, Ordering::AcqRel, Ordering::Acquire).is_ok()
+    }
+}
+
+/// A send-side DTO waiting for its acknowledgement or response.
+pub(crate) struct Inflight {
+    pub(crate) seq: u64,
+    pub(crate) cookie: u64,
+    pub(crate) op: DtoOp,
+    pub(crate) signalled: bool,
+    pub(crate) bytes: u64,
+    /// Where a read response or an atomic's old value lands.
+    pub(crate) dest: Segs,
+}
+
+/// A posted receive.
+pub(crate) struct RecvWr {
+    pub(crate) cookie: u64,
+    pub(crate) segs: Segs,
+    pub(crate) total: u64,
+}
+
+pub(crate) struct EpShared {
+    pub(crate) id: EpId,
+    pub(crate) ia: Arc<IaShared>,
+    pub(crate) pz_id: u64,
+    pub(crate) evds: EpEvds,
+    pub(super) state: AtomicU8,
+    pub(crate) tx: OnceLock<Tx>,
+    pub(crate) rx: Mutex<Option<RxState>>,
+    pub(crate) peer: OnceLock<SocketAddr>,
+    pub(crate) inflight: Mutex<VecDeque<Inflight>>,
+    pub(crate) recvs: Mutex<VecDeque<RecvWr>>,
+    /// Highest peer request sequence number fully handled here.
+    pub(crate) rx_done: AtomicU64,
+    /// Highest `rx_done` value carried to the peer in any frame.
+    pub(crate) acked_sent: AtomicU64,
+    /// Highest acknowledgement received from the peer (diagnostics).
+    pub(crate) acked_rcvd: AtomicU64,
+    /// Frames sent and received (diagnostics).
+    pub(crate) frames: [AtomicU64; 2],
+    pub(crate) ended: AtomicBool,
+    pub(crate) local_disconnect: AtomicBool,
+    /// The receive side waits for a posted receive until this deadline.
+    pub(super) stalled: AtomicBool,
+    pub(super) stall_until: Deadline,
+    /// An orderly disconnect gives up waiting for the peer at this time.
+    pub(super) disconnect_until: Deadline,
+    /// A delayed acknowledgement is due at this time, for the peer's
+    /// requests up to `ack_for` (`rx_done` when it was armed).
+    pub(super) ack_due: Deadline,
+    pub(super) ack_for: AtomicU64,
+    /// Threads driving this EP now, waits begun, and when the last one left.
+    pub(super) active: AtomicUsize,
+    pub(super) waits: AtomicU64,
+    pub(super) left_at: AtomicU64,
+    /// The progress thread sleeps until a leaving waiter kicks it.
+    pub(super) deep: AtomicBool,
+    /// The progress thread stands back and the watchdog looks after it.
+    pub(super) watched: AtomicBool,
+    /// The progress thread is polling the socket (an arriving waiter kicks it).
+    pub(super) bg_polling: AtomicBool,
+    pub(super) kick_fd: OnceLock<OwnedFd>,
+}
+
+pub(super) fn state_from(v: u8) -> EpState {
+    match v {
+        0 => EpState::Unconnected,
+        1 => EpState::Pending,
+        2 => EpState::Connected,
+        3 => EpState::Disconnected,
+        _ => EpState::Broken,
+    }
+}
+
+pub(super) fn state_to(s: EpState) -> u8 {
+    match s {
+        EpState::Unconnected => 0,
+        EpState::Pending => 1,
+        EpState::Connected => 2,
+        EpState::Disconnected => 3,
+        EpState::Broken => 4,
+    }
+}
+
+pub(crate) fn push(evd: &Arc<dyn rmr_api::Evd>, ev: Event) {
+    if let Some(s) = evd.as_any().downcast_ref::<SoftEvd>() {
+        s.push(ev);
+    }
+}
+
+impl EpShared {
+    pub(crate) fn state(&self) -> EpState {
+        state_from(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, s: EpState) {
+        self.state.store(state_to(s), Ordering::Release);
+    }
+
+    pub(super) fn cas_state(&self, from: EpState, to: EpState) -> bool {
+        self.state
+            .compare_exchange(state_to(from), state_to(to), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Too many frames wait for the socket: the receive side takes no new
+    /// frame until they drain. An honest peer never causes it: its window
+    /// bounds its requests (each gets at most one response or ack) and
+    /// ours bounds our own, so the queue stays under twice the window; the
+    /// bound only stops a peer that sends requests and never reads.
+    pub(crate) fn tx_backlogged(&self) -> bool {
+        self.tx.get().is_some_and(|t| t.queued() > 3 * self.ia.cfg.max_dtos.max(64))
+    }
+
+    pub(crate) fn tx(&self) -> Result<&Tx> {
+        self.tx.get().ok_or(Error::NotConnected)
+    }
+
+    pub(super) fn check_connected(&self) -> Result<()> {
+        match self.state() {
+            EpState::Connected => Ok(()),
+            EpState::Broken => Err(Error::Broken("endpoint is broken".into())),
+            _ => Err(Error::NotConnected),
+        }
+    }
+
+    /// Completes `c` on the request EVD.
+    pub(crate) fn complete(&self, c: DtoCompletion) {
+        let evd = if matches!(c.op, DtoOp::Recv | DtoOp::RecvWriteImm) {
+            &self.evds.recv
+        } else {
+            &self.evds.request
+        };
+        push(evd, Event::Dto(c));
+    }
+
+    pub(crate) fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
+        DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
+    }
+
+    /// The EP's EVDs, each once.
+    pub(super) fn distinct_evds(&self) -> impl Iterator<Item = &SoftEvd> {
+        let e = &self.evds;
+        let all = [&e.request, &e.recv, &e.conn];
+        let mut out: smallvec::SmallVec<[&SoftEvd; 3]> = smallvec::SmallVec::new();
+        for x in all {
+            if let Some(s) = x.as_any().downcast_ref::<SoftEvd>() {
+                if !out.iter().any(|o| std::ptr::eq(*o, s)) {
+                    out.push(s);
+                }
+            }
+        }
+        out.into_iter()
+    }
+
+    pub(crate) fn push_conn(&self, ev: Event) {
+        push(&self.evds.conn, ev);
+    }
+
+    /// Wakes the progress thread.
+    pub(crate) fn kick(&self) {
+        if let Some(k) = self.kick_fd.get() {
+            let _ = rustix::io::write(k, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// A one-line picture of the endpoint's progress state (for diagnostics).
+    pub(crate) fn progress_note(&self) -> String {
+        let inflight = self.inflight.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let recvs = self.recvs.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let txq = self.tx.get().map_or(0, |t| t.queued());
+        let txb = self.tx.get().map_or(0, |t| t.tx_bytes.load(Ordering::Relaxed));
+        let rx = match self.rx.try_lock() {
+            Ok(g) => g.as_ref().map_or("none".into(), |r| r.describe()),
+            Err(_) => "busy".into(),
+        };
+        format!(
+            "state={:?} inflight={inflight} recvs={recvs} txq={txq} tx_bytes={txb} rx=[{rx}] frames tx/rx={}/{} rx_done={} acked_sent={} acked_rcvd={} ack_due={:?} stalled={} active={} deep={} bg_polling={}",
+            self.state(),
+            self.frames[0].load(Ordering::Relaxed),
+            self.frames[1].load(Ordering::Relaxed),
+            self.rx_done.load(Ordering::SeqCst),
+            self.acked_sent.load(Ordering::SeqCst),
+            self.acked_rcvd.load(Ordering::SeqCst),
+            self.ack_due.at().map(|d| d.saturating_duration_since(Instant::now())),
+            self.stalled.load(Ordering::SeqCst),
+            self.active.load(Ordering::SeqCst),
+            self.deep.load(Ordering::SeqCst),
+            self.bg_polling.load(Ordering::SeqCst),
+        )
+    }
+}

@@ -1,0 +1,153 @@
+//! Failover: a rail that breaks or ends. Its stripes in flight go again on
+//! the survivors (ordered DTOs on the new control rail), its silent stripes
+//! (never to be implied now) with them; the user sees an async error while
+//! rails survive, and `Broken` (or `Disconnected`) when the last one ends.
+
+use crate::ep::state::*;
+use crate::planner::Stripe;
+use rmr_api::{DtoOp, EpState, Event, Status};
+use smallvec::SmallVec;
+
+impl Core {
+    /// Failover: stripe `idx` of request `id`, lost with rail `rail`, goes
+    /// again, whole, on the least-loaded survivor (an ordered DTO's on the
+    /// new control rail); with no survivor it fails `Broken`.
+    pub(super) fn reissue(
+        &self,
+        st: &mut State,
+        rail: usize,
+        id: u64,
+        idx: usize,
+        works: &mut Works,
+    ) {
+        let i = (id - st.front_id) as usize;
+        let (ordered, soff, slen) = {
+            let s = &st.reqs[i].stripes[idx];
+            (st.reqs[i].kind.ordered(), s.off, s.len)
+        };
+        st.planner.rail_failed(rail);
+        let target = if ordered {
+            st.planner.control_rail()
+        } else {
+            st.planner.plan(0).first().map(|s| s.rail)
+        };
+        match target {
+            Some(nr) => {
+                let req = &mut st.reqs[(id - st.front_id) as usize];
+                let s = &mut req.stripes[idx];
+                s.rail = nr;
+                let stripe = Stripe { rail: nr, offset: soff, len: slen };
+                works.push(Self::stripe_work(req, id, idx, &stripe));
+                st.planner.posted(nr, slen);
+                st.posted[nr] += 1;
+                let seq = st.posted[nr];
+                st.reqs[(id - st.front_id) as usize].stripes[idx].seq = seq;
+                // Fenced requests must also wait for the re-issued stripe.
+                let p = st.posted[nr];
+                for d in st.deferred.iter_mut() {
+                    d.need[nr] = d.need[nr].max(p);
+                }
+            }
+            None => {
+                let req = &mut st.reqs[(id - st.front_id) as usize];
+                req.stripes[idx].done = true;
+                req.status = Status::Broken;
+                req.remaining -= 1;
+            }
+        }
+    }
+
+    /// Rail `rail` broke: the EP goes on with the survivors (an async error
+    /// tells the user), or breaks with the last rail; the rail's silent
+    /// stripes fail over.
+    pub(super) fn rail_broken(
+        &self,
+        st: &mut State,
+        rail: usize,
+        reason: &str,
+        evs: &mut UserEvents,
+    ) -> Works {
+        st.ended[rail] = true;
+        if st.conn == EpState::Connected {
+            st.planner.rail_failed(rail);
+            if st.planner.live() == 0 {
+                st.conn = EpState::Broken;
+                st.broken = true;
+                evs.push((
+                    TO_CONN,
+                    Event::Broken {
+                        ep: self.id,
+                        reason: format!("all rails lost; last: {reason}"),
+                    },
+                ));
+            } else {
+                evs.push((
+                    TO_CONN,
+                    Event::AsyncError {
+                        ep: Some(self.id),
+                        what: format!("rail {rail} lost: {reason}"),
+                    },
+                ));
+            }
+        }
+        let works = self.orphan_silent(st, rail, Status::Broken, evs);
+        self.maybe_ended(st, evs);
+        works
+    }
+
+    /// Rail `rail` ended in an orderly disconnect: the peer closed the
+    /// logical EP, so every rail closes.
+    pub(super) fn rail_disconnected(
+        &self,
+        st: &mut State,
+        rail: usize,
+        evs: &mut UserEvents,
+    ) -> Works {
+        st.ended[rail] = true;
+        if st.conn == EpState::Connected {
+            // The peer closed the logical EP: close every rail.
+            st.conn = EpState::Disconnected;
+            for (r, rl) in self.rails.iter().enumerate() {
+                if r != rail {
+                    let _ = rl.ep.disconnect();
+                }
+            }
+        }
+        let works = self.orphan_silent(st, rail, Status::Flushed, evs);
+        self.maybe_ended(st, evs);
+        works
+    }
+
+    /// Rail `rail` ended: its silent stripes will never be implied; they
+    /// fail over like stripes the rail flushed.
+    pub(super) fn orphan_silent(
+        &self,
+        st: &mut State,
+        rail: usize,
+        status: Status,
+        evs: &mut UserEvents,
+    ) -> Works {
+        let mut works = SmallVec::new();
+        st.probe[rail] = None;
+        while let Some(sl) = st.silent[rail].pop_front() {
+            let c = self.dto(sl.id << 8 | sl.idx as u64, DtoOp::RdmaWrite, status, 0);
+            works.extend(self.on_stripe(st, rail, &c, evs));
+        }
+        works
+    }
+
+    pub(super) fn maybe_ended(&self, st: &mut State, evs: &mut UserEvents) {
+        if st.ended.iter().all(|e| *e) && !st.broken {
+            st.broken = true; // final event posted
+            if st.conn == EpState::Disconnected {
+                evs.push((TO_CONN, Event::Disconnected { ep: self.id }));
+            } else {
+                st.conn = EpState::Broken;
+                evs.push((
+                    TO_CONN,
+                    Event::Broken { ep: self.id, reason: "every rail ended".into() },
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,448 @@
+//! The multirail endpoint: plans each DTO into stripes, issues them through
+//! the chosen engine, filters stripe completions into one completion per
+//! user DTO (released in posting order), keeps uDAPL's ordering rules across
+//! rails, and re-issues the stripes of a rail that breaks on the survivors.
+//!
+//! Ordering: two-sided traffic (sends, receives, writes with immediate,
+//! atomics) travels on the *control rail*, the lowest live one, so rule 1
+//! holds by that rail's own order. Rule 2 holds because such an operation
+//! is deferred until every stripe posted before it on the other rails has
+//! completed (stripes on the control rail are ahead of it on the same
+//! stream). Small writes go whole to the control rail while it carries less
+//! than a threshold in flight (else to the least-loaded rail), so a
+//! write+notify ping-pong never waits for another rail.
+
+mod complete;
+mod engine;
+mod failover;
+mod issue;
+mod post;
+mod progress;
+mod silent;
+mod state;
+
+use crate::ep::state::*;
+use crate::evd::MrEvd;
+use crate::header::header;
+use crate::objects::{MrIa, MrLmr, MrPz};
+use crate::planner::Planner;
+use crate::planner::RailRate;
+use rmr_api::provider::SoftEvd;
+use rmr_api::{CompareSwap, Cookie, RemoteAddr};
+use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, Result, Sge};
+use std::any::Any;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One logical endpoint over several rails.
+pub struct MrEp {
+    core: Arc<Core>,
+}
+
+impl MrEp {
+    pub(crate) fn create(ia: &MrIa, pz: &MrPz, evds: &EpEvds) -> Result<Arc<dyn Ep>> {
+        let n = ia.rails.len();
+        let mut rails = Vec::with_capacity(n);
+        for (i, r) in ia.rails.iter().enumerate() {
+            let evd = r.create_evd()?;
+            let ep = r.create_ep(&pz.rails[i], &EpEvds::single(&evd))?;
+            rails.push(Rail {
+                ep,
+                evd,
+                drivers: std::sync::OnceLock::new(),
+                pending: Default::default(),
+                tx: Mutex::new(None),
+                cpu: Mutex::new("not started".into()),
+            });
+        }
+        let soft_rails = rails.iter().all(|r| r.evd.as_any().downcast_ref::<SoftEvd>().is_some());
+        let cfg = ia.cfg.clone();
+        let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
+        let attr = rmr_api::Ia::attr(ia);
+        let core = Core {
+            id: EpId::fresh(),
+            pz_id: pz.id,
+            max_dtos: attr.max_dtos / 2,
+            max_sges: attr.max_sges,
+            rails,
+            user: evds.clone(),
+            user_q: [&evds.request, &evds.recv, &evds.conn]
+                .map(|e| e.as_any().downcast_ref::<MrEvd>().map(|m| m.q.clone())),
+            st: Mutex::new(State {
+                conn: EpState::Unconnected,
+                planner,
+                front_id: 0,
+                reqs: VecDeque::new(),
+                recv_front: 0,
+                recvs: VecDeque::new(),
+                posted: smallvec::smallvec![0; n],
+                completed: smallvec::smallvec![0; n],
+                deferred: VecDeque::new(),
+                silent: (0..n).map(|_| VecDeque::new()).collect(),
+                probe: smallvec::smallvec![None; n],
+                signalled: smallvec::smallvec![0; n],
+                probe_at: smallvec::smallvec![None; n],
+                silent_posted: 0,
+                probes_posted: 0,
+                recv_direct: 0,
+                ended: smallvec::smallvec![false; n],
+                broken: false,
+                rate: smallvec::smallvec![RailRate::new(); n],
+            }),
+            stop: AtomicBool::new(false),
+            harvest: Mutex::new(()),
+            failed: Mutex::default(),
+            has_failed: AtomicBool::new(false),
+            handed: AtomicU64::new(0),
+            direct_max: direct_max(&cfg, n),
+            adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
+            soft_rails,
+            cfg,
+        };
+        Ok(Arc::new(MrEp { core: Arc::new(core) }))
+    }
+
+    /// The planner's current rail weights (for reports and tests).
+    pub fn weights(&self) -> Vec<f64> {
+        self.core.lock().planner.weights().to_vec()
+    }
+
+    /// Rail `i`'s endpoint (for tests and diagnostics).
+    pub fn rail_ep(&self, i: usize) -> Option<Arc<dyn Ep>> {
+        self.core.rails.get(i).map(|r| r.ep.clone())
+    }
+
+    pub(crate) fn accept_rails(
+        &self,
+        reqs: &[rmr_api::ConnRequest],
+        peer_pd: &[u8],
+        pd: &[u8],
+    ) -> Result<()> {
+        let c = &self.core;
+        if reqs.len() != c.rails.len() {
+            return Err(Error::invalid("rail count mismatch"));
+        }
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Unconnected {
+                return Err(Error::invalid("EP is not unconnected"));
+            }
+            st.conn = EpState::Pending;
+        }
+        for (i, r) in reqs.iter().enumerate() {
+            if let Err(e) = r.accept(&c.rails[i].ep, if i == 0 { pd } else { &[] }) {
+                for rl in &c.rails[..i] {
+                    let _ = rl.ep.disconnect();
+                }
+                c.lock().conn = EpState::Unconnected;
+                return Err(e);
+            }
+        }
+        c.start(peer_pd.to_vec())
+    }
+}
+
+impl Drop for MrEp {
+    fn drop(&mut self) {
+        let _ = self.disconnect();
+        self.core.stop.store(true, Ordering::Release);
+        for (i, r) in self.core.rails.iter().enumerate() {
+            *r.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            self.core.ring(i);
+        }
+    }
+}
+
+impl Ep for MrEp {
+    fn id(&self) -> EpId {
+        self.core.id
+    }
+
+    fn attr(&self) -> EpAttr {
+        let c = &self.core;
+        let mut notes = vec![
+            ("engine".to_string(), c.cfg.engine.to_string()),
+            ("policy".to_string(), c.cfg.policy.to_string()),
+            ("threshold".to_string(), c.cfg.threshold.to_string()),
+            (
+                "direct_max".to_string(),
+                if c.direct_max == u64::MAX { "all".into() } else { c.direct_max.to_string() },
+            ),
+        ];
+        for (i, r) in c.rails.iter().enumerate() {
+            notes.push((
+                format!("rail{i}.cpu"),
+                r.cpu.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+            ));
+        }
+        let w: Vec<String> = c.lock().planner.weights().iter().map(|w| format!("{w:.3}")).collect();
+        notes.push(("weights".into(), w.join(",")));
+        let r: Vec<String> = c.lock().rate.iter().map(|r| format!("{:.0}", r.mbps())).collect();
+        notes.push(("rail_mbps_est".into(), r.join(",")));
+        {
+            let st = c.lock();
+            notes.push(("silent".into(), st.silent_posted.to_string()));
+            notes.push(("probes".into(), st.probes_posted.to_string()));
+            notes.push(("recv_direct".into(), st.recv_direct.to_string()));
+            notes.push(("handed_off".into(), c.handed.load(Ordering::Relaxed).to_string()));
+            notes.push((
+                "state".into(),
+                format!(
+                    "reqs={} deferred={} recvs={} posted={:?} completed={:?} outstanding={:?}",
+                    st.reqs.len(),
+                    st.deferred.len(),
+                    st.recvs.len(),
+                    st.posted,
+                    st.completed,
+                    st.planner.outstanding()
+                ),
+            ));
+        }
+        for (i, r) in c.rails.iter().enumerate() {
+            for (k, v) in r.ep.attr().notes {
+                notes.push((format!("rail{i}.{k}"), v));
+            }
+            notes.push((format!("rail{i}.evd_len"), r.evd.len().to_string()));
+        }
+        let r0 = c.rails[0].ep.attr();
+        EpAttr {
+            max_msg_size: r0.max_msg_size,
+            max_dtos: c.max_dtos,
+            max_recvs: r0.max_recvs,
+            max_sges: c.max_sges,
+            notes,
+        }
+    }
+
+    fn state(&self) -> EpState {
+        self.core.lock().conn
+    }
+
+    fn connect(&self, remote: &str, service: u16, pd: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+        let c = &self.core;
+        let addrs: Vec<&str> = remote.split(',').map(str::trim).collect();
+        if addrs.len() != c.rails.len() {
+            return Err(Error::BadSpec {
+                spec: remote.into(),
+                why: format!("{} rail addresses for {} rails", addrs.len(), c.rails.len()),
+            });
+        }
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Unconnected {
+                return Err(Error::invalid("EP is not unconnected"));
+            }
+            st.conn = EpState::Pending;
+        }
+        let session = getrandom::u64()
+            .unwrap_or_else(|_| rmr_api::provider::fresh_id() ^ 0x9e37_79b9_7f4a_7c15);
+        let n = c.rails.len();
+        let results: Vec<Result<Vec<u8>>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..n)
+                .map(|i| {
+                    let mut rpd = header(session, i, n).to_vec();
+                    if i == 0 {
+                        rpd.extend_from_slice(pd);
+                    }
+                    let (ep, addr) = (c.rails[i].ep.clone(), addrs[i]);
+                    s.spawn(move || ep.connect(addr, service, &rpd, timeout))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(Error::Broken("connect panicked".into()))))
+                .collect()
+        });
+        if let Some(pos) = results.iter().position(Result::is_err) {
+            for (i, r) in results.iter().enumerate() {
+                if r.is_ok() {
+                    let _ = c.rails[i].ep.disconnect();
+                }
+            }
+            c.lock().conn = EpState::Unconnected;
+            // Prefer the control rail's verdict (it carries the peer's private data).
+            let mut results = results;
+            let e =
+                if results[0].is_err() { results.swap_remove(0) } else { results.swap_remove(pos) };
+            let err = e.expect_err("an error");
+            if let Error::Rejected { private_data } = &err {
+                c.deliver(smallvec::smallvec![(
+                    TO_CONN,
+                    Event::Rejected { ep: c.id, private_data: private_data.clone() }
+                )]);
+            }
+            return Err(err);
+        }
+        let peer_pd = results.into_iter().next().expect("rail 0")?;
+        c.start(peer_pd.clone())?;
+        Ok(peer_pd)
+    }
+
+    fn disconnect(&self) -> Result<()> {
+        let c = &self.core;
+        {
+            let mut st = c.lock();
+            if st.conn != EpState::Connected {
+                return Err(Error::NotConnected);
+            }
+            st.conn = EpState::Disconnected;
+        }
+        for r in &c.rails {
+            let _ = r.ep.disconnect();
+        }
+        Ok(())
+    }
+
+    fn close(&self, timeout: Duration) -> Result<()> {
+        let c = &self.core;
+        let deadline = Instant::now() + timeout;
+        // First every DTO goes to its rail: a send deferred behind writes on
+        // other rails (the ordering rule) leaves once they completed, and a
+        // rail thread may still hold work handed to it.
+        let mut r = loop {
+            let handed = {
+                let st = c.lock();
+                if st.conn != EpState::Connected {
+                    break Ok(());
+                }
+                st.deferred.is_empty()
+            } && c.rails.iter().all(|r| r.pending.load(Ordering::Acquire) == 0);
+            if handed {
+                break Ok(());
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break Err(Error::Timeout);
+            }
+            if !c.poll_rails() {
+                c.await_rails(left.min(Duration::from_millis(1)));
+            }
+        };
+        {
+            let mut st = c.lock();
+            if st.conn == EpState::Connected {
+                st.conn = EpState::Disconnected;
+            }
+        }
+        // Then each rail ends in order behind what it carries.
+        for rail in &c.rails {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if let Err(e) = rail.ep.close(left) {
+                r = r.and(Err(e));
+            }
+        }
+        r
+    }
+
+    fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
+        self.core.post(
+            Kind::Send { solicited: flags.contains(DtoFlags::SOLICITED) },
+            local,
+            None,
+            cookie,
+            flags,
+        )
+    }
+
+    fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
+        let cookie = cookie.0;
+        let c = &self.core;
+        // The rail checks the segments (its LMRs mirror ours: same bounds and
+        // access, in the rail PZ of our PZ) before anything is recorded.
+        let mut segs = Segs::new();
+        for s in local {
+            let l = s
+                .lmr
+                .as_any()
+                .downcast_ref::<MrLmr>()
+                .ok_or_else(|| Error::Protection("not a multirail LMR".into()))?;
+            segs.push((l.inner.clone(), s.offset, s.len));
+        }
+        let mut st = c.lock();
+        if matches!(st.conn, EpState::Disconnected | EpState::Broken) {
+            return Err(Error::NotConnected);
+        }
+        let rail =
+            st.planner.control_rail().ok_or_else(|| Error::Broken("all rails lost".into()))?;
+        let id = st.recv_front + st.recvs.len() as u64;
+        c.post_recv_on(rail, id, &segs)?;
+        st.recvs.push_back(Some(RecvReq { cookie, local: segs }));
+        Ok(())
+    }
+
+    fn post_rdma_write(
+        &self,
+        local: &[Sge<'_>],
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::Write, local, Some((remote, remote_offset)), cookie, flags)
+    }
+
+    fn post_rdma_read(
+        &self,
+        local: &[Sge<'_>],
+        remote: RemoteAddr<'_>,
+        cookie: Cookie,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::Read, local, Some((remote, remote_offset)), cookie, flags)
+    }
+
+    fn post_rdma_write_imm(
+        &self,
+        local: &[Sge<'_>],
+        remote: RemoteAddr<'_>,
+        imm: u32,
+        cookie: Cookie,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::WriteImm(imm), local, Some((remote, remote_offset)), cookie, flags)
+    }
+
+    fn post_fetch_add(
+        &self,
+        result: Sge<'_>,
+        remote: RemoteAddr<'_>,
+        add: u64,
+        cookie: Cookie,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        self.core.post(Kind::FetchAdd(add), &[result], Some((remote, remote_offset)), cookie, flags)
+    }
+
+    fn post_cmp_swap(
+        &self,
+        result: Sge<'_>,
+        remote: RemoteAddr<'_>,
+        op: CompareSwap,
+        cookie: Cookie,
+        flags: DtoFlags,
+    ) -> Result<()> {
+        let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
+        let CompareSwap { compare, swap } = op;
+        self.core.post(
+            Kind::CmpSwap(compare, swap),
+            &[result],
+            Some((remote, remote_offset)),
+            cookie,
+            flags,
+        )
+    }
+
+    fn peer_address(&self) -> Option<String> {
+        let a: Vec<String> = self.core.rails.iter().filter_map(|r| r.ep.peer_address()).collect();
+        if a.is_empty() { None } else { Some(a.join(",")) }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

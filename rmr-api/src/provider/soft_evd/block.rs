@@ -1,0 +1,429 @@
+//! How a waiter on a [`SoftEvd`] blocks: it drives the EVD's [`Driver`]s
+//! itself (polling their sockets in one `poll(2)`), spins as long as the
+//! spin policy says, and sleeps on the EVD's eventfd or condition variable
+//! when nothing moves; the doorbell and poke waits the multirail layer uses.
+
+use super::SoftEvd;
+use super::{Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS, Ready};
+use crate::error::{Error, Result};
+use crate::event::Event;
+use crate::provider::cpus::cpus_idle;
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
+use smallvec::SmallVec;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+impl SoftEvd {
+    /// The core wait: until `done()` holds (true) or the deadline passes
+    /// (false). Drives the drivers, spins for `spin`, then blocks — in
+    /// `poll(2)` on the drivers' descriptors when there are drivers, on the
+    /// condition variable otherwise.
+    pub(super) fn block_until(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let drivers = self.drivers();
+        if drivers.is_empty() {
+            return self.cv_block_until(deadline, spin, done);
+        }
+        for d in &drivers {
+            d.enter();
+        }
+        let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
+        let start = Instant::now();
+        // Several drivers: the ones idle at the end of the last wait are
+        // left to `poll` (no read on a socket that had nothing).
+        let several = drivers.len() > 1;
+        let idle = if several { self.idle.load(Ordering::Relaxed) } else { 0 };
+        let mut ready = if idle == 0 {
+            Ready::All
+        } else {
+            Ready::Some((0..drivers.len()).map(|i| i >= 64 || idle & 1 << i == 0).collect())
+        };
+        // Drivers that moved in this wait, and zero-timeout looks so far;
+        // the quiet ones, as the last waits left them.
+        let quiet = if several { self.quiet() } else { 0 };
+        let mut moved_any = 0u64;
+        let mut looks = 0u32;
+        let res = 'wait: loop {
+            if done() {
+                break true;
+            }
+            // After a pass, only the drivers that moved are driven again at
+            // once; the others when `poll` reports them (no read on an idle
+            // socket per pass).
+            let mut moved = false;
+            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            for (i, d) in drivers.iter().enumerate() {
+                if ready.has(i) {
+                    let m = d.drive();
+                    which[i] = m;
+                    moved |= m;
+                    if several && i < 64 {
+                        if m {
+                            moved_any |= 1 << i;
+                        }
+                        // Written only when it changes (no locked
+                        // instruction per drive).
+                        let bit = 1u64 << i;
+                        let was_idle = self.idle.load(Ordering::Relaxed) & bit != 0;
+                        if m && was_idle {
+                            self.idle.fetch_and(!bit, Ordering::Relaxed);
+                        } else if !m && !was_idle {
+                            self.idle.fetch_or(bit, Ordering::Relaxed);
+                        }
+                    }
+                    // What this driver did may be what the waiter waits for:
+                    // it returns now, not after a read on every other socket.
+                    if m && several && done() {
+                        break 'wait true;
+                    }
+                }
+            }
+            if moved {
+                ready = Ready::Some(which);
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break false;
+            }
+            // Spinning, one `poll` with a zero timeout tells which drivers
+            // have input (one system call for any number of endpoints);
+            // after that, block in it.
+            let spinning = now.duration_since(start) < spin;
+            if spinning {
+                // Spin politely: a thread this one just woke (the peer of a
+                // ping-pong, a forwarder) may be queued on this very CPU —
+                // wake-ups go to the waker's CPU — and would otherwise wait
+                // out the whole spin. With nothing else runnable the yield
+                // returns at once, so an uncontended spin is unchanged.
+                std::thread::yield_now();
+                crate::stages::stamp(crate::stages::Stage::Yielded);
+            }
+            let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
+            looks = looks.wrapping_add(1);
+            ready = self.poll_once(&drivers, deadline, done, false, spinning, skip);
+        };
+        // Only a wait that got something through a driver counts (one that
+        // found its event queued by someone else says nothing about them).
+        if several && moved_any != 0 {
+            self.note_moved(moved_any, drivers.len());
+        }
+        if several {
+            // One clock read for all of them (tens of nanoseconds each, on
+            // the way from the event to the application).
+            let left = Instant::now();
+            for d in &drivers {
+                d.leave_at(left);
+            }
+        } else {
+            for d in &drivers {
+                d.leave();
+            }
+        }
+        res
+    }
+
+    /// A wait got something through the drivers in `moved` (by index) of
+    /// `n`: the others age by one such wait (see `SoftEvd::ages`).
+    pub(super) fn note_moved(&self, moved: u64, n: usize) {
+        let old = self.ages.load(Ordering::Relaxed);
+        let mut ages = 0u64;
+        for i in 0..n.min(8) {
+            let age = if moved & 1 << i != 0 { 0 } else { (old >> (8 * i) & 0xff).min(254) + 1 };
+            ages |= age << (8 * i);
+        }
+        // Written only when they change (no store per wait once settled).
+        if ages != old {
+            self.ages.store(ages, Ordering::Relaxed);
+        }
+    }
+
+    /// The quiet drivers, by index (see `SoftEvd::ages`).
+    pub(super) fn quiet(&self) -> u64 {
+        let ages = self.ages.load(Ordering::Relaxed);
+        (0..8).filter(|i| ages >> (8 * i) & 0xff >= QUIET_WAITS).fold(0, |q, i| q | 1 << i)
+    }
+
+    /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
+    /// (with `writes_only`, on the drivers that have frames to send; with
+    /// `nowait`, only looks; the drivers in `skip`, by index, not at all
+    /// unless that would leave no descriptor). Returns which drivers to
+    /// drive next.
+    pub(super) fn poll_once(
+        &self,
+        drivers: &Drivers,
+        deadline: Option<Instant>,
+        done: &dyn Fn() -> bool,
+        writes_only: bool,
+        nowait: bool,
+        skip: u64,
+    ) -> Ready {
+        // Event waiters wake on pushes and pokes; a flushing helper on pokes only.
+        let (waiters, efd) = if nowait {
+            (None, None)
+        } else if writes_only {
+            (Some(&self.poke_waiters), Self::fd_of(&self.poke_efd))
+        } else {
+            (Some(&self.poll_waiters), self.efd())
+        };
+        let counted = waiters.is_some() && !writes_only;
+        if counted {
+            POLLERS.fetch_add(1, Ordering::SeqCst);
+        }
+        if let Some(w) = waiters {
+            w.fetch_add(1, Ordering::SeqCst);
+            // Re-check after announcing ourselves: a push in between wrote the eventfd.
+            if done() {
+                w.fetch_sub(1, Ordering::SeqCst);
+                if counted {
+                    POLLERS.fetch_sub(1, Ordering::SeqCst);
+                }
+                return Ready::All;
+            }
+        }
+        let mut fds: SmallVec<[PollFd<'_>; 8]> = SmallVec::new();
+        let mut owner: SmallVec<[usize; 8]> = SmallVec::new();
+        if let Some(e) = efd {
+            fds.push(PollFd::from_borrowed_fd(e, PollFlags::IN));
+            owner.push(usize::MAX);
+        }
+        let mut until = deadline;
+        // Skipped only while another driver's descriptor is looked at.
+        let skip = if skip != 0 && (0..drivers.len()).all(|i| i < 64 && skip & 1 << i != 0) {
+            0
+        } else {
+            skip
+        };
+        for (i, d) in drivers.iter().enumerate() {
+            let w = d.wait_on();
+            let skipped = i < 64 && skip & 1 << i != 0;
+            if let Some((fd, int)) = w.fd.filter(|(_, i)| !skipped && (i.write || !writes_only)) {
+                let mut f = PollFlags::empty();
+                if int.read && !writes_only {
+                    f |= PollFlags::IN;
+                }
+                if int.write {
+                    f |= PollFlags::OUT;
+                }
+                fds.push(PollFd::from_borrowed_fd(fd, f));
+                owner.push(i);
+            }
+            // A flushing helper leaves the drivers' timers to their waiters and
+            // progress threads (it does not drive what it does not poll).
+            if let Some(dl) = w.deadline.filter(|_| !writes_only) {
+                until = Some(until.map_or(dl, |u| u.min(dl)));
+            }
+        }
+        let left = if nowait {
+            Some(Duration::ZERO)
+        } else {
+            // Without an eventfd (exhausted descriptors) fall back to short naps.
+            let cap = if efd.is_none() { Some(Duration::from_micros(200)) } else { None };
+            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            match (left, cap) {
+                (Some(l), Some(c)) => Some(l.min(c)),
+                (l, c) => l.or(c),
+            }
+        };
+        let ts =
+            left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
+        let n = poll(&mut fds, ts.as_ref()).unwrap_or(0);
+        crate::stages::stamp(if n > 0 {
+            crate::stages::Stage::PollReady
+        } else {
+            crate::stages::Stage::PollDone
+        });
+        let mut ready = Ready::All;
+        let mut woke = false;
+        if n > 0 {
+            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            for (f, &o) in fds.iter().zip(&owner) {
+                if f.revents().is_empty() {
+                    continue;
+                }
+                if o == usize::MAX {
+                    woke = true;
+                } else {
+                    which[o] = true;
+                }
+            }
+            // A wake-up (push, poke, changed interest) means: look at everything.
+            if !woke {
+                ready = Ready::Some(which);
+            }
+        } else if nowait {
+            // Nothing ready and no timer can be due sooner than we look again,
+            // unless one already is.
+            let due = until.is_some_and(|u| u <= Instant::now());
+            if !due {
+                ready = Ready::Some(SmallVec::from_elem(false, drivers.len()));
+            }
+        }
+        drop(fds);
+        if let Some(w) = waiters {
+            w.fetch_sub(1, Ordering::SeqCst);
+        }
+        if counted {
+            POLLERS.fetch_sub(1, Ordering::SeqCst);
+        }
+        if woke {
+            if let Some(e) = efd {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(e, &mut b);
+            }
+        }
+        ready
+    }
+
+    pub(super) fn cv_block_until(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < spin {
+            if done() {
+                return true;
+            }
+            // Yield rather than burn: the thread that will push may be queued on this CPU.
+            std::thread::yield_now();
+        }
+        let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let res = loop {
+            // `done` reads atomics only; checking it under the queue lock closes
+            // the gap between the check and the wait (pushers notify under it).
+            if done() {
+                break true;
+            }
+            match deadline {
+                None => q = self.cv.wait(q).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        break false;
+                    }
+                    q = self.cv.wait_timeout(q, d - now).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            }
+        };
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        res
+    }
+
+    /// Waits until at least one event is queued, or a poke after generation
+    /// `seen` (see [`SoftEvd::poke_gen`]), or `timeout`, without dequeuing:
+    /// for a consumer that must dequeue under a lock of its own to keep events
+    /// in order. Spins for `spin` first. Returns whether events are queued.
+    pub fn wait_ready(&self, seen: u64, spin: Duration, timeout: Duration) -> bool {
+        let done =
+            || self.queued.load(Ordering::SeqCst) > 0 || self.pokes.load(Ordering::SeqCst) != seen;
+        self.block_until(Some(Instant::now() + timeout), spin, &done);
+        self.queued.load(Ordering::Acquire) > 0
+    }
+
+    /// For a helper thread that feeds the endpoints reporting here (a
+    /// multirail rail thread): returns once poked after `seen` (see
+    /// [`SoftEvd::poke_gen`]) or after `timeout`, meanwhile pushing out the
+    /// endpoints' queued frames as their sockets drain. It never blocks on
+    /// reads and does not count as a waiter, so the endpoints' own progress
+    /// keeps serving the receive side.
+    pub fn wait_poke_flushing(&self, seen: u64, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let done = || self.pokes.load(Ordering::SeqCst) != seen;
+        loop {
+            if done() {
+                return;
+            }
+            let drivers = self.drivers();
+            let mut moved = false;
+            for d in &drivers {
+                if d.wait_on().fd.is_some_and(|(_, i)| i.write) {
+                    moved |= d.drive();
+                }
+            }
+            if moved {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return;
+            }
+            self.poll_once(&drivers, Some(deadline), &done, true, false, 0);
+        }
+    }
+
+    /// Wakes this EVD's waiters in [`SoftEvd::wait_or_poke`] without an event.
+    pub fn poke(&self) {
+        self.pokes.fetch_add(1, Ordering::SeqCst);
+        self.wake_all();
+        if self.poke_waiters.load(Ordering::SeqCst) > 0 {
+            if let Some(fd) = Self::fd_of(&self.poke_efd) {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+        }
+    }
+
+    pub(super) fn wake_all(&self) {
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            let _g = self.q.lock().unwrap_or_else(|p| p.into_inner());
+            self.cv.notify_all();
+        }
+        self.wake_pollers();
+    }
+
+    /// The poke generation: read it *before* checking other sources, then
+    /// pass it to [`SoftEvd::wait_or_poke`] so that no poke is missed.
+    pub fn poke_gen(&self) -> u64 {
+        self.pokes.load(Ordering::SeqCst)
+    }
+
+    /// Like [`Evd::wait`](crate::Evd::wait), but also returns `Ok(None)` once poked after
+    /// generation `seen` (from [`SoftEvd::poke_gen`]).
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_or_poke(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+    ) -> Result<Option<Event>> {
+        self.wait_or_poke_spin(timeout, threshold, seen, Duration::ZERO)
+    }
+
+    /// [`SoftEvd::wait_or_poke`] that first spins (driving) for `spin`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`].
+    pub fn wait_or_poke_spin(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+        spin: Duration,
+    ) -> Result<Option<Event>> {
+        let threshold = threshold.max(1);
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let done = || {
+                self.queued.load(Ordering::SeqCst) >= threshold
+                    || self.pokes.load(Ordering::SeqCst) != seen
+            };
+            let ok = self.block_until(deadline, spin, &done);
+            if let Some(e) = self.pop(threshold) {
+                return Ok(Some(e));
+            }
+            if self.pokes.load(Ordering::SeqCst) != seen {
+                return Ok(None);
+            }
+            if !ok {
+                return Err(Error::Timeout);
+            }
+        }
+    }
+}
