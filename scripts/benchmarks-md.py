@@ -437,6 +437,8 @@ if rti:
           "(whose timer naps valgrind's slowdown multiplies), waiters blocking instead of spinning; per round trip = the difference between runs of "
           f"{rti[0]['round_trips'][0]} and {rti[0]['round_trips'][1]} round trips. A count does not "
           "swing with the host as the latency rows do: it is what each layer's own work costs.\n")
+    if os.path.exists(os.path.join(OUT, "rt-instructions.note")):
+        print(text(os.path.join(OUT, "rt-instructions.note")) + "\n")
     base = next((r["per_round_trip"] for r in rti if r["spec"].startswith("tcp:")), None)
     print("| endpoint | instructions per round trip | / tcp |")
     print("|---|---|---|")

@@ -28,7 +28,7 @@ X=target/valgrind/release/examples/rtcost
 LO=${LO:-1000}
 HI=${HI:-3000}
 count() { # spec round-trips -> instructions
-  RMR_EVD_SPIN_US=0 valgrind --tool=callgrind --toggle-collect='rmr_api::conformance::write_send_ping_pong*' \
+  RMR_EVD_SPIN_US=0 valgrind --tool=callgrind --toggle-collect='rmr_api::provider::conformance::write_send_ping_pong*' \
     --callgrind-out-file=/dev/null "$X" "$1" "$2" 2>&1 |
     sed -n 's/.*Collected : \([0-9]*\).*/\1/p'
 }
@@ -40,7 +40,8 @@ for spec in \
   "multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=inline"; do
   lo=$(count "$spec" "$LO")
   hi=$(count "$spec" "$HI")
-  if [ -z "$lo" ] || [ -z "$hi" ]; then
+  # A count of 0 means the collected function was not found (renamed?).
+  if [ -z "$lo" ] || [ -z "$hi" ] || [ "$lo" = 0 ] || [ "$hi" = 0 ]; then
     echo "rt-instructions: no count for $spec" >&2
     exit 1
   fi
