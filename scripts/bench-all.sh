@@ -21,11 +21,7 @@ scripts/bench-floor.sh 3 | tee "$OUT/floor.txt"
 scripts/bench-lab.sh "$OUT/lab"
 scripts/rt-instructions.sh "$OUT/rt-instructions.jsonl"
 ITERS=${ITERS:-2000} scripts/bench-barrier.sh "$OUT/barrier.jsonl"
-: > "$OUT/barrier-ofi.jsonl"
-for n in 8 12 16; do
-  target/release/rmr-bench barrier --procs "$n" --backend ofi:tcp --shm off --iters 600 --json \
-    | tee -a "$OUT/barrier-ofi.jsonl"
-done
+scripts/bench-ofi.sh "$OUT/ofi-loopback.jsonl" "$OUT/barrier-ofi.jsonl"
 scripts/bench-zipper.sh 1gbit 1gbit "$OUT/zipper.jsonl" | tee "$OUT/zipper.log"
 sed -n '/^zipper bridge, links/,$p' "$OUT/zipper.log" > "$OUT/zipper.txt"
 target/release/examples/dsm --sweep 1,2,4 | tee "$OUT/dsm.txt"

@@ -44,6 +44,7 @@ lab = os.path.join(OUT, "lab")
 eq, un, ue, of, eqr, jumbo = (load(os.path.join(lab, n + ".jsonl")) for n in ("equal", "unshaped", "uneven", "ofi", "equal-rounds", "jumbo"))
 bar = load(os.path.join(OUT, "barrier.jsonl"))
 barofi = load(os.path.join(OUT, "barrier-ofi.jsonl"))
+ofilo = load(os.path.join(OUT, "ofi-loopback.jsonl"))
 zip_ = load(os.path.join(OUT, "zipper.jsonl"))
 rti = load(os.path.join(OUT, "rt-instructions.jsonl"))
 
@@ -121,6 +122,25 @@ for s_ in (65536, 1 << 20):
     if rb and cb:
         verdict(f"ofi:tcp, {s_ >> 10} KiB RDMA write bandwidth / a plain libfabric program's (fi_rma_bw.c, same window; medians)",
                 f"{rb / cb:.2f}", rb / cb >= 0.95, ">= 0.95")
+
+# --- the ofi backend against fi_pingpong and the tcp backend on loopback
+for s_ in (8, 4096):
+    rm = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == s_ and r.get("lat_mean_us"))
+    fp = med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == s_)
+    tc = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == s_ and r.get("lat_mean_us"))
+    if rm and fp:
+        verdict(f"loopback: ofi:tcp, {s_} B half round trip / fi_pingpong -p tcp -e msg (means; median of rounds)", f"{rm / fp:.2f} ({rm:.1f} vs {fp:.1f} us)", rm / fp <= 1.2, "<= 1.2")
+    if rm and tc and s_ == 8:
+        verdict("loopback: ofi:tcp, 8 B half round trip / the tcp backend's (means; median of rounds)", f"{rm / tc:.2f} ({rm:.1f} vs {tc:.1f} us)", rm / tc <= 1.5, "<= 1.5")
+osr = next((r for r in barofi if r.get("algo") == "sendrecv" and r["procs"] == 8 and r.get("backend") == "ofi:tcp"), None)
+ordma = next((r for r in barofi if r.get("algo") == "rdma" and r["procs"] == 8 and r.get("backend") == "ofi:tcp"), None)
+tsr = next((r for r in barofi if r.get("reference") and r["procs"] == 8), None)
+if osr and tsr:
+    v = osr["lat_us"] / tsr["lat_us"]
+    verdict("ofi:tcp send/recv barrier / the tcp backend's, 8 processes (same run)", f"{v:.2f} ({osr['lat_us']:.0f} vs {tsr['lat_us']:.0f} us)", v <= 1.3, "<= 1.3")
+if osr and ordma:
+    v = ordma["lat_us"] / osr["lat_us"]
+    verdict("ofi:tcp RDMA barrier / its send/recv barrier, 8 processes", f"{v:.2f}", v < 1.0, "< 1.0")
 
 # --- multirail, equal shaped rails
 one = {r["size"]: r["mbps"] for r in eq if r["test"] == "bw" and r["rails"] == 1}
@@ -229,7 +249,7 @@ for n in (8, 16):
                 f"{ma / mb:.2f} ({ma:.1f} vs {mb:.1f} us)", ma <= mb, "<= 1.0")
 
 # --- barrier
-for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
+for label, rows in (("tcp", bar), ("ofi:tcp", [r for r in barofi if not r.get("reference")])):
     pts = []
     for n in sorted({r["procs"] for r in rows}):
         if n < 8:
@@ -427,6 +447,23 @@ print("\n## Multirail in the lab\n")
 print("`scripts/bench-lab.sh` (tables by `scripts/bench-table.py bench-out/lab`):\n")
 print(sh(f"python3 scripts/bench-table.py {lab}"))
 
+if ofilo:
+    n = len([r for r in ofilo if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == 8])
+    print(f"\n### ofi vs libfabric on loopback: half round trip, means (us, median over {n} interleaved rounds; client CPU 0, server CPU 1)\n")
+    print("`scripts/bench-ofi.sh`: rmr's ofi:tcp write+notify beside `fi_pingpong -e msg` (it prints a mean per run, so "
+          "rmr's mean is the figure compared) and beside rmr's tcp backend, all on 127.0.0.1. "
+          "The `sockets` provider's fi_pingpong is shown, not used as a floor.\n")
+    print("| size | fi_pingpong -p tcp | rmr ofi:tcp | ofi:tcp / fi_pingpong | fi_pingpong -p sockets | rmr tcp backend | ofi:tcp / tcp backend |")
+    print("|---|---|---|---|---|---|---|")
+    for s_ in (8, 4096):
+        fp = med(r["lat_mean_us"] for r in ofilo if r["backend"] == "fi_pingpong:tcp" and r["size"] == s_)
+        fs = med(r["lat_mean_us"] for r in ofilo if r["backend"] == "fi_pingpong:sockets" and r["size"] == s_)
+        ro = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == s_ and r.get("lat_mean_us"))
+        rt = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == s_ and r.get("lat_mean_us"))
+        q = lambda x: f"{x:.1f}" if x else "-"
+        print(f"| {s_} B | {q(fp)} | {q(ro)} | {f'{ro / fp:.2f}' if ro and fp else '-'} | {q(fs)} | {q(rt)} | {f'{ro / rt:.2f}' if ro and rt else '-'} |")
+
+
 if rti:
     print("\n### Instructions per small-message round trip (counted, not timed)\n")
     print("`scripts/rt-instructions.sh`: the latency test's round trip (each side posts a receive, "
@@ -455,7 +492,7 @@ print("`scripts/bench-barrier.sh` (tcp) and `BACKEND=ofi:tcp` for the libfabric 
       "N local processes on 2 CPUs (oversubscribed above 2). Median us per barrier.\n")
 if os.path.exists(os.path.join(OUT, "barrier.note")):
     print(text(os.path.join(OUT, "barrier.note")) + "\n")
-for label, rows in (("tcp", bar), ("ofi:tcp", barofi)):
+for label, rows in (("tcp", bar), ("ofi:tcp", [r for r in barofi if not r.get("reference")])):
     if not rows:
         continue
     print(f"\n### {label}\n")

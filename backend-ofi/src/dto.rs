@@ -93,6 +93,10 @@ pub(crate) struct RxState {
     q: VecDeque<RxMeta>,
 }
 
+/// Bounce buffers an endpoint keeps for reuse (receives in flight at once
+/// beyond this allocate).
+pub(crate) const BOUNCE_POOL: usize = 64;
+
 fn token(idx: u32, rx: bool, seq: u64) -> u64 {
     (u64::from(idx) << 40) | if rx { RX_BIT } else { 0 } | (seq & SEQ_MASK)
 }
@@ -208,7 +212,8 @@ impl EpShared {
                             flags |= sys::FI_DELIVERY_COMPLETE as u64;
                         }
                     }
-                    let ret = post(ep, token(self.idx, false, seq), flags);
+                    let ret =
+                        post(ep, token(self.tx_idx.load(Ordering::Relaxed), false, seq), flags);
                     if ret == 0 {
                         tx.next_seq += 1;
                         tx.blind = if meta.prov_signal { 0 } else { tx.blind + 1 };
@@ -405,9 +410,31 @@ impl EpShared {
         )
     }
 
+    /// A bounce buffer of at least `need` bytes: from the endpoint's pool
+    /// (no allocation in steady state), else a new one of the next power of
+    /// two. Its bytes are not cleared: a receive overwrites what it reports.
+    fn take_bounce(&self, need: usize) -> Vec<u8> {
+        let mut pool = self.bounces.lock().unwrap_or_else(|e| e.into_inner());
+        match pool.iter().position(|b| b.len() >= need) {
+            Some(i) => pool.swap_remove(i),
+            None => vec![0u8; need.next_power_of_two()],
+        }
+    }
+
+    /// Returns a bounce buffer to the pool (at most [`BOUNCE_POOL`] kept).
+    fn give_bounce(&self, b: Vec<u8>) {
+        let mut pool = self.bounces.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < BOUNCE_POOL {
+            pool.push(b);
+        }
+    }
+
     fn post_one_recv(&self, ep: &crate::ffi::EpH, m: &RxMeta) -> isize {
         // SAFETY: the record (bounce buffer or the regions in `segs`) outlives the receive.
-        unsafe { msg::recv(ep, &m.iov, token(self.idx, true, m.seq), sys::FI_COMPLETION as u64) }
+        unsafe {
+            let idx = self.rx_idx.load(Ordering::Relaxed);
+            msg::recv(ep, &m.iov, token(idx, true, m.seq), sys::FI_COMPLETION as u64)
+        }
     }
 
     pub(crate) fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
@@ -425,8 +452,8 @@ impl EpShared {
             .map(|s| (s.lmr.region().clone(), s.lmr.offset() + s.offset, s.len))
             .collect();
         let (bounce, iov) = if !f.mr_local && total <= f.bounce_max {
-            let b = vec![0u8; total as usize + 1];
-            let i = Iov { addr: b.as_ptr() as usize, len: b.len(), desc: 0 };
+            let b = self.take_bounce(total as usize + 1);
+            let i = Iov { addr: b.as_ptr() as usize, len: total as usize + 1, desc: 0 };
             (Some(b), SmallVec::from_elem(i, 1))
         } else {
             (None, iov)
@@ -593,6 +620,9 @@ impl EpShared {
                 at += n;
             }
         }
+        if let Some(b) = m.bounce {
+            self.give_bounce(b);
+        }
         let mut d = self.dto(m.cookie, DtoOp::Recv, Status::Success, len);
         d.solicited = kind == KIND_SOLICITED;
         (Some(Event::Dto(d)), None)
@@ -604,12 +634,7 @@ pub(crate) type Breaks = (Arc<EpShared>, String);
 
 /// Translates one CQ entry: the event to queue (if any) and an endpoint to
 /// break (with why), e.g. after a receive that was too small.
-pub(crate) fn on_cqe(c: &Cqe) -> Option<(Option<Event>, Option<Breaks>)> {
-    let idx = (c.token >> 40) as u32;
-    if idx == 0 {
-        return None;
-    }
-    let ep = crate::ep::lookup(idx)?;
+pub(crate) fn on_cqe(c: &Cqe, ep: Arc<EpShared>) -> Option<(Option<Event>, Option<Breaks>)> {
     let seq = c.token & SEQ_MASK;
     if c.token & RX_BIT != 0 {
         let (ev, why) = ep.rx_complete(seq, c);

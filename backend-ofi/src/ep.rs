@@ -18,10 +18,9 @@ use ofi_sys as sys;
 use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, MemRegion, Result, Sge};
 use std::any::Any;
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// The goodbye mark an orderly disconnect writes into the peer's control word.
@@ -62,15 +61,6 @@ impl CmHdr {
     }
 }
 
-/// Process-wide endpoint table: completion tokens carry an index into it.
-static TABLE: LazyLock<RwLock<HashMap<u32, Weak<EpShared>>>> =
-    LazyLock::new(|| RwLock::new(HashMap::new()));
-static NEXT_IDX: AtomicU32 = AtomicU32::new(1);
-
-pub(crate) fn lookup(idx: u32) -> Option<Arc<EpShared>> {
-    TABLE.read().unwrap_or_else(|e| e.into_inner()).get(&idx).and_then(Weak::upgrade)
-}
-
 fn state_from(v: u8) -> EpState {
     match v {
         0 => EpState::Unconnected,
@@ -107,11 +97,18 @@ pub(crate) struct ConnState {
 }
 
 pub(crate) struct EpShared {
+    /// This endpoint (what the CQs it is attached to hold).
+    pub(crate) me: Weak<EpShared>,
     pub(crate) id: EpId,
-    pub(crate) idx: u32,
+    /// The index its transmit and receive completion tokens carry (see
+    /// [`crate::evd::CqDriver::attach`]).
+    pub(crate) tx_idx: AtomicU32,
+    pub(crate) rx_idx: AtomicU32,
+    /// Receive bounce buffers for reuse (see `take_bounce`).
+    pub(crate) bounces: Mutex<Vec<Vec<u8>>>,
     pub(crate) ia: Arc<IaShared>,
     pub(crate) pz: Arc<PzShared>,
-    /// Keeps the user's EVD handles (and so their pump threads) alive.
+    /// Keeps the user's EVD handles (and so their progress threads) alive.
     #[allow(dead_code)]
     pub(crate) evds: EpEvds,
     pub(crate) req: Arc<EvdShared>,
@@ -146,15 +143,12 @@ impl EpShared {
         ctl.store_u64(8, BYE)?;
         let access = crate::lmr::fi_access(rmr_api::Access::REMOTE_WRITE);
         let (ctl_mr, ctl_key) = crate::lmr::reg_raw(pz, ctl.as_ptr(), 16, access)?;
-        let idx = loop {
-            let i = NEXT_IDX.fetch_add(1, Ordering::Relaxed) & 0x00ff_ffff;
-            if i != 0 && lookup(i).is_none() {
-                break i;
-            }
-        };
-        let sh = Arc::new(EpShared {
+        let sh = Arc::new_cyclic(|me| EpShared {
+            me: me.clone(),
             id: EpId::fresh(),
-            idx,
+            tx_idx: AtomicU32::new(0),
+            rx_idx: AtomicU32::new(0),
+            bounces: Mutex::new(Vec::new()),
             ia: ia.clone(),
             pz: pz.clone(),
             evds,
@@ -175,7 +169,6 @@ impl EpShared {
             peer: OnceLock::new(),
             atomics_ok: AtomicBool::new(false),
         });
-        TABLE.write().unwrap_or_else(|e| e.into_inner()).insert(idx, Arc::downgrade(&sh));
         Ok(sh)
     }
 
@@ -210,15 +203,20 @@ impl EpShared {
         CmHdr { magic: CmHdr::CONNECT, key: self.ctl_key, addr }
     }
 
+    /// The CQs to bind (transmit and receive), this endpoint attached to
+    /// each so that their completions find it by index.
     fn cqs(&self) -> Result<Vec<(Arc<Cq>, u64)>> {
         let txf = (sys::FI_TRANSMIT as u64) | sys::FI_SELECTIVE_COMPLETION;
         let rq = self.req.cq_for(&self.pz.domain)?;
+        let rc = self.rcv.cq_for(&self.pz.domain)?;
+        self.tx_idx.store(rq.attach(self.me.clone())?, Ordering::Relaxed);
+        self.rx_idx.store(rc.attach(self.me.clone())?, Ordering::Relaxed);
         self.req.start_pump();
         self.rcv.start_pump();
-        if Arc::ptr_eq(&self.req, &self.rcv) {
-            Ok(vec![(rq, txf | sys::FI_RECV as u64)])
+        if Arc::ptr_eq(&rq, &rc) {
+            Ok(vec![(rq.cq().clone(), txf | sys::FI_RECV as u64)])
         } else {
-            Ok(vec![(rq, txf), (self.rcv.cq_for(&self.pz.domain)?, sys::FI_RECV as u64)])
+            Ok(vec![(rq.cq().clone(), txf), (rc.cq().clone(), sys::FI_RECV as u64)])
         }
     }
 
@@ -227,7 +225,7 @@ impl EpShared {
     fn open_fid(&self, info: Info) -> Result<Arc<EpH>> {
         let ep = Arc::new(EpH::open(&self.pz.domain, info, &self.ia.eq, &self.cqs()?)?);
         let addr = ep.raw() as usize;
-        let me = lookup(self.idx).map(|a| Arc::downgrade(&a)).unwrap_or_default();
+        let me = self.me.clone();
         self.ia.eps.lock().unwrap_or_else(|e| e.into_inner()).insert(addr, me);
         *self.fid_addr.lock().unwrap_or_else(|e| e.into_inner()) = addr;
         self.atomics_ok.store(self.ia.feat.atomics && ep.atomics_valid(), Ordering::Release);
@@ -458,12 +456,6 @@ impl EpShared {
         }
         self.teardown(None);
         Ok(())
-    }
-}
-
-impl Drop for EpShared {
-    fn drop(&mut self) {
-        TABLE.write().unwrap_or_else(|e| e.into_inner()).remove(&self.idx);
     }
 }
 

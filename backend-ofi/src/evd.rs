@@ -1,368 +1,580 @@
-//! Event dispatchers: a libfabric CQ (one per domain the EVD's endpoints
-//! live in) for DTO completions, plus a software queue for everything else
-//! (connection events from the IA's EQ thread, software events, flushes).
+//! Event dispatchers on the tcp backend's progress model: each EVD is a
+//! [`SoftEvd`] (the queue, the spin-then-sleep policy, the waits) with one
+//! [`CqDriver`] per libfabric CQ it owns (one per domain its endpoints live
+//! in), plus the software events pushed from elsewhere (connection events
+//! from the IA's EQ thread, software events, flushes).
 //!
-//! Whoever waits or dequeues drives the CQ: one thread at a time reads it
-//! (under `reader`), translates entries into events and queues them, so
-//! events keep the CQ's order. A waiter blocks in `fi_cq_sread` in slices;
-//! events queued from elsewhere wake it with `fi_cq_signal`.
+//! A thread that waits on the EVD drives the CQs itself: it reads them with
+//! non-blocking `fi_cq_read` on its own thread, translates the entries and
+//! queues them, so a completion reaches the waiter with no hand-off between
+//! threads. When nothing is there it sleeps in `poll(2)` on the CQs' wait
+//! fds (`FI_WAIT_FD`) after `fi_trywait` said it may (libfabric's rule: no
+//! completion is missed between the last read and the sleep), beside the
+//! queue's own eventfd (pushes from other threads wake it).
+//!
+//! One thread reads a CQ at a time (`reader`, only ever *tried*, never held
+//! across a blocking call), so events keep the CQ's order.
+//!
+//! Providers whose progress happens only inside CQ calls (libfabric 1.x's
+//! `tcp`: manual progress) need someone to read the CQ while nobody waits,
+//! or one-sided operations at a passive target never land: each CQ then has
+//! a progress thread, which stands back while a waiter drives (it sleeps
+//! on its kick eventfd, woken when the last waiter leaves) and otherwise
+//! reads the CQ and sleeps in `poll` on its wait fd. Where a CQ has no
+//! usable wait fd (`fi_trywait` unsupported), waiters and the progress
+//! thread read it every [`NAP`] instead.
+//!
+//! The `sockets` provider: its CQ fd stayed readable after `fi_cq_signal`,
+//! which made the old design spin. Nothing here calls `fi_cq_signal` any
+//! more (pushes from other threads ring the queue's eventfd), so its fd is
+//! used like any other.
 
 use crate::ffi::{Cq, Cqe, Domain, EventFd, Fabric};
 use crate::ia::IaShared;
-use rmr_api::{Error, Evd, Event, Result};
+use rmr_api::provider::{Driver, Interest, SoftEvd, WaitOn};
+use rmr_api::{Evd, Event, Result};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::any::Any;
-use std::collections::VecDeque;
-use std::os::fd::RawFd;
+use std::os::fd::{BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-/// Longest single blocking slice in the CQ (a waiter re-checks its queue
-/// and deadline at least this often).
+/// Longest single sleep of a progress thread (its stop flag is checked at
+/// least this often).
 const SLICE: Duration = Duration::from_millis(50);
 
-pub(crate) struct EvdShared {
-    pub(crate) fabric: Arc<Fabric>,
-    q: Mutex<VecDeque<Event>>,
-    cv: Condvar,
-    queued: AtomicUsize,
-    waiters: AtomicUsize,
-    cqs: RwLock<Vec<Arc<Cq>>>,
-    reader: Mutex<Vec<Cqe>>,
-    wait_fd: Option<RawFd>,
-    capacity: usize,
-    spin: Duration,
-    cq_size: usize,
-    fd_ok: bool,
-    /// Signalled on every queued event: the wait fd of a pumped EVD.
-    efd: EventFd,
-    /// Whether a pump thread reads the CQs (providers that progress only
-    /// inside CQ calls, like tcp in libfabric 1.x, need one for one-sided
-    /// operations to land while the target application is busy elsewhere).
-    pump: AtomicBool,
-    pump_started: AtomicBool,
-    pub(crate) stop: AtomicBool,
+/// How long the progress thread stays back after the last waiter left: a
+/// thread that waits on the EVD again within it (the next round trip of a
+/// ping-pong) finds the CQ to itself, with no second thread woken on its
+/// CPU in between.
+const LINGER: Duration = Duration::from_millis(1);
+
+/// Stand-back naps (of [`LINGER`]) after which the progress thread sleeps
+/// until the last waiter kicks it on leaving (a long wait).
+const DEEP_AFTER: u32 = 8;
+
+/// Nanoseconds since the first call (a monotonic stamp that fits an atomic).
+fn now_ns() -> u64 {
+    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-impl EvdShared {
-    fn new(ia: &Arc<IaShared>) -> Result<EvdShared> {
-        let size = ia.feat.cq_size;
-        let pump = ia.feat.pump;
-        // Prefer a CQ with an fd wait object (for Evd::wait_fd); fall back to any.
-        let (cq, fd) = match Cq::open(&ia.default_domain, size, true) {
-            Ok(cq) => {
-                let fd = cq.wait_fd();
-                let ok = fd.is_some() && ia.fabric.trywait(&cq) != -(ofi_sys::FI_ENOSYS as i32);
-                (cq, if ok { fd } else { None })
-            }
-            Err(_) => (Cq::open(&ia.default_domain, size, false)?, None),
-        };
-        let spin = std::env::var("RMR_EVD_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_micros)
-            .unwrap_or(Duration::from_micros(50));
-        Ok(EvdShared {
-            fabric: ia.fabric.clone(),
-            q: Mutex::new(VecDeque::with_capacity(256)),
-            cv: Condvar::new(),
-            queued: AtomicUsize::new(0),
-            waiters: AtomicUsize::new(0),
-            cqs: RwLock::new(vec![cq]),
-            reader: Mutex::new(Vec::with_capacity(64)),
-            // sockets: its CQ fd stays readable after fi_cq_signal, whatever
-            // fi_trywait says; such EVDs switch to a pump and the eventfd.
-            wait_fd: if pump || ia.feat.prov == "sockets" { None } else { fd },
-            capacity: 1 << 20,
-            spin,
-            cq_size: size,
-            fd_ok: fd.is_some() && !pump,
-            efd: EventFd::new()?,
-            pump: AtomicBool::new(pump),
-            pump_started: AtomicBool::new(false),
-            stop: AtomicBool::new(false),
-        })
+/// Without a usable wait fd: how often a CQ is read while nothing moves.
+pub(crate) const NAP: Duration = Duration::from_micros(200);
+
+/// Entries read in one pass before they are translated and queued.
+const BATCH: usize = 256;
+
+/// Sleeps in `poll(2)` until one of `fds` is readable or `timeout` passes.
+fn poll_in(fds: &[BorrowedFd<'_>], timeout: Duration) {
+    let mut p: smallvec::SmallVec<[PollFd<'_>; 4]> =
+        fds.iter().map(|f| PollFd::from_borrowed_fd(*f, PollFlags::IN)).collect();
+    let ts = Timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+    let _ = poll(&mut p, Some(&ts));
+}
+
+/// What the thread reading a CQ works with.
+struct Reader {
+    /// Entries read and not yet translated.
+    buf: Vec<Cqe>,
+    /// The endpoints whose completions this CQ carries, by slot, each with
+    /// the generation its tokens carry (a slot reused by a later endpoint
+    /// gets the next one: a stale completion of the old one is dropped).
+    eps: Vec<(u8, Weak<crate::ep::EpShared>)>,
+}
+
+/// Endpoints one CQ can carry (the slot is 16 bits of a token's 24-bit index).
+const MAX_SLOTS: usize = 1 << 16;
+
+/// Test hooks (not part of the API).
+#[doc(hidden)]
+pub mod hooks {
+    /// Runs in a waiter after `fi_trywait` allowed it to sleep on a CQ's
+    /// fd and before it does: a test makes a completion arrive in exactly
+    /// that window (the race `fi_trywait` exists for).
+    pub static AFTER_TRYWAIT: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>> =
+        std::sync::OnceLock::new();
+}
+
+/// Runs [`hooks::AFTER_TRYWAIT`], if a test set one; always true.
+fn after_trywait() -> bool {
+    if let Some(h) = hooks::AFTER_TRYWAIT.get() {
+        h();
+    }
+    true
+}
+
+/// One libfabric CQ of an EVD, as a [`Driver`] its waiters run.
+pub(crate) struct CqDriver {
+    cq: Arc<Cq>,
+    fabric: Arc<Fabric>,
+    /// The CQ's wait fd, when it has one and `fi_trywait` works on it.
+    fd: Option<RawFd>,
+    /// Entries read and not yet translated, and the endpoints the CQ's
+    /// tokens name; held only while reading (or attaching an endpoint).
+    reader: Mutex<Reader>,
+    /// The EVD the CQ's completions go to.
+    evd: Weak<EvdShared>,
+    /// Waiters driving this CQ now (the progress thread stands back).
+    active: AtomicUsize,
+    /// Wakes the progress thread (a waiter arrived or left, or stop).
+    kick: EventFd,
+    /// The progress thread is asleep in `poll` on the CQ's fd.
+    bg_polling: AtomicBool,
+    /// When the last waiter left ([`now_ns`]).
+    left_at: std::sync::atomic::AtomicU64,
+    /// The progress thread sleeps until the last waiter kicks it.
+    deep: AtomicBool,
+    pump_started: AtomicBool,
+    stop: AtomicBool,
+}
+
+impl CqDriver {
+    /// The CQ (bound to endpoints at set-up).
+    pub(crate) fn cq(&self) -> &Arc<Cq> {
+        &self.cq
     }
 
-    /// Starts the pump thread (once), when the EVD has one.
-    pub(crate) fn start_pump(self: &Arc<Self>) {
-        if !self.pump.load(Ordering::Acquire) || self.pump_started.swap(true, Ordering::AcqRel) {
+    /// Lets completions of `ep` on this CQ reach it: returns the index its
+    /// tokens carry (slot and generation; never 0).
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::QueueFull`] when the CQ already carries
+    /// [`MAX_SLOTS`] live endpoints.
+    pub(crate) fn attach(&self, ep: Weak<crate::ep::EpShared>) -> Result<u32> {
+        let mut r = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = match r.eps.iter().position(|(_, w)| w.strong_count() == 0) {
+            Some(i) => i,
+            None if r.eps.len() < MAX_SLOTS => {
+                r.eps.push((0, Weak::new()));
+                r.eps.len() - 1
+            }
+            None => return Err(rmr_api::Error::QueueFull),
+        };
+        let g = &mut r.eps[slot];
+        g.0 = if g.0 == u8::MAX { 1 } else { g.0 + 1 };
+        g.1 = ep;
+        Ok((slot as u32) << 8 | u32::from(g.0))
+    }
+
+    /// Reads what the CQ holds (without blocking) and queues the events;
+    /// `None` when another thread is reading it right now.
+    fn read_if_free(&self) -> Option<bool> {
+        let guard = self.reader.try_lock().ok()?;
+        Some(self.read_locked(guard))
+    }
+
+    fn read_locked(&self, mut guard: MutexGuard<'_, Reader>) -> bool {
+        let Some(evd) = self.evd.upgrade() else { return false };
+        let mut moved = false;
+        let mut broken = Vec::new();
+        let Reader { buf, eps } = &mut *guard;
+        loop {
+            match self.cq.read(buf) {
+                Ok(true) => {
+                    moved = true;
+                    if buf.len() >= BATCH {
+                        break;
+                    }
+                }
+                Ok(false) => break,
+                Err(e) => {
+                    evd.push(Event::AsyncError { ep: None, what: e.to_string() });
+                    break;
+                }
+            }
+        }
+        evd.process(buf, eps, &mut broken);
+        drop(guard);
+        // Outside the reader lock: a teardown drains the CQs itself.
+        for (ep, why) in broken {
+            ep.teardown(Some(why));
+        }
+        moved
+    }
+
+    /// Starts the progress thread (once).
+    fn start_pump(self: &Arc<Self>) {
+        if self.pump_started.swap(true, Ordering::AcqRel) {
             return;
         }
         let me = self.clone();
         let spawned = std::thread::Builder::new()
-            .name("rmr-ofi-pump".into())
+            .name("rmr-ofi-progress".into())
             .stack_size(256 << 10)
-            .spawn(move || {
-                while !me.stop.load(Ordering::Acquire) {
-                    let single = me.cqs.read().unwrap_or_else(|e| e.into_inner()).len() == 1;
-                    if !me.progress_blocking(if single { SLICE } else { Duration::ZERO }) || !single
-                    {
-                        std::thread::sleep(Duration::from_micros(200));
-                    }
-                }
-            });
+            .spawn(move || me.pump());
         if spawned.is_err() {
             self.pump_started.store(false, Ordering::Release);
         }
     }
 
-    /// The CQ of this EVD in `domain`, opened on first use.
-    pub(crate) fn cq_for(&self, domain: &Arc<Domain>) -> Result<Arc<Cq>> {
-        {
-            let cqs = self.cqs.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(c) = cqs.iter().find(|c| Arc::ptr_eq(c.domain(), domain)) {
-                return Ok(c.clone());
+    /// The progress thread: reads the CQ while no waiter does, sleeping in
+    /// `poll` on its wait fd (after `fi_trywait`) and on the kick eventfd;
+    /// never holds the reader lock while it sleeps.
+    fn pump(&self) {
+        let mut standing = 0u32;
+        while !self.stop.load(Ordering::Acquire) {
+            if self.active.load(Ordering::SeqCst) > 0 {
+                // A waiter drives: stand back. Short naps first (the waiter
+                // may leave for good); after a while, sleep until the last
+                // waiter kicks on leaving (announced first, then re-checked).
+                standing = standing.saturating_add(1);
+                if standing > DEEP_AFTER {
+                    self.deep.store(true, Ordering::SeqCst);
+                    if self.active.load(Ordering::SeqCst) > 0 {
+                        poll_in(&[self.kick.borrow()], SLICE);
+                    }
+                } else {
+                    poll_in(&[self.kick.borrow()], LINGER);
+                }
+                self.kick.reset();
+                continue;
+            }
+            standing = 0;
+            self.deep.store(false, Ordering::SeqCst);
+            let since =
+                Duration::from_nanos(now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)));
+            if since < LINGER {
+                // The last waiter just left: it (or the next) is likely back
+                // at once.
+                poll_in(&[self.kick.borrow()], LINGER - since);
+                self.kick.reset();
+                continue;
+            }
+            if self.read_if_free() == Some(true) {
+                continue;
+            }
+            match self.fd {
+                Some(fd) => {
+                    if self.fabric.trywait(&self.cq) != 0 {
+                        // Progress is pending inside the provider: read again.
+                        std::thread::yield_now();
+                        continue;
+                    }
+                    self.bg_polling.store(true, Ordering::SeqCst);
+                    if self.active.load(Ordering::SeqCst) == 0 {
+                        let cq_fd = crate::ffi::borrow_owned_by(fd, self);
+                        poll_in(&[cq_fd, self.kick.borrow()], SLICE);
+                    }
+                    self.bg_polling.store(false, Ordering::SeqCst);
+                    self.kick.reset();
+                }
+                None => {
+                    poll_in(&[self.kick.borrow()], NAP);
+                    self.kick.reset();
+                }
             }
         }
-        let mut cqs = self.cqs.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(c) = cqs.iter().find(|c| Arc::ptr_eq(c.domain(), domain)) {
-            return Ok(c.clone());
+    }
+
+    fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.kick.signal();
+    }
+}
+
+impl Driver for CqDriver {
+    fn drive(&self) -> bool {
+        self.read_if_free() == Some(true)
+    }
+
+    fn wait_on(&self) -> WaitOn<'_> {
+        match self.fd {
+            // Nothing left in the CQ and no progress pending: sleep on its fd.
+            Some(fd) if self.fabric.trywait(&self.cq) == 0 && after_trywait() => WaitOn {
+                fd: Some((
+                    crate::ffi::borrow_owned_by(fd, self),
+                    Interest { read: true, write: false },
+                )),
+                deadline: None,
+            },
+            // Entries or progress pending: drive again at once.
+            Some(_) => WaitOn { fd: None, deadline: Some(Instant::now()) },
+            None => WaitOn { fd: None, deadline: Some(Instant::now() + NAP) },
         }
-        let c = Cq::open(domain, self.cq_size, false)?;
-        cqs.push(c.clone());
-        Ok(c)
     }
 
-    fn push_locked(&self, q: &mut VecDeque<Event>, ev: Event) {
-        q.push_back(ev);
-        self.queued.store(q.len(), Ordering::Release);
+    /// While a waiter spins, reading the CQ is the look (`fi_trywait` is
+    /// for a waiter about to sleep).
+    fn look_on(&self) -> WaitOn<'_> {
+        WaitOn { fd: None, deadline: Some(Instant::now()) }
     }
 
-    /// Queues an event from outside the CQ path and wakes waiters (also one
-    /// blocked in fi_cq_sread or in poll on the wait fd).
+    fn enter(&self) {
+        self.active.fetch_add(1, Ordering::SeqCst);
+        if self.bg_polling.load(Ordering::SeqCst) {
+            // The progress thread sleeps on the CQ's fd: it would race this
+            // waiter for every completion. Send it to stand back.
+            self.kick.signal();
+        }
+    }
+
+    fn leave(&self) {
+        self.left_at.store(now_ns(), Ordering::SeqCst);
+        if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {
+            // The progress thread sleeps until told: nobody drives now.
+            self.kick.signal();
+        }
+    }
+}
+
+/// The state of one EVD, shared by the user's handle, its endpoints and
+/// service points.
+pub(crate) struct EvdShared {
+    pub(crate) fabric: Arc<Fabric>,
+    /// The queue, its waits and its drivers.
+    pub(crate) q: Arc<SoftEvd>,
+    /// One per domain the EVD's endpoints live in (looked up only when an
+    /// endpoint is set up).
+    cqs: RwLock<Vec<Arc<CqDriver>>>,
+    cq_size: usize,
+    /// CQs need a progress thread (manual progress).
+    pump: bool,
+    /// An application asked for the wait fd: every push rings `efd`, and
+    /// every CQ has a progress thread (nobody drives while it polls).
+    observed: AtomicBool,
+    efd: EventFd,
+}
+
+impl EvdShared {
+    fn new(ia: &Arc<IaShared>) -> Result<Arc<EvdShared>> {
+        let sh = Arc::new(EvdShared {
+            fabric: ia.fabric.clone(),
+            q: Arc::new(SoftEvd::default()),
+            cqs: RwLock::new(Vec::new()),
+            cq_size: ia.feat.cq_size,
+            pump: ia.feat.pump,
+            observed: AtomicBool::new(false),
+            efd: EventFd::new()?,
+        });
+        sh.add_cq(&ia.default_domain)?;
+        Ok(sh)
+    }
+
+    fn drivers(&self) -> Vec<Arc<CqDriver>> {
+        self.cqs.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Opens a CQ in `domain` (with an fd wait object where the provider has
+    /// one) and makes it one of the EVD's drivers.
+    fn add_cq(self: &Arc<Self>, domain: &Arc<Domain>) -> Result<Arc<CqDriver>> {
+        let (cq, fd) = match Cq::open(domain, self.cq_size, true) {
+            Ok(cq) => {
+                let fd = cq.wait_fd();
+                let ok = fd.is_some() && self.fabric.trywait(&cq) != -(ofi_sys::FI_ENOSYS as i32);
+                (cq, if ok { fd } else { None })
+            }
+            Err(_) => (Cq::open(domain, self.cq_size, false)?, None),
+        };
+        let d = Arc::new(CqDriver {
+            cq,
+            fabric: self.fabric.clone(),
+            fd,
+            reader: Mutex::new(Reader { buf: Vec::with_capacity(64), eps: Vec::new() }),
+            evd: Arc::downgrade(self),
+            active: AtomicUsize::new(0),
+            kick: EventFd::new()?,
+            bg_polling: AtomicBool::new(false),
+            left_at: std::sync::atomic::AtomicU64::new(0),
+            deep: AtomicBool::new(false),
+            pump_started: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+        });
+        let as_driver: Arc<dyn Driver> = d.clone();
+        self.q.add_driver(&as_driver);
+        self.cqs.write().unwrap_or_else(|e| e.into_inner()).push(d.clone());
+        if self.observed.load(Ordering::Acquire) {
+            d.start_pump();
+        }
+        Ok(d)
+    }
+
+    /// Starts the CQs' progress threads, where the provider needs them.
+    pub(crate) fn start_pump(&self) {
+        if self.pump {
+            for d in self.drivers() {
+                d.start_pump();
+            }
+        }
+    }
+
+    /// The CQ driver of this EVD in `domain`, its CQ opened on first use.
+    pub(crate) fn cq_for(self: &Arc<Self>, domain: &Arc<Domain>) -> Result<Arc<CqDriver>> {
+        if let Some(d) = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain)) {
+            return Ok(d);
+        }
+        let _one_at_a_time = OPENING.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain)) {
+            return Ok(d);
+        }
+        let d = self.add_cq(domain)?;
+        if self.pump {
+            d.start_pump();
+        }
+        Ok(d)
+    }
+
+    /// Queues an event from outside the CQ path (waiters wake through the
+    /// queue; an observed EVD's fd is rung too).
     pub(crate) fn push(&self, ev: Event) {
-        {
-            let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-            self.push_locked(&mut q, ev);
-        }
-        self.cv.notify_all();
-        if self.pump.load(Ordering::Acquire) {
+        self.q.push(ev);
+        if self.observed.load(Ordering::Acquire) {
             self.efd.signal();
         }
-        if self.waiters.load(Ordering::Acquire) > 0 || self.fd_ok {
-            for c in self.cqs.read().unwrap_or_else(|e| e.into_inner()).iter() {
-                c.signal();
-            }
-        }
     }
 
-    /// Translates CQ entries into events, in order.
-    fn process(&self, buf: &mut Vec<Cqe>) {
+    /// Translates CQ entries into events, in order, and queues them; the
+    /// endpoints whose CQ entries broke them are left in `broken`.
+    fn process(
+        &self,
+        buf: &mut Vec<Cqe>,
+        eps: &[(u8, Weak<crate::ep::EpShared>)],
+        broken: &mut Vec<crate::dto::Breaks>,
+    ) {
         if buf.is_empty() {
             return;
         }
-        let mut evs = Vec::with_capacity(buf.len());
-        let mut broken = Vec::new();
+        let mut any = false;
         for c in buf.drain(..) {
-            if let Some((ev, teardown)) = crate::dto::on_cqe(&c) {
+            // The token's index: slot << 8 | generation (0: not ours).
+            let idx = (c.token >> 40) as usize;
+            let ep = match eps.get(idx >> 8) {
+                Some((g, w)) if idx != 0 && usize::from(*g) == idx & 0xff => w.upgrade(),
+                _ => None,
+            };
+            let Some(ep) = ep else { continue };
+            if let Some((ev, teardown)) = crate::dto::on_cqe(&c, ep) {
                 if let Some(ev) = ev {
-                    evs.push(ev);
+                    self.q.push(ev);
+                    any = true;
                 }
                 if let Some(t) = teardown {
                     broken.push(t);
                 }
             }
         }
-        if !evs.is_empty() {
-            let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-            for ev in evs {
-                self.push_locked(&mut q, ev);
-            }
-            drop(q);
-            self.cv.notify_all();
-            if self.pump.load(Ordering::Acquire) {
-                self.efd.signal();
-            }
-        }
-        for (ep, why) in broken {
-            ep.teardown(Some(why));
+        if any && self.observed.load(Ordering::Acquire) {
+            self.efd.signal();
         }
     }
 
-    /// Drives the CQs once. `block` > 0 lets the reader block in
-    /// fi_cq_sread that long when there is a single CQ. Returns false when
-    /// another thread is reading them right now.
+    /// Reads every CQ once; with `block` > 0 and nothing there, sleeps on
+    /// the CQs' fds (or naps) up to that long and reads again. Returns
+    /// whether anything was read.
     pub(crate) fn progress(&self, block: Duration) -> bool {
-        let Ok(buf) = self.reader.try_lock() else {
-            return false;
-        };
-        self.read_cqs(buf, block);
-        true
-    }
-
-    /// Like `progress`, but waits for the reader lock (the pump).
-    fn progress_blocking(&self, block: Duration) -> bool {
-        let buf = self.reader.lock().unwrap_or_else(|e| e.into_inner());
-        self.read_cqs(buf, block);
-        true
-    }
-
-    fn read_cqs(&self, mut buf: std::sync::MutexGuard<'_, Vec<Cqe>>, block: Duration) {
-        let cqs: Vec<Arc<Cq>> = self.cqs.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let mut got = false;
-        for (i, cq) in cqs.iter().enumerate() {
-            loop {
-                let t = if i == 0 && !got && cqs.len() == 1 && !block.is_zero() {
-                    block.as_millis().clamp(1, i32::MAX as u128) as i32
-                } else {
-                    0
-                };
-                match cq.read(&mut buf, t) {
-                    Ok(true) => {
-                        got = true;
-                        if buf.len() >= 256 {
-                            self.process(&mut buf);
-                        }
-                    }
-                    Ok(false) => break,
-                    Err(e) => {
-                        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-                        self.push_locked(
-                            &mut q,
-                            Event::AsyncError { ep: None, what: e.to_string() },
-                        );
-                        break;
-                    }
-                }
-            }
+        let drivers = self.drivers();
+        let mut moved = false;
+        for d in &drivers {
+            moved |= d.drive();
         }
-        self.process(&mut buf);
+        if moved || block.is_zero() {
+            return moved;
+        }
+        let fds: Vec<RawFd> =
+            drivers.iter().filter_map(|d| d.fd.filter(|_| d.fabric.trywait(&d.cq) == 0)).collect();
+        if fds.len() == drivers.len() {
+            let b: Vec<BorrowedFd<'_>> =
+                fds.iter().map(|&fd| crate::ffi::borrow_owned_by(fd, self)).collect();
+            poll_in(&b, block);
+        } else {
+            std::thread::sleep(block.min(NAP));
+        }
+        drivers.iter().fold(false, |m, d| d.drive() | m)
     }
 
-    /// Like `progress`, waiting briefly for the reader lock (teardown uses it
-    /// to collect completions before flushing).
+    /// Reads every CQ, waiting briefly for a reader that is busy (teardown
+    /// collects completions before it flushes).
     pub(crate) fn drain_soon(&self) {
-        for _ in 0..20 {
-            if self.progress(Duration::ZERO) {
-                return;
+        for d in self.drivers() {
+            for _ in 0..20 {
+                if d.read_if_free().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
             }
-            for c in self.cqs.read().unwrap_or_else(|e| e.into_inner()).iter() {
-                c.signal();
-            }
-            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
-    fn pop(&self, threshold: usize) -> Option<Event> {
-        if self.queued.load(Ordering::Acquire) < threshold {
-            return None;
-        }
-        let mut q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-        if q.len() < threshold {
-            return None;
-        }
-        let e = q.pop_front();
-        self.queued.store(q.len(), Ordering::Release);
-        e
-    }
-
-    fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
-        let threshold = threshold.max(1);
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        // Spin phase: poll the CQ while the answer is microseconds away.
-        while start.elapsed() < self.spin {
-            if let Some(e) = self.pop(threshold) {
-                return Ok(e);
-            }
-            self.progress(Duration::ZERO);
-        }
-        let single = self.cqs.read().unwrap_or_else(|e| e.into_inner()).len() == 1;
-        loop {
-            if let Some(e) = self.pop(threshold) {
-                return Ok(e);
-            }
-            let left = match deadline {
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Err(Error::Timeout);
-                    }
-                    d - now
-                }
-                None => SLICE,
-            };
-            let slice = left.min(SLICE);
-            self.waiters.fetch_add(1, Ordering::AcqRel);
-            let mine = !self.pump.load(Ordering::Acquire)
-                && self.progress(if single { slice } else { Duration::ZERO });
-            if !mine || !single {
-                // Someone else reads the CQ (or there are several): sleep on the queue.
-                let q = self.q.lock().unwrap_or_else(|e| e.into_inner());
-                if q.len() < threshold {
-                    let nap = if mine { slice.min(Duration::from_millis(1)) } else { slice };
-                    drop(self.cv.wait_timeout(q, nap).unwrap_or_else(|e| e.into_inner()));
-                }
-            }
-            self.waiters.fetch_sub(1, Ordering::AcqRel);
+    fn stop_pumps(&self) {
+        for d in self.drivers() {
+            d.stop();
         }
     }
 }
 
-/// An event dispatcher of the libfabric backend.
+/// Serialises opening a CQ for a new domain (two endpoints of one EVD set
+/// up at once must not open two).
+static OPENING: Mutex<()> = Mutex::new(());
+
+/// An event dispatcher of the libfabric backend: a [`SoftEvd`] driven
+/// through the EVD's libfabric CQs (see the module docs).
 pub struct OfiEvd {
     pub(crate) sh: Arc<EvdShared>,
 }
 
 impl OfiEvd {
     pub(crate) fn new(ia: &Arc<IaShared>) -> Result<OfiEvd> {
-        Ok(OfiEvd { sh: Arc::new(EvdShared::new(ia)?) })
+        Ok(OfiEvd { sh: EvdShared::new(ia)? })
+    }
+
+    /// The software queue underneath (its spin setting, its drivers).
+    pub fn soft_evd(&self) -> &Arc<SoftEvd> {
+        &self.sh.q
     }
 }
 
 impl Evd for OfiEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
-        self.sh.wait(timeout, threshold)
+        self.sh.q.wait(timeout, threshold)
     }
 
     fn dequeue(&self) -> Option<Event> {
-        if let Some(e) = self.sh.pop(1) {
-            return Some(e);
-        }
-        self.sh.progress(Duration::ZERO);
-        self.sh.pop(1)
+        self.sh.q.dequeue()
     }
 
     fn len(&self) -> usize {
         self.sh.progress(Duration::ZERO);
-        self.sh.queued.load(Ordering::Acquire)
+        self.sh.q.len()
     }
 
     fn post_software(&self, value: u64) -> Result<()> {
-        if self.sh.queued.load(Ordering::Acquire) >= self.sh.capacity {
-            return Err(Error::QueueFull);
+        self.sh.q.post_software(value)?;
+        if self.sh.observed.load(Ordering::Acquire) {
+            self.sh.efd.signal();
         }
-        self.sh.push(Event::Software(value));
         Ok(())
     }
 
-    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        if let Some(fd) = self.sh.wait_fd {
-            return Some(crate::ffi::borrow_owned_by(fd, &*self.sh));
+    fn progress_until(
+        &self,
+        timeout: Option<Duration>,
+        spin: Option<Duration>,
+        ready: &dyn Fn() -> bool,
+    ) -> bool {
+        self.sh.q.progress_until(timeout, spin, ready)
+    }
+
+    /// An eventfd this EVD rings on every event it queues. Asking for it
+    /// starts a progress thread per CQ (nobody drives the CQs while the
+    /// application sleeps in its own event loop).
+    fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
+        if !self.sh.observed.swap(true, Ordering::AcqRel) {
+            for d in self.sh.drivers() {
+                d.start_pump();
+            }
         }
-        // No usable CQ fd: a pump thread reads the CQ and rings our eventfd.
-        self.sh.pump.store(true, Ordering::Release);
-        self.sh.start_pump();
         Some(self.sh.efd.borrow())
     }
 
     fn arm(&self) -> bool {
         let sh = &self.sh;
-        if sh.pump.load(Ordering::Acquire) {
-            // The pump signals the fd after queueing: reset, then re-check.
-            sh.efd.reset();
-            return sh.queued.load(Ordering::Acquire) == 0;
-        }
-        if sh.wait_fd.is_none() || sh.queued.load(Ordering::Acquire) > 0 {
+        if !sh.observed.load(Ordering::Acquire) {
             return false;
         }
-        let cqs = sh.cqs.read().unwrap_or_else(|e| e.into_inner());
-        if cqs.len() != 1 {
-            return false; // a CQ in another domain is not covered by the fd
-        }
-        // fi_trywait resets the fd; an event queued after this check signals it again.
-        sh.fabric.trywait(&cqs[0]) == 0 && sh.queued.load(Ordering::Acquire) == 0
+        // Every push rings the fd after queueing: reset, then re-check.
+        sh.efd.reset();
+        sh.q.len() == 0
     }
 
     fn as_any(&self) -> &dyn Any {
@@ -372,9 +584,6 @@ impl Evd for OfiEvd {
 
 impl Drop for OfiEvd {
     fn drop(&mut self) {
-        self.sh.stop.store(true, Ordering::Release);
-        for c in self.sh.cqs.read().unwrap_or_else(|e| e.into_inner()).iter() {
-            c.signal();
-        }
+        self.sh.stop_pumps();
     }
 }

@@ -530,12 +530,6 @@ impl Cq {
         (ret == 0 && fd >= 0).then_some(fd)
     }
 
-    /// Wakes a thread blocked in [`Cq::sread`] (and makes the wait fd readable).
-    pub(crate) fn signal(&self) {
-        // SAFETY: live CQ.
-        unsafe { sys::rfi_cq_signal(self.raw()) };
-    }
-
     fn push_entries(buf: &[sys::fi_cq_data_entry], out: &mut Vec<Cqe>) {
         out.extend(buf.iter().map(|e| Cqe {
             token: e.op_context as u64,
@@ -547,26 +541,21 @@ impl Cq {
         }));
     }
 
-    /// Reads what is there without blocking; returns false when the CQ was empty.
-    /// `timeout_ms` > 0 blocks (fi_cq_sread) up to that long for the first entry.
-    pub(crate) fn read(&self, out: &mut Vec<Cqe>, timeout_ms: i32) -> Result<bool> {
-        let mut buf = [sys::fi_cq_data_entry::default(); 32];
+    /// Reads what is there without blocking (`fi_cq_read`; an error entry
+    /// with `fi_cq_readerr`); returns false when the CQ was empty.
+    pub(crate) fn read(&self, out: &mut Vec<Cqe>) -> Result<bool> {
+        // Not cleared first (a spinning waiter reads often): the provider
+        // writes every entry it reports, and only those are read back.
+        let mut buf = [const { std::mem::MaybeUninit::<sys::fi_cq_data_entry>::uninit() }; 32];
         // SAFETY: buf has room for 32 entries of the CQ's format (FI_CQ_FORMAT_DATA).
-        let n = unsafe {
-            if timeout_ms > 0 {
-                sys::rfi_cq_sread(
-                    self.raw(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    null(),
-                    timeout_ms,
-                )
-            } else {
-                sys::rfi_cq_read(self.raw(), buf.as_mut_ptr().cast(), buf.len())
-            }
-        };
+        let n = unsafe { sys::rfi_cq_read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
-            Self::push_entries(&buf[..n as usize], out);
+            let n = (n as usize).min(buf.len());
+            // SAFETY: fi_cq_read initialised the first `n` entries it returned.
+            let got = unsafe {
+                std::slice::from_raw_parts(buf.as_ptr().cast::<sys::fi_cq_data_entry>(), n)
+            };
+            Self::push_entries(got, out);
             return Ok(true);
         }
         if n == EAVAIL {
@@ -593,7 +582,7 @@ impl Cq {
         {
             return Ok(false);
         }
-        Err(fi_error(if timeout_ms > 0 { "fi_cq_sread" } else { "fi_cq_read" }, n))
+        Err(fi_error("fi_cq_read", n))
     }
 }
 
@@ -764,7 +753,7 @@ impl Mr {
     }
 }
 
-/// A Linux eventfd: the wait fd of an EVD whose CQ is read by a pump thread.
+/// A Linux eventfd: an observed EVD's wait fd, and a progress thread's kick.
 pub(crate) struct EventFd(std::os::fd::OwnedFd);
 
 impl EventFd {

@@ -54,7 +54,7 @@ pub(crate) struct Features {
     pub(crate) bounce_max: u64,
     /// CQ entries per EVD CQ.
     pub(crate) cq_size: usize,
-    /// Whether each EVD runs a pump thread reading its CQ (see [`crate::evd`]).
+    /// Whether each CQ gets a progress thread (manual progress; see [`crate::evd`]).
     pub(crate) pump: bool,
 }
 

@@ -60,8 +60,10 @@
 //!
 //! ## Thread safety
 //! Every object is `Send + Sync`; domains are opened `FI_THREAD_SAFE`. Posts
-//! on one EP are serialised (their order is the wire order). One thread at a
-//! time reads an EVD's CQ; others wait on its queue. Each IA runs one thread
+//! on one EP are serialised (their order is the wire order). A thread waiting
+//! on an EVD reads its CQs itself (one reader at a time, so events keep the
+//! CQ's order) and sleeps on their wait fds after `fi_trywait`; see
+//! [`OfiEvd`]. Each IA runs one thread
 //! blocked in `fi_eq_sread` that handles connection events; the provider may
 //! run progress threads of its own (`FI_PROGRESS_AUTO`).
 //!
@@ -101,6 +103,8 @@ mod pz;
 
 pub use ep::OfiEp;
 pub use evd::OfiEvd;
+#[doc(hidden)]
+pub use evd::hooks;
 pub use ia::OfiIa;
 pub use lmr::OfiLmr;
 pub use psp::OfiPsp;

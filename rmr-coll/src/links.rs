@@ -6,7 +6,6 @@
 //! partners with a higher index and accepts those with a lower one (in a
 //! thread, so that nobody waits on a connect while a peer waits on it).
 
-use crate::wait::Backoff;
 use crate::{Error, Result};
 use rmr_api::{Ep, EpEvds, EpId, EpState, Evd, Event, Ia, Psp, Pz};
 use rmr_boot::Bootstrap;
@@ -137,8 +136,9 @@ impl Links {
         for (p, ep) in accepted {
             eps[p] = Some(ep);
         }
-        // Accepted endpoints may still be completing their handshake.
-        let mut b = Backoff::default();
+        // Accepted endpoints may still be completing their handshake: drive
+        // the EVD (their connection events arrive there) until they are.
+        let connected = || eps.iter().flatten().all(|e| e.state() == EpState::Connected);
         while eps.iter().flatten().any(|e| e.state() != EpState::Connected) {
             if let Some(e) = eps
                 .iter()
@@ -151,7 +151,7 @@ impl Links {
                 return Err(Error::Setup("endpoints not connected in time".into()));
             }
             while evd.dequeue().is_some() {}
-            b.snooze();
+            evd.progress_until(Some(Duration::from_millis(1)), None, &connected);
         }
         let by_ep = eps
             .iter()

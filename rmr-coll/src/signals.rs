@@ -10,12 +10,12 @@
 
 use crate::links::Links;
 use crate::schedule::Step;
-use crate::wait::{Backoff, Waiter, stray};
+use crate::wait::{Waiter, stray};
 use crate::{Error, Result};
 use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, DtoOp, Event, Lmr, MemRegion, Pz, RmrContext, Sge};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Bytes between two words of the barrier's regions (a cache line each).
 const STRIDE: u64 = 64;
@@ -77,13 +77,13 @@ fn post_retrying(
     mut post: impl FnMut() -> rmr_api::Result<()>,
 ) -> Result<()> {
     let deadline = Instant::now() + waiter.timeout;
-    let mut b = Backoff::default();
     loop {
         match post() {
             Ok(()) => return Ok(()),
             Err(rmr_api::Error::QueueFull) if Instant::now() < deadline => {
                 waiter.progress(stash);
-                b.snooze();
+                // Drive the EVD (completions free the queue), never sleep.
+                waiter.drive_for(Duration::from_micros(100));
             }
             Err(e) => return Err(Error::Link { rank: links.ranks[to], why: e.to_string() }),
         }

@@ -16,30 +16,6 @@ use rmr_api::{Evd, Event};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Spin, then yield, then sleep 2^k µs (up to 256 µs): for polls that have
-/// no EVD to wait on (the shared-memory stage, connection set-up).
-#[derive(Default)]
-pub(crate) struct Backoff {
-    n: u32,
-}
-
-const SPINS: u32 = 64;
-const YIELDS: u32 = 64;
-
-impl Backoff {
-    pub(crate) fn snooze(&mut self) {
-        if self.n < SPINS {
-            std::hint::spin_loop();
-        } else if self.n < SPINS + YIELDS {
-            std::thread::yield_now();
-        } else {
-            let k = (self.n - SPINS - YIELDS).min(8);
-            std::thread::sleep(Duration::from_micros(1 << k));
-        }
-        self.n = self.n.saturating_add(1);
-    }
-}
-
 /// Longest single progress wait of a flag wait: a write that lands without
 /// raising an event (placed by another thread) costs at most one.
 const SLICE: Duration = Duration::from_millis(5);
@@ -84,6 +60,13 @@ impl Waiter {
             let left = deadline.saturating_duration_since(now).min(SLICE);
             self.evd.progress_until(Some(left), self.spin, done);
         }
+    }
+
+    /// Drives the EVD for a moment (at most `max`, less when an event
+    /// arrives): what a poster facing a full send queue does instead of
+    /// sleeping, so the completions that free the queue are reaped at once.
+    pub(crate) fn drive_for(&self, max: Duration) {
+        self.evd.progress_until(Some(max), self.spin, &|| false);
     }
 
     /// Makes whatever progress is ready, collecting the events.

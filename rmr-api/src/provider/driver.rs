@@ -33,6 +33,15 @@ pub trait Driver: Send + Sync {
     fn drive(&self) -> bool;
     /// Where to block when [`Driver::drive`] had nothing to do.
     fn wait_on(&self) -> WaitOn<'_>;
+    /// Where to *look* (a zero-timeout `poll`) while a waiter spins, to tell
+    /// which drivers have input. Default: [`Driver::wait_on`]. A driver
+    /// whose [`Driver::drive`] is itself the cheapest look (a completion
+    /// queue read), or whose `wait_on` has a cost that only a sleep needs
+    /// (libfabric's `fi_trywait`), returns no descriptor and a deadline of
+    /// now: "drive me again".
+    fn look_on(&self) -> WaitOn<'_> {
+        self.wait_on()
+    }
     /// A thread starts driving (waiting on an EVD this driver reports to):
     /// the backend's own progress thread may stand back.
     fn enter(&self) {}
