@@ -20,7 +20,9 @@ trap 'pkill -f "rmr-bench server --backend ofi:tcp --rails 127.0.0.1 --port 7580
 taskset -c 1 "$B" server --backend ofi:tcp --rails 127.0.0.1 --port 7580 --idle 600 >/dev/null 2>&1 &
 taskset -c 1 "$B" server --rails 127.0.0.1 --port 7581 --idle 600 >/dev/null 2>&1 &
 sleep 0.5
-lat() { taskset -c 0 "$B" client --json --test lat --sizes 8,4K --iters 3000 --rails 127.0.0.1 "$@" 2>/dev/null | grep -v '"test":"meta"' | sed 's/}$/,"link":"loopback"}/'; }
+# `--sizes 0`: the ping-pong without an RDMA write, each way one send of
+# rmr-bench's 128-byte control message: like with like for fi_pingpong -S 128.
+lat() { taskset -c 0 "$B" client --json --test lat --sizes 0,8,4K --iters 3000 --rails 127.0.0.1 "$@" 2>/dev/null | grep -v '"test":"meta"' | sed 's/}$/,"link":"loopback"}/'; }
 fipp() { # provider size
   local prov=$1 size=$2 it=3000
   [ "$prov" = sockets ] && it=300
@@ -34,6 +36,7 @@ for round in $(seq "${ROUNDS:-5}"); do
   lat --backend ofi:tcp --port 7580
   lat --port 7581
   for size in 8 4096; do fipp tcp $size; fipp sockets $size; done
+  fipp tcp 128
 done | tee "$OUT"
 for n in 8 12 16; do
   "$B" barrier --procs "$n" --backend ofi:tcp --shm off --iters 600 --json | tee -a "$BAR"
