@@ -349,12 +349,16 @@ Why the rows outside the multirail layer that read "not met" do:
   this VM. The small-message path is the subject of issue [mr-efficiency]
   (one validation, no lock held across the post, a direct completion
   path); the target stays as the brief sets it.
-- ofi:tcp against `fi_pingpong`. The libfabric backend hands every
-  completion from a pump thread that blocks in `fi_cq_sread` to the
-  waiting thread (two wake-ups per completion), allocates a bounce buffer
-  per receive and looks endpoints up under a lock: issue [ofi-fast]
-  rebuilds its EVD on the tcp backend's waiter-driven progress. Its
-  bandwidth already equals a plain libfabric program's.
+- ofi:tcp against `fi_pingpong`. Since [ofi-fast] a waiting thread reads
+  the CQ itself (no pump thread between the completion and the waiter;
+  the 8 B ratio on the shaped rail went from 5.07 to under 3, the 4 KiB
+  one from 2.56 to about 1.2). What is left: rmr's write+notify is two
+  libfabric operations each way and the `tcp` provider makes a `sendmsg`
+  of each (the tcp backend sends both in one), and every `fi_cq_read` of
+  that provider runs its progress (an `epoll_wait`) while rmr's waiter
+  also yields between reads; the like-with-like send-only ping-pong on
+  loopback is the figure to watch. Its bandwidth equals a plain libfabric
+  program's.
 - The RDMA barrier against the send/recv barrier (>= 8 processes). With
   8-16 processes on 2 CPUs every round of either barrier waits for the
   peer process to be scheduled; a round costs a context switch, and the
