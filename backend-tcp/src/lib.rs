@@ -14,16 +14,17 @@
 //!   key table every remote access is checked against.
 //! - [`wire`]: the frame format.
 //! - `tx`: the sender's queue of frames and registered-memory segments.
-//! - `ep`: [`TcpEp`], in files by concern: `shared` (the state every
-//!   thread works on), `connect`, `send` (requests into frames), `window`
-//!   (acknowledgements, the receive stall), `rx` (the reader: frames into
-//!   registered memory after the checks), `progress` (the driver a waiter
+//! - `ep`: [`TcpEp`], in files by concern: `rx` (the frame parser's
+//!   state), `shared` (the state every thread works on), `connect`, `send`
+//!   (requests into frames), `window` (acknowledgements, the receive
+//!   stall), `reader` (what arriving frames do: into registered memory
+//!   after the checks, responses, acks), `progress` (the driver a waiter
 //!   runs, the progress thread, the watchdog), `teardown`.
 //! - `psp`: [`TcpPsp`], listening and the handshake.
 //! - `ia`: [`TcpIa`], the factory of everything above.
 //!
 //! Data flows: post (`ep`) → frame ([`wire`]) → queue (`tx`) → socket →
-//! the peer's reader (`ep::rx`) checks the key (`domain`) → its memory →
+//! the peer's reader (`ep::rx`, `ep::reader`) checks the key (`domain`) → its memory →
 //! a completion on each side's EVD.
 //!
 //! ## Quick start

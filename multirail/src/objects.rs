@@ -3,7 +3,7 @@
 //! IA's object factory, which makes EVDs, EPs and PSPs, is in
 //! the `ia` module, above them all.)
 
-use crate::MrConfig;
+use crate::config::MrConfig;
 use crate::header::MR_HDR;
 use rmr_api::{Access, Caps, Error, Ia, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
 use std::any::Any;

@@ -4,7 +4,6 @@
 
 use crate::ep::rx::RxState;
 use crate::ep::shared::*;
-use crate::ep::*;
 use crate::tx::Tx;
 use crate::wire::{self, HDR, Header, Op};
 use rmr_api::provider::Driver;

@@ -3,6 +3,7 @@
 
 mod connect;
 mod progress;
+mod reader;
 mod rx;
 mod send;
 mod shared;
@@ -18,6 +19,7 @@ use rmr_api::{
     Access, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Result, RmrContext, Sge,
 };
 use rmr_api::{CompareSwap, Cookie, RemoteAddr};
+pub use shared::TcpEp;
 use shared::*;
 pub(crate) use shared::{EpShared, Inflight, push};
 use std::any::Any;
@@ -25,10 +27,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-/// An endpoint of the TCP backend. Dropping the last handle disconnects.
-pub struct TcpEp {
-    pub(crate) sh: Arc<EpShared>,
-}
 
 impl TcpEp {
     pub(crate) fn create(ia: Arc<IaShared>, pz_id: u64, evds: EpEvds) -> Arc<dyn Ep> {

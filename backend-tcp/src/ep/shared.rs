@@ -291,3 +291,8 @@ impl EpShared {
         )
     }
 }
+
+/// An endpoint of the TCP backend. Dropping the last handle disconnects.
+pub struct TcpEp {
+    pub(crate) sh: Arc<EpShared>,
+}

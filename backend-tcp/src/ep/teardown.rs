@@ -3,7 +3,6 @@
 //! and detaching from the EVDs, and dropping the user's handle.
 
 use crate::ep::shared::*;
-use crate::ep::*;
 use crate::tx::Segs;
 use crate::wire::{Header, Op};
 use rmr_api::provider::Driver;

@@ -2,7 +2,7 @@
 //! threads (one per rail of the endpoint, bound near its NIC) that post
 //! their rail's work and harvest its completions when nobody waits.
 
-use crate::Engine;
+use crate::config::Engine;
 use crate::ep::state::*;
 use crate::evd::{MrEvd, Polled};
 use rmr_api::provider::SoftEvd;

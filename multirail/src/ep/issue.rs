@@ -2,7 +2,7 @@
 //! item on its rail (or handing it to the rail's thread), failing it when
 //! the rail refuses, and delivering user events to the user's EVDs.
 
-use crate::Engine;
+use crate::config::Engine;
 use crate::ep::state::*;
 use crate::objects::MrLmrInner;
 use crate::planner::Stripe;

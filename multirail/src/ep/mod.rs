@@ -97,7 +97,7 @@ impl MrEp {
             has_failed: AtomicBool::new(false),
             handed: AtomicU64::new(0),
             direct_max: direct_max(&cfg, n),
-            adaptive: matches!(cfg.policy, crate::Policy::Adaptive { .. }),
+            adaptive: matches!(cfg.policy, crate::planner::Policy::Adaptive { .. }),
             soft_rails,
             cfg,
         };

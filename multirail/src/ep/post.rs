@@ -2,7 +2,7 @@
 //! sent whole to one rail), recorded as a request, deferred behind a fence
 //! when the ordering rules say so, and handed to [`issue`](super::issue).
 
-use crate::Engine;
+use crate::config::Engine;
 use crate::ep::state::*;
 use crate::objects::MrLmr;
 use crate::planner::{Stripe, Stripes};

@@ -1,7 +1,7 @@
 //! Progress: harvesting the rails' EVDs, by a waiting application thread
 //! (through the multirail EVD) or by a poster that waits for room.
 
-use crate::Engine;
+use crate::config::Engine;
 use crate::ep::state::*;
 use crate::evd::{MrEvd, Polled};
 use rmr_api::provider::SoftEvd;

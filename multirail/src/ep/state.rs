@@ -3,7 +3,7 @@
 //! rail threads and the EVDs that poll it; and the constants of the
 //! ordering and silent-write rules.
 
-use crate::MrConfig;
+use crate::config::MrConfig;
 use crate::objects::MrLmrInner;
 use crate::planner::{Planner, RailRate};
 use rmr_api::provider::SoftEvd;
