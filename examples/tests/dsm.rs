@@ -2,7 +2,8 @@
 //! started again as job members over the TCP rendezvous), real TCP
 //! endpoints. 1, 2 and 4 processes compute the same Jacobi grid bit for bit
 //! as one process does; N processes incrementing a shared word under the
-//! lock lose no update; fetch-and-add counts every add.
+//! lock lose no update; a write made before taking the lock survives it;
+//! fetch-and-add counts every add.
 
 use rmr_examples::dsm::heat::{self, Grid};
 use rmr_examples::dsm::{Dsm, DsmConfig};
@@ -30,6 +31,12 @@ fn member() {
     let dsm = Dsm::join(&cfg).expect("join");
     let run = heat::run(&dsm, g, ITERS).expect("heat");
     let word = g.shared_bytes();
+    // A write made before taking the lock must survive the lock (its page
+    // is homed elsewhere for all but one process).
+    let slot = word + 8 + 8 * dsm.rank();
+    dsm.write(slot, &(1000 + dsm.rank() as u64).to_le_bytes()).expect("write");
+    dsm.lock().expect("lock");
+    dsm.unlock().expect("unlock");
     for _ in 0..LOCKS {
         dsm.lock().expect("lock");
         let mut b = [0u8; 8];
@@ -43,9 +50,14 @@ fn member() {
     dsm.read(word, &mut b).expect("read");
     let counted = dsm.counter().expect("counter");
     let stats = dsm.job_stats().expect("stats");
+    let kept = (0..dsm.procs()).all(|r| {
+        let mut s = [0u8; 8];
+        dsm.read(word + 8 + 8 * r, &mut s).expect("read");
+        u64::from_le_bytes(s) == 1000 + r as u64
+    });
     if dsm.rank() == 0 {
         println!(
-            "RESULT checksum={:016x} locked={} counted={} diff_bytes={} whole={}",
+            "RESULT kept={kept} checksum={:016x} locked={} counted={} diff_bytes={} whole={}",
             heat::checksum(&run.grid),
             u64::from_le_bytes(b),
             counted,
@@ -120,6 +132,7 @@ fn one_two_and_four_processes_compute_the_same_grid_and_lose_no_update() {
         let total = (n * LOCKS).to_string();
         assert_eq!(field(&r, "locked"), total, "{n} processes: an update under the lock was lost");
         assert_eq!(field(&r, "counted"), total, "{n} processes: a fetch-and-add was lost");
+        assert_eq!(field(&r, "kept"), "true", "{n} processes: a write made before lock() was lost");
         if n > 1 {
             // Diffs, not whole pages, went home.
             let (d, w): (u64, u64) =

@@ -411,7 +411,9 @@ impl Dsm {
     }
 
     /// Takes the job-wide lock (spinning on remote compare-and-swap with
-    /// backoff), then drops stale copies (acquire).
+    /// backoff), then sends this process's own writes home and drops stale
+    /// copies (acquire). Writes made before the lock are kept: dropping a
+    /// written copy without sending its diff would lose them.
     ///
     /// # Errors
     /// A failed atomic.
@@ -424,6 +426,7 @@ impl Dsm {
             nap = (nap * 2).min(Duration::from_millis(2));
         }
         self.stats.lock_acquired.fetch_add(1, Ordering::Relaxed);
+        self.flush()?;
         self.invalidate();
         Ok(())
     }
