@@ -530,17 +530,6 @@ impl Cq {
         (ret == 0 && fd >= 0).then_some(fd)
     }
 
-    fn push_entries(buf: &[sys::fi_cq_data_entry], out: &mut Vec<Cqe>) {
-        out.extend(buf.iter().map(|e| Cqe {
-            token: e.op_context as u64,
-            flags: e.flags,
-            len: e.len as u64,
-            data: e.data,
-            err: 0,
-            prov_errno: 0,
-        }));
-    }
-
     /// Reads what is there without blocking (`fi_cq_read`; an error entry
     /// with `fi_cq_readerr`); returns false when the CQ was empty.
     pub(crate) fn read(&self, out: &mut Vec<Cqe>) -> Result<bool> {
@@ -550,12 +539,20 @@ impl Cq {
         // SAFETY: buf has room for 32 entries of the CQ's format (FI_CQ_FORMAT_DATA).
         let n = unsafe { sys::rfi_cq_read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
         if n > 0 {
-            let n = (n as usize).min(buf.len());
-            // SAFETY: fi_cq_read initialised the first `n` entries it returned.
-            let got = unsafe {
-                std::slice::from_raw_parts(buf.as_ptr().cast::<sys::fi_cq_data_entry>(), n)
-            };
-            Self::push_entries(got, out);
+            out.extend(buf[..(n as usize).min(buf.len())].iter().map(|e| {
+                // SAFETY: fi_cq_read initialised the first `n` entries, and this
+                // array is our own stack buffer: nothing writes it once the call
+                // returned (a copy is read out, no reference kept).
+                let e = unsafe { e.assume_init_read() };
+                Cqe {
+                    token: e.op_context as u64,
+                    flags: e.flags,
+                    len: e.len as u64,
+                    data: e.data,
+                    err: 0,
+                    prov_errno: 0,
+                }
+            }));
             return Ok(true);
         }
         if n == EAVAIL {
