@@ -14,8 +14,9 @@
 //! buffer one byte larger than the posted list: a message that does not fit
 //! fails with `RecvTooSmall` and never touches the user's buffer.
 
+use crate::cq::Cqe;
 use crate::ep::EpShared;
-use crate::ffi::{Cqe, EAGAIN, fi_error};
+use crate::ffi::{EAGAIN, fi_error};
 use crate::lmr::OfiLmr;
 use crate::msg::{self, Iov, Remote};
 use ofi_sys as sys;
@@ -212,8 +213,10 @@ impl EpShared {
                             flags |= sys::FI_DELIVERY_COMPLETE as u64;
                         }
                     }
+                    rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
                     let ret =
                         post(ep, token(self.tx_idx.load(Ordering::Relaxed), false, seq), flags);
+                    rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
                     if ret == 0 {
                         tx.next_seq += 1;
                         tx.blind = if meta.prov_signal { 0 } else { tx.blind + 1 };

@@ -29,7 +29,8 @@
 //! more (pushes from other threads ring the queue's eventfd), so its fd is
 //! used like any other.
 
-use crate::ffi::{Cq, Cqe, Domain, EventFd, Fabric};
+use crate::cq::Cqe;
+use crate::ffi::{Cq, Domain, EventFd, Fabric};
 use crate::ia::IaShared;
 use rmr_api::provider::{Driver, Interest, SoftEvd, WaitOn};
 use rmr_api::{Evd, Event, Result};
@@ -172,13 +173,18 @@ impl CqDriver {
         let Reader { buf, eps } = &mut *guard;
         loop {
             match self.cq.read(buf) {
-                Ok(true) => {
+                Ok(n) if n > 0 => {
                     moved = true;
-                    if buf.len() >= BATCH {
+                    // A short read emptied the CQ: reading again would only
+                    // cost the provider another progress pass (a syscall or
+                    // two) on the latency path. What arrived since is read
+                    // by the next poll, and `fi_trywait` refuses a sleep
+                    // while the CQ holds anything.
+                    if n < crate::cq::CQ_READ_MAX || buf.len() >= BATCH {
                         break;
                     }
                 }
-                Ok(false) => break,
+                Ok(_) => break,
                 Err(e) => {
                     evd.push(Event::AsyncError { ep: None, what: e.to_string() });
                     break;

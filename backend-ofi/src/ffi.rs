@@ -342,7 +342,7 @@ handle!(
 );
 handle!(
     /// A completion queue (`fi_cq_open`).
-    Cq, sys::fid_cq, "cq" { domain: Arc<Domain> }
+    Cq, sys::fid_cq, "cq" { domain: Arc<Domain>, fd_wait: bool }
 );
 handle!(
     /// A passive endpoint (`fi_passive_ep`).
@@ -485,28 +485,18 @@ impl Eq {
     }
 }
 
-/// One completion, translated out of `fi_cq_data_entry` / `fi_cq_err_entry`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cqe {
-    pub(crate) token: u64,
-    pub(crate) flags: u64,
-    pub(crate) len: u64,
-    pub(crate) data: u64,
-    /// 0 for success, else the positive libfabric errno.
-    pub(crate) err: i32,
-    pub(crate) prov_errno: i32,
-}
-
 impl Cq {
     pub(crate) fn domain(&self) -> &Arc<Domain> {
         &self.domain
     }
 
+    /// Opens a CQ whose wait object is an fd (`wait_fd`) or none at all
+    /// (read by polling only).
     pub(crate) fn open(domain: &Arc<Domain>, size: usize, wait_fd: bool) -> Result<Arc<Cq>> {
         let mut attr = sys::fi_cq_attr {
             size,
             format: sys::FI_CQ_FORMAT_DATA,
-            wait_obj: if wait_fd { sys::FI_WAIT_FD } else { sys::FI_WAIT_UNSPEC },
+            wait_obj: if wait_fd { sys::FI_WAIT_FD } else { sys::FI_WAIT_NONE },
             wait_cond: sys::FI_CQ_COND_NONE,
             ..Default::default()
         };
@@ -517,69 +507,24 @@ impl Cq {
         Ok(Arc::new(Cq {
             ptr: NonNull::new(cq).expect("fi_cq_open set the cq"),
             domain: domain.clone(),
+            fd_wait: wait_fd,
         }))
     }
 
     /// The wait fd (FI_GETWAIT), when the CQ has one.
     pub(crate) fn wait_fd(&self) -> Option<i32> {
+        if !self.fd_wait {
+            // FI_GETWAIT writes a wait-object-specific struct (a pollfd set
+            // for FI_WAIT_POLLFD): only an FI_WAIT_FD CQ's is one int.
+            return None;
+        }
         let mut fd: i32 = -1;
-        // SAFETY: FI_GETWAIT writes an int fd for FI_WAIT_FD CQs.
+        // SAFETY: this CQ was opened with FI_WAIT_FD, for which FI_GETWAIT
+        // writes one int fd.
         let ret = unsafe {
             sys::rfi_control(self.fid(), sys::FI_GETWAIT as i32, (&raw mut fd).cast::<c_void>())
         };
         (ret == 0 && fd >= 0).then_some(fd)
-    }
-
-    /// Reads what is there without blocking (`fi_cq_read`; an error entry
-    /// with `fi_cq_readerr`); returns false when the CQ was empty.
-    pub(crate) fn read(&self, out: &mut Vec<Cqe>) -> Result<bool> {
-        // Not cleared first (a spinning waiter reads often): the provider
-        // writes every entry it reports, and only those are read back.
-        let mut buf = [const { std::mem::MaybeUninit::<sys::fi_cq_data_entry>::uninit() }; 32];
-        // SAFETY: buf has room for 32 entries of the CQ's format (FI_CQ_FORMAT_DATA).
-        let n = unsafe { sys::rfi_cq_read(self.raw(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n > 0 {
-            out.extend(buf[..(n as usize).min(buf.len())].iter().map(|e| {
-                // SAFETY: fi_cq_read initialised the first `n` entries, and this
-                // array is our own stack buffer: nothing writes it once the call
-                // returned (a copy is read out, no reference kept).
-                let e = unsafe { e.assume_init_read() };
-                Cqe {
-                    token: e.op_context as u64,
-                    flags: e.flags,
-                    len: e.len as u64,
-                    data: e.data,
-                    err: 0,
-                    prov_errno: 0,
-                }
-            }));
-            return Ok(true);
-        }
-        if n == EAVAIL {
-            let mut e = sys::fi_cq_err_entry::default();
-            // SAFETY: e is a valid out-parameter (err_data lent by the provider).
-            let r = unsafe { sys::rfi_cq_readerr(self.raw(), &mut e, 0) };
-            if r > 0 {
-                out.push(Cqe {
-                    token: e.op_context as u64,
-                    flags: e.flags,
-                    len: e.len as u64,
-                    data: e.data,
-                    err: e.err.abs().max(1),
-                    prov_errno: e.prov_errno,
-                });
-                return Ok(true);
-            }
-            return Ok(false);
-        }
-        if n == EAGAIN
-            || n == -(sys::FI_ETIMEDOUT as isize)
-            || n == -(sys::FI_EINTR as isize)
-            || n == -(sys::FI_ECANCELED as isize)
-        {
-            return Ok(false);
-        }
-        Err(fi_error("fi_cq_read", n))
     }
 }
 

@@ -90,6 +90,7 @@
 // header version (1.17 vs 2.x); the backend casts them all to u64.
 #![allow(clippy::unnecessary_cast)]
 
+mod cq;
 mod dto;
 mod ep;
 mod eq;
