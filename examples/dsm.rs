@@ -1,7 +1,8 @@
 //! The model client: a Cluster-OpenMP-style shared address space over rmr
-//! (`rmr_examples::dsm`), running 2D Jacobi heat diffusion and checking it
-//! bit for bit against the same computation in one process; then a lock
-//! test (no lost update) and a shared counter.
+//! (the `rmr-dsm` crate), running 2D Jacobi heat diffusion and a dense
+//! matrix-vector product, each checked bit for bit against the same
+//! computation in one process; then a lock test (no lost update), a shared
+//! counter and a reduction.
 //!
 //! ```text
 //! # 1, 2 and 4 local processes over TCP, one summary table:
@@ -14,8 +15,9 @@
 //!     RMR_ROOT=198.18.0.1:7999 target/release/examples/dsm
 //! ```
 
+use rmr_dsm::ReduceOp;
 use rmr_examples::dsm::heat::{self, Grid};
-use rmr_examples::dsm::{Dsm, DsmConfig};
+use rmr_examples::dsm::{Dsm, DsmConfig, matvec};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -26,12 +28,16 @@ struct Args {
     rows: usize,
     iters: usize,
     locks: usize,
+    n: usize,
+    threads: Option<usize>,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: dsm [--procs N | --sweep 1,2,4] [--spec SPEC] [--rows R] [--iters K] [--locks L]\n\
-         defaults: --spec tcp:127.0.0.1 (or RMR_DSM_SPEC) --rows 256 --iters 50 --locks 200"
+         \x20          [--n N] [--threads T]\n\
+         defaults: --spec tcp:127.0.0.1 (or RMR_DSM_SPEC) --rows 256 --iters 50 --locks 200\n\
+         --n 256 (the matrix-vector kernel's size), --threads: rayon's default (RAYON_NUM_THREADS)"
     );
     std::process::exit(2)
 }
@@ -44,6 +50,8 @@ fn parse() -> Args {
         rows: 256,
         iters: 50,
         locks: 200,
+        n: 256,
+        threads: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -56,6 +64,8 @@ fn parse() -> Args {
             "--rows" => a.rows = num(v()).max(3),
             "--iters" => a.iters = num(v()),
             "--locks" => a.locks = num(v()),
+            "--n" => a.n = num(v()).max(1),
+            "--threads" => a.threads = Some(num(v()).max(1)),
             _ => usage(),
         }
     }
@@ -110,46 +120,48 @@ fn launch(n: usize) -> String {
 
 /// One process of a job: join, compute, check, report (rank 0).
 fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
+    if let Some(t) = a.threads {
+        rayon::ThreadPoolBuilder::new().num_threads(t).build_global()?;
+    }
     let g = Grid { rows: a.rows, cols: heat::COLS };
-    let cfg = DsmConfig {
-        spec: a.spec.clone(),
-        bytes: g.shared_bytes() + 4096,
-        barrier: Default::default(),
-    };
+    let cfg = DsmConfig::new(
+        a.spec.clone(),
+        g.shared_bytes() + matvec::shared_bytes(a.n) + rmr_dsm::PAGE,
+    );
     let t0 = Instant::now();
     let dsm = Dsm::join(&cfg)?;
     let joined = t0.elapsed();
     let run = heat::run(&dsm, g, a.iters)?;
+    let mv = matvec::run(&dsm, a.n, a.iters)?;
 
     // The lock: every process adds 1 to a shared word L times under it.
-    let word = g.shared_bytes();
+    let word = dsm.alloc::<u64>(1)?;
     for _ in 0..a.locks {
-        dsm.lock()?;
-        let mut b = [0u8; 8];
-        dsm.read(word, &mut b)?;
-        dsm.write(word, &(u64::from_le_bytes(b) + 1).to_le_bytes())?;
-        dsm.unlock()?;
+        let _g = dsm.lock("word")?;
+        word.set(0, word.get(0)? + 1)?;
     }
     // The counter: fetch-and-add, L times each.
     for _ in 0..a.locks {
         dsm.fetch_add(1)?;
     }
     dsm.barrier()?;
-    let mut b = [0u8; 8];
-    dsm.read(word, &mut b)?;
-    let locked = u64::from_le_bytes(b);
+    let locked = word.get(0)?;
     let counted = dsm.counter()?;
-    dsm.barrier()?;
+    let ranks = dsm.reduce(ReduceOp::Sum, dsm.rank() as i64)?;
     let [fetched, diff_bytes, diff_runs, whole, _barriers, _locks, retries] = dsm.job_stats()?;
 
     if dsm.rank() == 0 {
         let want = heat::reference(g, a.iters);
         let same = run.grid.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits());
+        let mv_want = matvec::reference(a.n, a.iters);
+        let mv_same = mv.x.iter().zip(&mv_want).all(|(x, y)| x.to_bits() == y.to_bits());
         let expect = (a.locks * dsm.procs()) as u64;
+        let n = dsm.procs() as i64;
         println!(
             "procs={} spec={} launcher=\"{}\" rows={} cols={} iters={} us_per_iter={:.1} join_ms={} \
-             checksum={:016x} reference={:016x} bit_identical={} pages_fetched={} diff_bytes={} \
-             diff_runs={} whole_page_bytes={} lock_total={} lock_expected={} counter_total={} lock_retries={}",
+             checksum={:016x} reference={:016x} bit_identical={} matvec_n={} matvec_us={:.1} \
+             matvec_identical={} pages_fetched={} diff_bytes={} diff_runs={} whole_page_bytes={} \
+             lock_total={} lock_expected={} counter_total={} lock_retries={} reduce_ok={}",
             dsm.procs(),
             dsm.ia_attr().provider,
             dsm.launcher(),
@@ -161,6 +173,9 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             heat::checksum(&run.grid),
             heat::checksum(&want),
             same,
+            a.n,
+            mv.per_iter.as_secs_f64() * 1e6,
+            mv_same,
             fetched,
             diff_bytes,
             diff_runs,
@@ -169,8 +184,9 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             expect,
             counted,
             retries,
+            ranks == n * (n - 1) / 2,
         );
-        if !same || locked != expect || counted != expect {
+        if !same || !mv_same || locked != expect || counted != expect || ranks != n * (n - 1) / 2 {
             return Err("result check failed".into());
         }
     }
@@ -194,17 +210,21 @@ fn main() {
     }
     let sweep = if !a.sweep.is_empty() { a.sweep.clone() } else { vec![a.procs.unwrap_or(2)] };
     println!(
-        "Jacobi heat diffusion, {} x {} doubles, {} iterations, in rmr shared memory ({})",
+        "Jacobi heat diffusion, {} x {} doubles, and x <- Ax/n on a {} x {} matrix, {} iterations each, in rmr shared memory ({})",
         a.rows,
         heat::COLS,
+        a.n,
+        a.n,
         a.iters,
         a.spec
     );
     println!(
-        "{:>5} {:>12} {:>14} {:>10} {:>12} {:>14} {:>10} {:>8}",
+        "{:>5} {:>12} {:>14} {:>12} {:>10} {:>10} {:>12} {:>14} {:>10} {:>8}",
         "procs",
         "us/iter",
         "bit-identical",
+        "matvec us",
+        "identical",
         "fetched",
         "diff bytes",
         "whole pages",
@@ -215,10 +235,12 @@ fn main() {
         let out = launch(n);
         let l = out.lines().find(|l| l.starts_with("procs=")).unwrap_or("");
         println!(
-            "{:>5} {:>12} {:>14} {:>10} {:>12} {:>14} {:>10} {:>8}",
+            "{:>5} {:>12} {:>14} {:>12} {:>10} {:>10} {:>12} {:>14} {:>10} {:>8}",
             n,
             field(l, "us_per_iter"),
             field(l, "bit_identical"),
+            field(l, "matvec_us"),
+            field(l, "matvec_identical"),
             field(l, "pages_fetched"),
             field(l, "diff_bytes"),
             field(l, "whole_page_bytes"),

@@ -23,44 +23,30 @@ fn member() {
         return;
     }
     let g = Grid { rows: ROWS, cols: heat::COLS };
-    let cfg = DsmConfig {
-        spec: "tcp:127.0.0.1".into(),
-        bytes: g.shared_bytes() + 4096,
-        barrier: Default::default(),
-    };
+    let cfg = DsmConfig::new("tcp:127.0.0.1", g.shared_bytes() + 4 * rmr_dsm::PAGE);
     let dsm = Dsm::join(&cfg).expect("join");
     let run = heat::run(&dsm, g, ITERS).expect("heat");
-    let word = g.shared_bytes();
-    // A write made before taking the lock must survive the lock (its page
-    // is homed elsewhere for all but one process).
-    let slot = word + 8 + 8 * dsm.rank();
-    dsm.write(slot, &(1000 + dsm.rank() as u64).to_le_bytes()).expect("write");
-    dsm.lock().expect("lock");
-    dsm.unlock().expect("unlock");
+    let word = dsm.alloc::<u64>(1).expect("alloc");
+    let slots = dsm.alloc::<u64>(dsm.procs()).expect("alloc");
+    // A write made before taking the lock must survive the lock (the
+    // slots' page is homed elsewhere for all but one process).
+    slots.set(dsm.rank(), 1000 + dsm.rank() as u64).expect("write");
+    drop(dsm.lock("word").expect("lock"));
     for _ in 0..LOCKS {
-        dsm.lock().expect("lock");
-        let mut b = [0u8; 8];
-        dsm.read(word, &mut b).expect("read");
-        dsm.write(word, &(u64::from_le_bytes(b) + 1).to_le_bytes()).expect("write");
-        dsm.unlock().expect("unlock");
+        let _g = dsm.lock("word").expect("lock");
+        word.set(0, word.get(0).expect("read") + 1).expect("write");
+        drop(_g);
         dsm.fetch_add(1).expect("fetch_add");
     }
     dsm.barrier().expect("barrier");
-    let mut b = [0u8; 8];
-    dsm.read(word, &mut b).expect("read");
+    let locked = word.get(0).expect("read");
     let counted = dsm.counter().expect("counter");
     let stats = dsm.job_stats().expect("stats");
-    let kept = (0..dsm.procs()).all(|r| {
-        let mut s = [0u8; 8];
-        dsm.read(word + 8 + 8 * r, &mut s).expect("read");
-        u64::from_le_bytes(s) == 1000 + r as u64
-    });
+    let kept = (0..dsm.procs()).all(|r| slots.get(r).expect("read") == 1000 + r as u64);
     if dsm.rank() == 0 {
         println!(
-            "RESULT kept={kept} checksum={:016x} locked={} counted={} diff_bytes={} whole={}",
+            "RESULT kept={kept} checksum={:016x} locked={locked} counted={counted} diff_bytes={} whole={}",
             heat::checksum(&run.grid),
-            u64::from_le_bytes(b),
-            counted,
             stats[1],
             stats[3]
         );

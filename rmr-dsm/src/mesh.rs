@@ -1,0 +1,255 @@
+//! Every process connected to every other, and to itself: one EP per peer
+//! plus a loopback EP, all on one IA and PZ, found through the bootstrap's
+//! allgather. One EVD takes the completions of all of them.
+//!
+//! Many operations may be in flight at once, from many threads: a thread
+//! posts its DTOs (each with a fresh cookie) and waits for their cookies
+//! with [`Mesh::wait_all`]. Whoever holds the *poller* token reads the EVD
+//! and files every completion under its cookie; the others sleep on a
+//! condition variable until their completions are filed or the token is
+//! free. No lock is held while a thread is inside the EVD's wait except
+//! the token itself, so a thread whose completions arrived never waits for
+//! another thread's network round trip.
+
+use super::{DsmError, Result};
+use rmr::boot::Bootstrap;
+use rmr::{DtoCompletion, Ep, EpEvds, Error, Evd, Event, Ia, Psp, Pz, RmrContext};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long one remote operation may take before the runtime gives up.
+pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long the poller waits in the EVD before it lets another thread take
+/// the token (a thread whose completions a sleeping poller filed wakes at
+/// once: filing notifies).
+const POLL_SLICE: Duration = Duration::from_millis(2);
+
+/// Completions filed by cookie, and the first failure of a DTO nobody waits
+/// for (a suppressed write reports only its failure).
+#[derive(Default)]
+struct Filed {
+    done: HashMap<u64, DtoCompletion>,
+    orphan_error: Option<DtoCompletion>,
+}
+
+pub(crate) struct Mesh {
+    pub(crate) ia: Arc<dyn Ia>,
+    pub(crate) pz: Arc<dyn Pz>,
+    evd: Arc<dyn Evd>,
+    /// Connection events (kept so the EPs' EVD lives as long as they do).
+    _cevd: Arc<dyn Evd>,
+    _psp: Arc<dyn Psp>,
+    /// `eps[p]`: the EP to process `p`; `eps[me]` is the loopback EP (this
+    /// process's own memory through the backend, for atomics).
+    eps: Vec<Arc<dyn Ep>>,
+    /// The accepting side of the loopback pair (kept alive, never posted on).
+    _loop_peer: Arc<dyn Ep>,
+    next_cookie: AtomicU64,
+    filed: Mutex<Filed>,
+    filed_cv: Condvar,
+    poller: Mutex<()>,
+}
+
+impl Mesh {
+    /// Connects to every process of the job and to itself.
+    pub(crate) fn connect(boot: &Bootstrap, ia: Arc<dyn Ia>) -> Result<Mesh> {
+        let (me, n) = (boot.rank(), boot.size());
+        let pz = ia.create_pz()?;
+        let evd = ia.create_evd()?;
+        let cevd = ia.create_evd()?;
+        let psp_evd = ia.create_evd()?;
+        let psp = ia.create_psp(0, &psp_evd)?;
+        let mut card = psp.service().to_le_bytes().to_vec();
+        card.extend_from_slice(psp.address().as_bytes());
+        let cards = boot.allgather(&card)?;
+        let evds = EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() };
+        // Lower ranks and this process itself connect to us: accept them in
+        // a thread while we connect to ourselves and the higher ranks, so
+        // nobody waits in a cycle.
+        let acceptor = {
+            let (ia, pz, evds, psp_evd) = (ia.clone(), pz.clone(), evds.clone(), psp_evd.clone());
+            std::thread::spawn(move || -> Result<Vec<(usize, Arc<dyn Ep>)>> {
+                let mut got = Vec::new();
+                while got.len() < me + 1 {
+                    match psp_evd.wait(Some(OP_TIMEOUT), 1)? {
+                        Event::ConnectionRequest(cr) => {
+                            let pd = cr.private_data();
+                            let Some(from) = pd
+                                .get(..8)
+                                .map(|b| u64::from_le_bytes(b.try_into().expect("8")) as usize)
+                            else {
+                                let _ = cr.reject(b"not a dsm peer");
+                                continue;
+                            };
+                            let ep = ia.create_ep(&pz, &evds)?;
+                            cr.accept(&ep, b"dsm")?;
+                            got.push((from, ep));
+                        }
+                        _ => continue,
+                    }
+                }
+                Ok(got)
+            })
+        };
+        let mut eps: Vec<Option<Arc<dyn Ep>>> = vec![None; n];
+        for (p, c) in cards.iter().enumerate().skip(me) {
+            let port = u16::from_le_bytes(
+                c.get(..2)
+                    .and_then(|b| b.try_into().ok())
+                    .ok_or_else(|| DsmError::Protocol(format!("card of rank {p}")))?,
+            );
+            let addr = String::from_utf8_lossy(&c[2..]).to_string();
+            let ep = ia.create_ep(&pz, &evds)?;
+            ep.connect(&addr, port, &(me as u64).to_le_bytes(), OP_TIMEOUT)?;
+            eps[p] = Some(ep);
+        }
+        let accepted = acceptor
+            .join()
+            .map_err(|_| DsmError::Protocol("acceptor thread panicked".into()))??;
+        let mut loop_peer = None;
+        for (from, ep) in accepted {
+            if from == me && loop_peer.is_none() {
+                loop_peer = Some(ep);
+            } else if from < me && eps[from].is_none() {
+                eps[from] = Some(ep);
+            } else {
+                return Err(DsmError::Protocol(format!("unexpected connection from rank {from}")));
+            }
+        }
+        let eps = eps
+            .into_iter()
+            .enumerate()
+            .map(|(p, e)| e.ok_or_else(|| DsmError::Protocol(format!("no endpoint to rank {p}"))))
+            .collect::<Result<Vec<_>>>()?;
+        let loop_peer =
+            loop_peer.ok_or_else(|| DsmError::Protocol("no loopback connection".into()))?;
+        Ok(Mesh {
+            ia,
+            pz,
+            evd,
+            _cevd: cevd,
+            _psp: psp,
+            eps,
+            _loop_peer: loop_peer,
+            next_cookie: AtomicU64::new(1),
+            filed: Mutex::new(Filed::default()),
+            filed_cv: Condvar::new(),
+            poller: Mutex::new(()),
+        })
+    }
+
+    /// The EP to process `p` (this process's own: the loopback EP).
+    pub(crate) fn ep(&self, p: usize) -> Result<&Arc<dyn Ep>> {
+        self.eps.get(p).ok_or_else(|| DsmError::Protocol(format!("no endpoint to rank {p}")))
+    }
+
+    /// A fresh cookie for a DTO whose completion someone will wait for.
+    pub(crate) fn cookie(&self) -> u64 {
+        self.next_cookie.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Posts one DTO with `post(cookie)` and waits for its completion.
+    pub(crate) fn run(&self, post: impl FnOnce(u64) -> rmr::Result<()>) -> Result<DtoCompletion> {
+        let c = self.cookie();
+        post(c)?;
+        let mut v = self.wait_all(&[c])?;
+        Ok(v.pop().expect("one completion"))
+    }
+
+    /// Waits until the DTOs posted with `cookies` have all completed;
+    /// returns their completions in the same order. The first failed one
+    /// (or a failure of a suppressed DTO nobody waits for) is the error.
+    pub(crate) fn wait_all(&self, cookies: &[u64]) -> Result<Vec<DtoCompletion>> {
+        let mut got: Vec<Option<DtoCompletion>> = vec![None; cookies.len()];
+        let mut missing = cookies.len();
+        let deadline = Instant::now() + OP_TIMEOUT;
+        loop {
+            {
+                let mut f = self.filed.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(e) = f.orphan_error.take() {
+                    e.result()?;
+                }
+                for (slot, c) in got.iter_mut().zip(cookies) {
+                    if slot.is_none()
+                        && let Some(d) = f.done.remove(c)
+                    {
+                        *slot = Some(d);
+                        missing -= 1;
+                    }
+                }
+                if missing == 0 {
+                    break;
+                }
+                if Instant::now() >= deadline {
+                    return Err(DsmError::Rmr(Error::Timeout));
+                }
+                if let Ok(token) = self.poller.try_lock() {
+                    drop(f);
+                    let r = self.poll_once();
+                    drop(token);
+                    // Another thread may wait for the token (or for what was
+                    // filed). Taking the filing lock first: a waiter holds it
+                    // from its look at the token until it sleeps, so it cannot
+                    // miss this wake-up.
+                    drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
+                    self.filed_cv.notify_all();
+                    r?;
+                } else {
+                    // Someone else polls: sleep until it files something
+                    // (or gives the token up, which also notifies).
+                    let _ = self
+                        .filed_cv
+                        .wait_timeout(f, POLL_SLICE)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+            }
+        }
+        let out: Vec<DtoCompletion> =
+            got.into_iter().map(|c| c.expect("every one filed")).collect();
+        for c in &out {
+            c.result()?;
+        }
+        Ok(out)
+    }
+
+    /// One wait on the EVD (the caller holds the poller token): files what
+    /// arrives, the rest of what is queued too, without blocking again.
+    fn poll_once(&self) -> Result<()> {
+        let first = match self.evd.wait(Some(POLL_SLICE), 1) {
+            Ok(ev) => Some(ev),
+            Err(Error::Timeout) => None,
+            Err(e) => return Err(e.into()),
+        };
+        let mut f = self.filed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut file = |ev: Event| {
+            if let Event::Dto(c) = ev {
+                if c.cookie.0 == 0 {
+                    // A suppressed DTO reports only a failure.
+                    if !c.status.is_ok() && f.orphan_error.is_none() {
+                        f.orphan_error = Some(c);
+                    }
+                } else {
+                    f.done.insert(c.cookie.0, c);
+                }
+            }
+        };
+        if let Some(ev) = first {
+            file(ev);
+            while let Some(ev) = self.evd.dequeue() {
+                file(ev);
+            }
+        }
+        Ok(())
+    }
+
+    /// Exchanges one RMR context per process through the bootstrap.
+    pub(crate) fn exchange(boot: &Bootstrap, mine: &RmrContext) -> Result<Vec<RmrContext>> {
+        boot.allgather(&mine.to_bytes())?
+            .iter()
+            .map(|b| RmrContext::from_bytes(b).map_err(DsmError::from))
+            .collect()
+    }
+}

@@ -1,0 +1,517 @@
+//! The runtime's core: the region and its pages, homes, copies, twins,
+//! diffs, release and acquire, the barrier.
+
+use super::mesh::Mesh;
+use super::{DsmError, PAGE, Result};
+use rmr::boot::Bootstrap;
+use rmr::coll::{Barrier, BarrierConfig};
+use rmr::{Access, Cookie, DtoFlags, Lmr, MemRegion, RmrContext, Sge};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Runtime settings.
+#[derive(Clone, Debug)]
+pub struct DsmConfig {
+    /// The rmr IA spec of this process (e.g. `tcp:127.0.0.1`, or a
+    /// multirail spec such as `multirail:tcp:198.18.0.1,tcp:198.18.1.1`).
+    pub spec: String,
+    /// Size of the shared region in bytes (rounded up to whole pages):
+    /// what [`Dsm::alloc`] hands out, and the address range of
+    /// [`Dsm::read`] / [`Dsm::write`].
+    pub bytes: usize,
+    /// The barrier's settings.
+    pub barrier: BarrierConfig,
+}
+
+impl DsmConfig {
+    /// A region of `bytes` on the IA `spec`, the barrier's defaults.
+    pub fn new(spec: impl Into<String>, bytes: usize) -> DsmConfig {
+        DsmConfig { spec: spec.into(), bytes, barrier: BarrierConfig::default() }
+    }
+}
+
+/// Where a page's copy stands in this process.
+pub(crate) enum Page {
+    /// No copy (or a stale one): the next access fetches it from home.
+    Invalid,
+    /// A copy equal to home's when it was fetched or last sent home.
+    Clean,
+    /// A written copy and its twin (the copy as it was before the first write).
+    Dirty(Box<[u8]>),
+}
+
+/// Counters of what the runtime moved (in [`Dsm::job_stats`] order).
+#[derive(Debug, Default)]
+pub struct Stats {
+    /// Pages fetched from their homes with RDMA reads.
+    pub pages_fetched: AtomicU64,
+    /// Bytes sent home as diffs (changed byte runs).
+    pub diff_bytes: AtomicU64,
+    /// RDMA writes that carried those runs.
+    pub diff_runs: AtomicU64,
+    /// Bytes that whole dirty pages would have taken instead.
+    pub whole_page_bytes: AtomicU64,
+    /// Barriers passed.
+    pub barriers: AtomicU64,
+    /// Lock acquisitions.
+    pub lock_acquired: AtomicU64,
+    /// Failed compare-and-swap attempts while taking a lock.
+    pub lock_retries: AtomicU64,
+}
+
+/// The sync area (pages `0..sync_pages`, homed at rank 0): lock words, the
+/// counter, and two rounds of reduction slots. Lock words and the counter
+/// are only ever touched by the backend's atomics.
+pub(crate) const LOCK_SLOTS: u64 = 256;
+pub(crate) const COUNTER_OFF: u64 = 8 * LOCK_SLOTS;
+/// Reduction slots: round `k % 2`, rank `r` at `REDUCE_OFF + (k % 2 * n + r) * 8`.
+pub(crate) const REDUCE_OFF: u64 = PAGE as u64;
+const _: () = assert!(COUNTER_OFF + 8 <= REDUCE_OFF, "the lock words and the counter fit page 0");
+
+/// Pages of the sync area for `n` processes.
+fn sync_pages(n: usize) -> usize {
+    1 + (16 * n).div_ceil(PAGE)
+}
+
+/// One shared address space across the processes of a job.
+pub struct Dsm {
+    pub(crate) boot: Bootstrap,
+    pub(crate) mesh: Mesh,
+    pub(crate) me: usize,
+    pub(crate) n: usize,
+    /// User bytes (addresses `0..len`).
+    len: usize,
+    /// Pages of the sync area; region page `sync + u` holds user page `u`.
+    sync: usize,
+    /// User pages.
+    upages: usize,
+    pub(crate) home: Arc<MemRegion>,
+    home_lmr: Arc<dyn Lmr>,
+    pub(crate) cache: Arc<MemRegion>,
+    pub(crate) cache_lmr: Arc<dyn Lmr>,
+    pub(crate) ctxs: Vec<RmrContext>,
+    pages: Vec<Mutex<Page>>,
+    /// The home of every region page: the sync area is rank 0's; user
+    /// pages are dealt out in blocks over the region, and [`Dsm::alloc`]
+    /// deals each array's own pages out in blocks again, so block `i` of
+    /// an array (what [`Dsm::share`] gives process `i`) lives at process `i`.
+    homes: Vec<AtomicU32>,
+    barrier: Mutex<Barrier>,
+    pub(crate) stats: Stats,
+    /// Where [`Dsm::alloc`] hands out next (user address).
+    pub(crate) alloc_next: Mutex<usize>,
+    /// Reductions done (their slots alternate between two rounds).
+    pub(crate) reductions: AtomicU64,
+    /// A failure no caller could be told of (a lock guard's release in
+    /// `drop`): the next barrier reports it.
+    pub(crate) deferred: Mutex<Option<DsmError>>,
+}
+
+impl Dsm {
+    /// Joins the job (bootstrap from the environment: `mpirun`, or
+    /// `RMR_RANK`/`RMR_SIZE`/`RMR_ROOT`), connects every process to every
+    /// other and to itself, registers the region once and exchanges its
+    /// RMR contexts. Ends with a barrier.
+    ///
+    /// # Errors
+    /// Bootstrap, connection and registration failures.
+    pub fn join(cfg: &DsmConfig) -> Result<Dsm> {
+        let boot = Bootstrap::from_env()?;
+        let ia = rmr::open(&cfg.spec)?;
+        let (me, n) = (boot.rank(), boot.size());
+        let upages = cfg.bytes.div_ceil(PAGE).max(1);
+        let sync = sync_pages(n);
+        let region = (sync + upages) * PAGE;
+        let mesh = Mesh::connect(&boot, ia.clone())?;
+        let home = MemRegion::new(region);
+        let home_lmr = mesh.pz.register_all(&home, Access::ALL)?;
+        let cache = MemRegion::new(region);
+        let cache_lmr = mesh.pz.register_all(&cache, Access::LOCAL_WRITE)?;
+        let ctxs = Mesh::exchange(&boot, &home_lmr.rmr_context())?;
+        let barrier = Barrier::new(&boot, &ia, &cfg.barrier)?;
+        let pages = (0..sync + upages).map(|_| Mutex::new(Page::Invalid)).collect();
+        let homes = (0..sync + upages)
+            .map(|p| AtomicU32::new(if p < sync { 0 } else { ((p - sync) * n / upages) as u32 }))
+            .collect();
+        let dsm = Dsm {
+            boot,
+            mesh,
+            me,
+            n,
+            len: upages * PAGE,
+            sync,
+            upages,
+            home,
+            home_lmr,
+            cache,
+            cache_lmr,
+            ctxs,
+            pages,
+            homes,
+            barrier: Mutex::new(barrier),
+            stats: Stats::default(),
+            alloc_next: Mutex::new(0),
+            reductions: AtomicU64::new(0),
+            deferred: Mutex::new(None),
+        };
+        dsm.barrier()?;
+        Ok(dsm)
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.me
+    }
+
+    /// Number of processes.
+    pub fn procs(&self) -> usize {
+        self.n
+    }
+
+    /// Size of the shared region in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty region (never: at least one page).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// How the job was started (the bootstrap's one-line description).
+    pub fn launcher(&self) -> &str {
+        self.boot.describe()
+    }
+
+    /// What the runtime moved so far.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The job's totals: every process's [`Stats`] summed (a collective:
+    /// every process calls it).
+    ///
+    /// # Errors
+    /// A failed exchange.
+    pub fn job_stats(&self) -> Result<[u64; 7]> {
+        let s = &self.stats;
+        let mine = [
+            &s.pages_fetched,
+            &s.diff_bytes,
+            &s.diff_runs,
+            &s.whole_page_bytes,
+            &s.barriers,
+            &s.lock_acquired,
+            &s.lock_retries,
+        ]
+        .map(|a| a.load(Ordering::Relaxed));
+        let b: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut sum = [0u64; 7];
+        for theirs in self.boot.allgather(&b)? {
+            for (i, c) in theirs.chunks_exact(8).take(7).enumerate() {
+                sum[i] += u64::from_le_bytes(c.try_into().expect("8"));
+            }
+        }
+        Ok(sum)
+    }
+
+    /// The home process of region page `p`.
+    fn home_of(&self, p: usize) -> usize {
+        self.homes[p].load(Ordering::Relaxed) as usize
+    }
+
+    /// Deals the pages of user bytes `[addr, addr+len)` out in blocks over
+    /// the processes (what [`Dsm::alloc`] does for a new array; every
+    /// process does the same, in the same order, before any access).
+    pub(crate) fn deal_homes(&self, addr: usize, len: usize) {
+        let first = self.sync + addr / PAGE;
+        let count = len.div_ceil(PAGE);
+        for k in 0..count {
+            self.homes[first + k].store((k * self.n / count) as u32, Ordering::Relaxed);
+        }
+    }
+
+    /// The user addresses homed at this process (a [`Dsm::share`] of the
+    /// region is about the same block).
+    pub fn my_home(&self) -> Range<usize> {
+        let mine = |u: &usize| self.home_of(self.sync + u) == self.me;
+        let first = (0..self.upages).find(mine);
+        let last = (0..self.upages).rev().find(mine);
+        match (first, last) {
+            (Some(a), Some(b)) => a * PAGE..(b + 1) * PAGE,
+            _ => 0..0,
+        }
+    }
+
+    pub(crate) fn check(&self, addr: usize, len: usize) -> Result<()> {
+        match addr.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(DsmError::OutOfRange { addr, len, size: self.len }),
+        }
+    }
+
+    /// Splits user bytes `[addr, addr+len)` into (region page, offset in
+    /// page, length), in ascending page order.
+    fn chunks(&self, addr: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize)> {
+        let start = self.sync * PAGE + addr;
+        let end = start + len;
+        let mut at = start;
+        std::iter::from_fn(move || {
+            (at < end).then(|| {
+                let (p, off) = (at / PAGE, at % PAGE);
+                let n = (PAGE - off).min(end - at);
+                at += n;
+                (p, off, n)
+            })
+        })
+    }
+
+    /// Locks the state of every remote page of `[addr, addr+len)` (in
+    /// ascending order, so two callers never wait on each other in a
+    /// cycle) and fetches the invalid ones, all reads in flight at once.
+    fn hold(&self, addr: usize, len: usize) -> Result<Vec<(usize, MutexGuard<'_, Page>)>> {
+        let mut held = Vec::new();
+        let mut last = None;
+        for (p, _, _) in self.chunks(addr, len) {
+            if self.home_of(p) != self.me && last != Some(p) {
+                held.push((p, self.pages[p].lock().unwrap_or_else(|e| e.into_inner())));
+                last = Some(p);
+            }
+        }
+        let mut cookies = Vec::new();
+        for (p, st) in &held {
+            if matches!(**st, Page::Invalid) {
+                let home = self.home_of(*p);
+                let off = (p * PAGE) as u64;
+                let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
+                let c = self.mesh.cookie();
+                self.mesh.ep(home)?.post_rdma_read(
+                    &sge,
+                    self.ctxs[home].at(off),
+                    Cookie(c),
+                    DtoFlags::empty(),
+                )?;
+                cookies.push(c);
+            }
+        }
+        if !cookies.is_empty() {
+            self.mesh.wait_all(&cookies)?;
+            self.stats.pages_fetched.fetch_add(cookies.len() as u64, Ordering::Relaxed);
+            for (_, st) in &mut held {
+                if matches!(**st, Page::Invalid) {
+                    **st = Page::Clean;
+                }
+            }
+        }
+        Ok(held)
+    }
+
+    /// Copies `buf.len()` shared bytes at `addr` into `buf`.
+    ///
+    /// # Errors
+    /// [`DsmError::OutOfRange`], or a failed fetch.
+    pub fn read(&self, addr: usize, buf: &mut [u8]) -> Result<()> {
+        self.check(addr, buf.len())?;
+        let held = self.hold(addr, buf.len())?;
+        let mut at = 0;
+        for (p, off, n) in self.chunks(addr, buf.len()) {
+            let src = (p * PAGE + off) as u64;
+            let dst = &mut buf[at..at + n];
+            if self.home_of(p) == self.me {
+                self.home.read(src, dst)?;
+            } else {
+                self.cache.read(src, dst)?;
+            }
+            at += n;
+        }
+        drop(held);
+        Ok(())
+    }
+
+    /// Writes `data` into the shared region at `addr` (visible to others
+    /// after this process's next release: [`Dsm::barrier`], or dropping a
+    /// lock guard).
+    ///
+    /// # Errors
+    /// [`DsmError::OutOfRange`], or a failed fetch.
+    pub fn write(&self, addr: usize, data: &[u8]) -> Result<()> {
+        self.check(addr, data.len())?;
+        let mut held = self.hold(addr, data.len())?;
+        for (p, st) in &mut held {
+            if matches!(**st, Page::Clean) {
+                let twin = self.cache.to_vec((*p * PAGE) as u64, PAGE)?;
+                **st = Page::Dirty(twin.into_boxed_slice());
+            }
+        }
+        let mut at = 0;
+        for (p, off, n) in self.chunks(addr, data.len()) {
+            let src = &data[at..at + n];
+            let dst = (p * PAGE + off) as u64;
+            if self.home_of(p) == self.me {
+                self.home.write(dst, src)?;
+            } else {
+                self.cache.write(dst, src)?;
+            }
+            at += n;
+        }
+        drop(held);
+        Ok(())
+    }
+
+    /// Sends the diff of every dirty copy to its page's home, every run in
+    /// flight at once (per home, the runs before the last go suppressed;
+    /// the last, signalled, completes after them), and waits until all of
+    /// it has landed. With `drop_copies` (acquire), every copy is dropped
+    /// too, so later reads fetch fresh pages; without (release), written
+    /// copies stay as clean ones. A copy is never dropped before its diff
+    /// went home: writes made before an acquire are kept.
+    pub(crate) fn sync_copies(&self, drop_copies: bool) -> Result<()> {
+        let mut last: Vec<Option<(u64, u64)>> = vec![None; self.n];
+        for p in self.sync..self.pages.len() {
+            if self.home_of(p) == self.me {
+                continue;
+            }
+            let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
+            if let Page::Dirty(twin) = &*st {
+                let home = self.home_of(p);
+                let ep = self.mesh.ep(home)?;
+                let base = (p * PAGE) as u64;
+                let now = self.cache.to_vec(base, PAGE)?;
+                self.stats.whole_page_bytes.fetch_add(PAGE as u64, Ordering::Relaxed);
+                for run in diff_runs(twin, &now) {
+                    if let Some((off, len)) = last[home].take() {
+                        let sge = [Sge::new(&*self.cache_lmr, off, len)];
+                        ep.post_rdma_write(
+                            &sge,
+                            self.ctxs[home].at(off),
+                            Cookie(0),
+                            DtoFlags::SUPPRESS,
+                        )?;
+                    }
+                    let off = base + run.start as u64;
+                    last[home] = Some((off, run.len() as u64));
+                    self.stats.diff_bytes.fetch_add(run.len() as u64, Ordering::Relaxed);
+                    self.stats.diff_runs.fetch_add(1, Ordering::Relaxed);
+                }
+                *st = Page::Clean;
+            }
+            if drop_copies {
+                *st = Page::Invalid;
+            }
+        }
+        let mut cookies = Vec::new();
+        for (home, l) in last.into_iter().enumerate() {
+            if let Some((off, len)) = l {
+                let sge = [Sge::new(&*self.cache_lmr, off, len)];
+                let c = self.mesh.cookie();
+                self.mesh.ep(home)?.post_rdma_write(
+                    &sge,
+                    self.ctxs[home].at(off),
+                    Cookie(c),
+                    DtoFlags::empty(),
+                )?;
+                cookies.push(c);
+            }
+        }
+        self.mesh.wait_all(&cookies)?;
+        Ok(())
+    }
+
+    /// A release-consistency barrier: every process's writes before it are
+    /// visible to every process after it (release, barrier, acquire). Also
+    /// reports a failure a lock guard met while it was dropped.
+    ///
+    /// # Errors
+    /// A failed flush or barrier, or a deferred failure.
+    pub fn barrier(&self) -> Result<()> {
+        if let Some(e) = self.deferred.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            return Err(e);
+        }
+        self.sync_copies(false)?;
+        self.barrier.lock().unwrap_or_else(|e| e.into_inner()).wait()?;
+        self.sync_copies(true)?;
+        self.stats.barriers.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The home LMR (for diagnostics: its RMR context is what peers target).
+    pub fn home_lmr(&self) -> &Arc<dyn Lmr> {
+        &self.home_lmr
+    }
+
+    /// The IA's attributes (provider, rails).
+    pub fn ia_attr(&self) -> rmr::IaAttr {
+        self.mesh.ia.attr().clone()
+    }
+}
+
+/// Block `me` of `n` of `range`.
+pub(crate) fn share(range: Range<usize>, me: usize, n: usize) -> Range<usize> {
+    let len = range.end.saturating_sub(range.start);
+    let a = range.start + len * me / n;
+    let b = range.start + len * (me + 1) / n;
+    a..b
+}
+
+/// The runs of bytes where `now` differs from `twin`; runs closer than 16
+/// bytes are merged (one RDMA write is cheaper than two tiny ones).
+pub(crate) fn diff_runs(twin: &[u8], now: &[u8]) -> Vec<Range<usize>> {
+    const GAP: usize = 16;
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    let mut i = 0;
+    while i < now.len() {
+        if twin[i] == now[i] {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < now.len() && twin[i] != now[i] {
+            i += 1;
+        }
+        match runs.last_mut() {
+            Some(r) if start - r.end < GAP => r.end = i,
+            _ => runs.push(start..i),
+        }
+    }
+    runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diffs_cover_every_change_and_merge_close_runs() {
+        let twin = vec![0u8; 100];
+        let mut now = twin.clone();
+        now[3] = 1;
+        now[10] = 1; // within 16 of the first: merged
+        now[60] = 2;
+        now[61] = 2;
+        assert_eq!(diff_runs(&twin, &now), vec![3..11, 60..62]);
+        assert!(diff_runs(&twin, &twin).is_empty());
+    }
+
+    #[test]
+    fn shares_tile_the_range() {
+        for n in 1..9 {
+            let mut next = 5;
+            for me in 0..n {
+                let s = share(5..105, me, n);
+                assert_eq!(s.start, next);
+                next = s.end;
+            }
+            assert_eq!(next, 105);
+        }
+    }
+
+    #[test]
+    fn the_sync_area_has_room_for_two_rounds_of_reduction_slots() {
+        for n in [1, 2, 255, 256, 257, 1000] {
+            let room = (sync_pages(n) * PAGE) as u64 - REDUCE_OFF;
+            assert!(room >= 16 * n as u64, "{n} processes");
+        }
+        const { assert!(COUNTER_OFF + 8 <= REDUCE_OFF) };
+    }
+}

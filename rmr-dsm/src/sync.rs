@@ -1,0 +1,173 @@
+//! Synchronisation: named locks with guards, `critical`, and the job-wide
+//! counter. Every lock word and the counter live in the sync area homed at
+//! rank 0 and are only ever operated on by the backend's atomics, through
+//! the EP to rank 0 — on rank 0 itself through its loopback EP — so CPU
+//! and NIC atomics never mix on one word (on verbs they are not atomic
+//! with respect to each other).
+
+use super::runtime::{COUNTER_OFF, Dsm, LOCK_SLOTS};
+use super::{DsmError, Result};
+use rmr::{CompareSwap, Cookie, DtoFlags, Sge};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+/// The lock word `name` maps to (FNV-1a over the name; two names that
+/// share a word share the lock: correct, only less parallel).
+fn slot_of(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h % LOCK_SLOTS
+}
+
+/// The name [`Dsm::critical`] locks.
+const CRITICAL: &str = "rmr-dsm critical";
+
+/// A held job-wide lock; released (this process's writes sent home first)
+/// when dropped — also while a panic unwinds. [`LockGuard::unlock`]
+/// releases it and reports a failure; a failure in `drop` is reported by
+/// the next [`Dsm::barrier`].
+#[must_use = "the lock is released when the guard is dropped"]
+pub struct LockGuard<'a> {
+    dsm: &'a Dsm,
+    slot: u64,
+    held: bool,
+}
+
+impl LockGuard<'_> {
+    /// Releases the lock: sends this process's writes home, then frees the
+    /// lock word.
+    ///
+    /// # Errors
+    /// A failed flush or atomic, or a lock word that no longer names this
+    /// process.
+    pub fn unlock(mut self) -> Result<()> {
+        self.held = false;
+        self.dsm.release(self.slot)
+    }
+}
+
+impl Drop for LockGuard<'_> {
+    fn drop(&mut self) {
+        if self.held
+            && let Err(e) = self.dsm.release(self.slot)
+        {
+            self.dsm.deferred.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+        }
+    }
+}
+
+impl Dsm {
+    /// Compare-and-swap on a word of the sync area (through the backend's
+    /// atomics, on every rank); returns the old value.
+    fn cas(&self, off: u64, cmp: u64, swap: u64) -> Result<u64> {
+        let ep = self.mesh.ep(0)?;
+        let sge = Sge::new(&*self.cache_lmr, off, 8);
+        let c = self.mesh.run(|c| {
+            ep.post_cmp_swap(
+                sge,
+                self.ctxs[0].at(off),
+                CompareSwap { compare: cmp, swap },
+                Cookie(c),
+                DtoFlags::empty(),
+            )
+        })?;
+        c.imm.ok_or_else(|| DsmError::Protocol("compare-and-swap without a result".into()))
+    }
+
+    /// Takes the job-wide lock `name` (spinning on compare-and-swap with
+    /// backoff), then sends this process's own writes home and drops its
+    /// copies (acquire): what the lock's previous holders wrote is visible
+    /// from here on, and writes made before the lock are kept.
+    ///
+    /// ```no_run
+    /// # fn f(dsm: &rmr_dsm::Dsm, total: &rmr_dsm::Shared<'_, u64>) -> rmr_dsm::Result<()> {
+    /// let _g = dsm.lock("total")?;
+    /// total.set(0, total.get(0)? + 1)?;
+    /// // released here, also if the code above panics
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// A failed atomic or flush.
+    pub fn lock(&self, name: &str) -> Result<LockGuard<'_>> {
+        let slot = slot_of(name);
+        let me = self.me as u64 + 1;
+        let mut nap = Duration::from_micros(5);
+        while self.cas(8 * slot, 0, me)? != 0 {
+            self.stats.lock_retries.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+        self.stats.lock_acquired.fetch_add(1, Ordering::Relaxed);
+        // From here on the guard frees the word, even if the acquire fails.
+        let g = LockGuard { dsm: self, slot, held: true };
+        self.sync_copies(true)?;
+        Ok(g)
+    }
+
+    /// Sends this process's writes home (release), then frees lock `slot`.
+    fn release(&self, slot: u64) -> Result<()> {
+        let flushed = self.sync_copies(false);
+        let me = self.me as u64 + 1;
+        let freed = match self.cas(8 * slot, me, 0)? {
+            v if v == me => Ok(()),
+            v => Err(DsmError::Protocol(format!(
+                "rank {} released lock word {slot}, which named {v}",
+                self.me
+            ))),
+        };
+        flushed.and(freed)
+    }
+
+    /// Runs `f` under the job-wide critical-section lock (OpenMP's
+    /// `critical`): one thread of one process at a time.
+    ///
+    /// # Errors
+    /// The lock's failures, or `f`'s.
+    pub fn critical<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        let g = self.lock(CRITICAL)?;
+        let r = f();
+        let u = g.unlock();
+        let r = r?;
+        u?;
+        Ok(r)
+    }
+
+    /// Atomically adds `v` to the job-wide counter; returns its old value.
+    ///
+    /// # Errors
+    /// A failed atomic.
+    pub fn fetch_add(&self, v: u64) -> Result<u64> {
+        let ep = self.mesh.ep(0)?;
+        let sge = Sge::new(&*self.cache_lmr, COUNTER_OFF, 8);
+        let c = self.mesh.run(|c| {
+            ep.post_fetch_add(sge, self.ctxs[0].at(COUNTER_OFF), v, Cookie(c), DtoFlags::empty())
+        })?;
+        c.imm.ok_or_else(|| DsmError::Protocol("fetch-and-add without a result".into()))
+    }
+
+    /// The counter's value now (an atomic add of 0).
+    ///
+    /// # Errors
+    /// A failed atomic.
+    pub fn counter(&self) -> Result<u64> {
+        self.fetch_add(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_lock_words_inside_the_lock_area() {
+        assert_eq!(slot_of("a"), slot_of("a"));
+        assert_ne!(slot_of("a"), slot_of("b"));
+        for n in ["", "x", CRITICAL, "a much longer lock name than usual"] {
+            assert!(slot_of(n) < LOCK_SLOTS);
+        }
+    }
+}
