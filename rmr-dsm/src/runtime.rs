@@ -454,10 +454,11 @@ pub(crate) fn share(range: Range<usize>, me: usize, n: usize) -> Range<usize> {
     a..b
 }
 
-/// The runs of bytes where `now` differs from `twin`; runs closer than 16
-/// bytes are merged (one RDMA write is cheaper than two tiny ones).
+/// The runs of bytes where `now` differs from `twin`. Only changed bytes
+/// are sent: a gap of unchanged bytes between two runs may hold another
+/// process's concurrent write to the same page (false sharing), which a
+/// merged run would overwrite with this process's stale copy.
 pub(crate) fn diff_runs(twin: &[u8], now: &[u8]) -> Vec<Range<usize>> {
-    const GAP: usize = 16;
     let mut runs: Vec<Range<usize>> = Vec::new();
     let mut i = 0;
     while i < now.len() {
@@ -469,10 +470,7 @@ pub(crate) fn diff_runs(twin: &[u8], now: &[u8]) -> Vec<Range<usize>> {
         while i < now.len() && twin[i] != now[i] {
             i += 1;
         }
-        match runs.last_mut() {
-            Some(r) if start - r.end < GAP => r.end = i,
-            _ => runs.push(start..i),
-        }
+        runs.push(start..i);
     }
     runs
 }
@@ -482,14 +480,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn diffs_cover_every_change_and_merge_close_runs() {
+    fn diffs_carry_changed_bytes_only() {
         let twin = vec![0u8; 100];
         let mut now = twin.clone();
         now[3] = 1;
-        now[10] = 1; // within 16 of the first: merged
+        now[10] = 1; // close to the first, still its own run: bytes 4..10
+        // may be another process's writes
         now[60] = 2;
         now[61] = 2;
-        assert_eq!(diff_runs(&twin, &now), vec![3..11, 60..62]);
+        now[99] = 3;
+        assert_eq!(diff_runs(&twin, &now), vec![3..4, 10..11, 60..62, 99..100]);
         assert!(diff_runs(&twin, &twin).is_empty());
     }
 

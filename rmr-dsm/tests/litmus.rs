@@ -1,0 +1,311 @@
+//! Memory-model litmus tests for the runtime, in the style of the
+//! litmus suites for hardware memory models: each runs many rounds on 2
+//! and 4 real processes (this test binary started again as job members
+//! over the TCP rendezvous), over the tcp backend and over 2-rail
+//! multirail EPs on loopback, and asserts that only the outcomes release
+//! consistency allows are ever seen.
+//!
+//! - message passing under a lock: a reader that sees the flag sees the
+//!   data written before it;
+//! - message passing across a barrier;
+//! - store buffering across a barrier: every process sees every store;
+//! - a lock-protected counter: no update lost;
+//! - write, then lock: writes made before taking a lock survive it and
+//!   reach another process;
+//! - false sharing: processes writing disjoint words of one page (homed
+//!   at a third process where there is one) all land;
+//! - many pages written by every process at once;
+//! - reductions: every process gets the same, right value;
+//! - a panic while holding a guard leaves the lock free.
+
+use rmr_dsm::{Dsm, DsmConfig, ReduceOp};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "RMR_DSM_LITMUS_MEMBER";
+const SPEC: &str = "RMR_DSM_LITMUS_SPEC";
+static SERIAL: Mutex<()> = Mutex::new(());
+const ROUNDS: u64 = 40;
+
+fn litmus(dsm: &Dsm) -> Vec<&'static str> {
+    let (me, n) = (dsm.rank(), dsm.procs());
+    let mut passed = Vec::new();
+
+    // Message passing under a lock. P0 writes data = k outside the lock,
+    // then flag = k under it; the others read flag and data under the
+    // lock: data >= flag always (never a flag without its data).
+    let data = dsm.alloc::<u64>(1).expect("alloc");
+    let flag = dsm.alloc::<u64>(1).expect("alloc");
+    if me == 0 {
+        for k in 1..=ROUNDS {
+            data.set(0, k).expect("data");
+            let _g = dsm.lock("mp").expect("lock");
+            flag.set(0, k).expect("flag");
+        }
+    } else {
+        let mut seen = 0;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen < ROUNDS {
+            let g = dsm.lock("mp").expect("lock");
+            let f = flag.get(0).expect("flag");
+            let d = data.get(0).expect("data");
+            g.unlock().expect("unlock");
+            assert!(d >= f, "message passing: rank {me} saw flag {f} but data {d}");
+            assert!(f >= seen, "message passing: flag went back from {seen} to {f}");
+            seen = f;
+            assert!(Instant::now() < deadline, "message passing: flag stuck at {seen}");
+        }
+    }
+    dsm.barrier().expect("barrier");
+    passed.push("message_passing_lock");
+
+    // Message passing across a barrier.
+    let (d2, f2) = (dsm.alloc::<u64>(1).expect("alloc"), dsm.alloc::<u64>(1).expect("alloc"));
+    for k in 1..=ROUNDS {
+        if me == n - 1 {
+            d2.set(0, 7 * k).expect("data");
+            f2.set(0, k).expect("flag");
+        }
+        dsm.barrier().expect("barrier");
+        let (f, d) = (f2.get(0).expect("flag"), d2.get(0).expect("data"));
+        assert_eq!((f, d), (k, 7 * k), "message passing across a barrier, round {k}");
+        dsm.barrier().expect("barrier");
+    }
+    passed.push("message_passing_barrier");
+
+    // Store buffering: each writes its own word, barrier, reads all; the
+    // outcome where someone misses a store is forbidden. (A process already
+    // in the next round may have stored k + 1: seeing a later store early
+    // is allowed, an earlier value never.)
+    let x = dsm.alloc::<u64>(n).expect("alloc");
+    for k in 1..=ROUNDS {
+        x.set(me, k).expect("store");
+        dsm.barrier().expect("barrier");
+        let all = x.to_vec(0..n).expect("load");
+        assert!(
+            all.iter().all(|&v| v == k || v == k + 1),
+            "store buffering, round {k}: rank {me} saw {all:?}"
+        );
+    }
+    passed.push("store_buffering");
+
+    // A lock-protected counter.
+    let counter = dsm.alloc::<u64>(1).expect("alloc");
+    for _ in 0..ROUNDS {
+        let _g = dsm.lock("counter").expect("lock");
+        counter.set(0, counter.get(0).expect("get") + 1).expect("set");
+    }
+    dsm.barrier().expect("barrier");
+    assert_eq!(counter.get(0).expect("get"), ROUNDS * n as u64, "lock-protected counter");
+    passed.push("lock_counter");
+
+    // Write, then lock: a write made before taking a lock is not lost by
+    // the acquire, and another process that takes the same lock later sees it.
+    let slots = dsm.alloc::<u64>(n).expect("alloc");
+    let turn = dsm.alloc::<u64>(1).expect("alloc");
+    slots.set(me, 1000 + me as u64).expect("write");
+    drop(dsm.lock("wtl").expect("lock"));
+    {
+        // Take turns in rank order: each checks the writes of all before it.
+        loop {
+            let g = dsm.lock("wtl").expect("lock");
+            if turn.get(0).expect("turn") == me as u64 {
+                for r in 0..=me {
+                    let v = slots.get(r).expect("read");
+                    assert_eq!(
+                        v,
+                        1000 + r as u64,
+                        "write then lock: rank {me} lost rank {r}'s write"
+                    );
+                }
+                turn.set(0, me as u64 + 1).expect("turn");
+                g.unlock().expect("unlock");
+                break;
+            }
+            g.unlock().expect("unlock");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    dsm.barrier().expect("barrier");
+    assert!((0..n).all(|r| slots.get(r).expect("read") == 1000 + r as u64), "write then lock");
+    passed.push("write_then_lock");
+
+    // False sharing: every process writes its own word of one page, homed
+    // at the last process (a third party when there are more than two).
+    let page = dsm.alloc::<u64>(512).expect("alloc");
+    for k in 1..=ROUNDS {
+        page.set(me, k * 100 + me as u64).expect("write");
+        dsm.barrier().expect("barrier");
+        for r in 0..n {
+            assert_eq!(page.get(r).expect("read"), k * 100 + r as u64, "false sharing, round {k}");
+        }
+        dsm.barrier().expect("barrier");
+    }
+    passed.push("false_sharing");
+
+    // Many pages, every one written by every process (interleaved words).
+    let many = dsm.alloc::<u64>(64 * 512).expect("alloc");
+    for k in 1..=3u64 {
+        let mine: Vec<usize> = (me..many.len()).step_by(n).collect();
+        for &i in &mine {
+            many.set(i, k << 32 | i as u64).expect("write");
+        }
+        dsm.barrier().expect("barrier");
+        let all = many.to_vec(0..many.len()).expect("read");
+        for (i, v) in all.iter().enumerate() {
+            assert_eq!(*v, k << 32 | i as u64, "many pages, round {k}, word {i}");
+        }
+        dsm.barrier().expect("barrier");
+    }
+    passed.push("many_pages");
+
+    // Reductions.
+    for k in 0..5 {
+        let s = dsm.reduce(ReduceOp::Sum, me as f64 + 0.5 * k as f64).expect("reduce");
+        let want: f64 = (0..n).map(|r| r as f64 + 0.5 * k as f64).sum();
+        assert_eq!(s.to_bits(), want.to_bits(), "sum, round {k}");
+        assert_eq!(dsm.reduce(ReduceOp::Min, me as i64 - k).expect("min"), -k);
+        assert_eq!(dsm.reduce(ReduceOp::Max, me as i64 * k).expect("max"), (n as i64 - 1) * k);
+    }
+    passed.push("reduce");
+
+    // A panic while holding a guard leaves the lock free (the guard is
+    // dropped while the panic unwinds).
+    let hit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _g = dsm.lock("panics").expect("lock");
+        panic!("a panic inside the critical section");
+    }));
+    assert!(hit.is_err());
+    let t = Instant::now();
+    drop(dsm.lock("panics").expect("the lock is free after the panic"));
+    assert!(t.elapsed() < Duration::from_secs(30), "the lock stayed taken after a panic");
+    dsm.barrier().expect("barrier");
+    passed.push("panic_releases_guard");
+    passed
+}
+
+/// What a member does (only when started as one; a plain run passes).
+#[test]
+fn member() {
+    let Some(spec) = std::env::var_os(ROLE).and(std::env::var(SPEC).ok()) else { return };
+    // Quiet the expected panic of the guard test.
+    std::panic::set_hook(Box::new(|i| {
+        if !i.to_string().contains("a panic inside the critical section") {
+            eprintln!("{i}");
+        }
+    }));
+    let dsm = Dsm::join(&DsmConfig::new(spec, 1 << 20)).expect("join");
+    let passed = litmus(&dsm);
+    if dsm.rank() == 0 {
+        println!("LITMUS {}", passed.join(","));
+    }
+    dsm.barrier().expect("barrier");
+}
+
+fn start(spec: &str, n: usize, port: u16, r: usize) -> Child {
+    Command::new(std::env::current_exe().expect("own path"))
+        .args(["--exact", "member", "--nocapture", "--test-threads", "1"])
+        .env(ROLE, "1")
+        .env(SPEC, spec)
+        .env("RMR_RANK", r.to_string())
+        .env("RMR_SIZE", n.to_string())
+        .env("RMR_ROOT", format!("127.0.0.1:{port}"))
+        .env("RMR_BOOT_TIMEOUT_S", "30")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a member")
+}
+
+/// Runs the suite as one job of `n` processes on `spec`; returns the names
+/// of the tests rank 0 saw pass. A member that fails ends the job (the
+/// others are killed rather than left waiting in a barrier).
+fn job(spec: &str, n: usize) -> Vec<String> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, n, port, r)).collect();
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut failed = None;
+    while failed.is_none() && kids.iter_mut().any(|k| k.try_wait().ok().flatten().is_none()) {
+        for (r, k) in kids.iter_mut().enumerate() {
+            if let Ok(Some(st)) = k.try_wait()
+                && !st.success()
+            {
+                failed = Some(r);
+            }
+        }
+        assert!(Instant::now() < deadline, "{spec}, {n} processes: the job did not finish");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if failed.is_some() {
+        for k in &mut kids {
+            let _ = k.kill();
+        }
+    }
+    let outs: Vec<_> = kids.into_iter().map(|k| k.wait_with_output().expect("wait")).collect();
+    let failed = failed.or_else(|| outs.iter().position(|o| !o.status.success()));
+    if let Some(r) = failed {
+        panic!(
+            "{spec}, {n} processes: rank {r} failed:\n{}",
+            String::from_utf8_lossy(&outs[r].stderr)
+        );
+    }
+    String::from_utf8_lossy(&outs[0].stdout)
+        .lines()
+        .find_map(|l| l.find("LITMUS ").map(|i| l[i + 7..].trim().to_string()))
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+const ALL: [&str; 9] = [
+    "message_passing_lock",
+    "message_passing_barrier",
+    "store_buffering",
+    "lock_counter",
+    "write_then_lock",
+    "false_sharing",
+    "many_pages",
+    "reduce",
+    "panic_releases_guard",
+];
+
+#[test]
+fn litmus_on_tcp_with_2_and_4_processes() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for n in [2, 4] {
+        assert_eq!(job("tcp:127.0.0.1", n), ALL, "tcp, {n} processes");
+    }
+}
+
+#[test]
+fn litmus_on_2_rail_multirail_with_2_and_4_processes() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for n in [2, 4] {
+        assert_eq!(
+            job("multirail:tcp:127.0.0.1,tcp:127.0.0.2", n),
+            ALL,
+            "2-rail multirail, {n} processes"
+        );
+    }
+}
+
+/// The runtime's synchronisation words are only touched by DTO atomics:
+/// no CPU atomic, load or store on registered memory anywhere in it.
+#[test]
+fn synchronisation_words_are_touched_only_through_dto_atomics() {
+    let sources = [
+        ("lib.rs", include_str!("../src/lib.rs")),
+        ("mesh.rs", include_str!("../src/mesh.rs")),
+        ("omp.rs", include_str!("../src/omp.rs")),
+        ("runtime.rs", include_str!("../src/runtime.rs")),
+        ("shared.rs", include_str!("../src/shared.rs")),
+        ("sync.rs", include_str!("../src/sync.rs")),
+    ];
+    for (file, src) in sources {
+        for call in ["atomic_u64(", "load_u64(", "store_u64("] {
+            assert!(!src.contains(call), "rmr-dsm's {file} calls {call}..)");
+        }
+    }
+    let sync = sources[5].1;
+    assert!(sync.contains("post_cmp_swap(") && sync.contains("post_fetch_add("));
+}
