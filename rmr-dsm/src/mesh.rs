@@ -10,12 +10,19 @@
 //! free. No lock is held while a thread is inside the EVD's wait except
 //! the token itself, so a thread whose completions arrived never waits for
 //! another thread's network round trip.
+//!
+//! With a progress thread ([`crate::DsmConfig::progress_thread`], the
+//! default) one thread of the runtime holds the token for good: it sleeps
+//! in the EVD's wait, so what peers ask of this process — the RDMA reads
+//! of its home pages, their diffs, atomics on the words it holds — is
+//! served while the application computes, not when it next waits (on a
+//! transport whose target side runs on the CPU, as TCP's does).
 
 use super::{DsmError, Result};
 use rmr::boot::Bootstrap;
 use rmr::{DtoCompletion, Ep, EpEvds, Error, Evd, Event, Ia, Psp, Pz, RmrContext};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -33,12 +40,26 @@ const POLL_SLICE: Duration = Duration::from_millis(2);
 struct Filed {
     done: HashMap<u64, DtoCompletion>,
     orphan_error: Option<DtoCompletion>,
+    /// The progress thread met an error reading the EVD and stopped.
+    broken: Option<String>,
+}
+
+/// The completion side, shared with the progress thread.
+struct Router {
+    evd: Arc<dyn Evd>,
+    filed: Mutex<Filed>,
+    filed_cv: Condvar,
+    poller: Mutex<()>,
+    /// A progress thread holds the poller token.
+    helped: bool,
+    stop: AtomicBool,
 }
 
 pub(crate) struct Mesh {
     pub(crate) ia: Arc<dyn Ia>,
     pub(crate) pz: Arc<dyn Pz>,
-    evd: Arc<dyn Evd>,
+    router: Arc<Router>,
+    helper: Option<std::thread::JoinHandle<()>>,
     /// Connection events (kept so the EPs' EVD lives as long as they do).
     _cevd: Arc<dyn Evd>,
     _psp: Arc<dyn Psp>,
@@ -48,14 +69,12 @@ pub(crate) struct Mesh {
     /// The accepting side of the loopback pair (kept alive, never posted on).
     _loop_peer: Arc<dyn Ep>,
     next_cookie: AtomicU64,
-    filed: Mutex<Filed>,
-    filed_cv: Condvar,
-    poller: Mutex<()>,
 }
 
 impl Mesh {
-    /// Connects to every process of the job and to itself.
-    pub(crate) fn connect(boot: &Bootstrap, ia: Arc<dyn Ia>) -> Result<Mesh> {
+    /// Connects to every process of the job and to itself; with `helper`,
+    /// starts the progress thread.
+    pub(crate) fn connect(boot: &Bootstrap, ia: Arc<dyn Ia>, helper: bool) -> Result<Mesh> {
         let (me, n) = (boot.rank(), boot.size());
         let pz = ia.create_pz()?;
         let evd = ia.create_evd()?;
@@ -126,18 +145,35 @@ impl Mesh {
             .collect::<Result<Vec<_>>>()?;
         let loop_peer =
             loop_peer.ok_or_else(|| DsmError::Protocol("no loopback connection".into()))?;
+        let router = Arc::new(Router {
+            evd,
+            filed: Mutex::new(Filed::default()),
+            filed_cv: Condvar::new(),
+            poller: Mutex::new(()),
+            helped: helper,
+            stop: AtomicBool::new(false),
+        });
+        let helper = if helper {
+            let r = router.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name("rmr-dsm-progress".into())
+                    .spawn(move || r.serve())
+                    .map_err(|e| DsmError::Protocol(format!("progress thread: {e}")))?,
+            )
+        } else {
+            None
+        };
         Ok(Mesh {
             ia,
             pz,
-            evd,
+            router,
+            helper,
             _cevd: cevd,
             _psp: psp,
             eps,
             _loop_peer: loop_peer,
             next_cookie: AtomicU64::new(1),
-            filed: Mutex::new(Filed::default()),
-            filed_cv: Condvar::new(),
-            poller: Mutex::new(()),
         })
     }
 
@@ -163,6 +199,46 @@ impl Mesh {
     /// returns their completions in the same order. The first failed one
     /// (or a failure of a suppressed DTO nobody waits for) is the error.
     pub(crate) fn wait_all(&self, cookies: &[u64]) -> Result<Vec<DtoCompletion>> {
+        self.router.wait_all(cookies)
+    }
+
+    /// Exchanges one RMR context per process through the bootstrap.
+    pub(crate) fn exchange(boot: &Bootstrap, mine: &RmrContext) -> Result<Vec<RmrContext>> {
+        boot.allgather(&mine.to_bytes())?
+            .iter()
+            .map(|b| RmrContext::from_bytes(b).map_err(DsmError::from))
+            .collect()
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        self.router.stop.store(true, Ordering::Release);
+        if let Some(h) = self.helper.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Router {
+    /// The progress thread: holds the poller token and files completions
+    /// until the mesh is dropped.
+    fn serve(&self) {
+        let _token = self.poller.lock().unwrap_or_else(|e| e.into_inner());
+        while !self.stop.load(Ordering::Acquire) {
+            let r = self.poll_once();
+            drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
+            self.filed_cv.notify_all();
+            if let Err(e) = r {
+                // Every waiter fails with it from now on.
+                self.filed.lock().unwrap_or_else(|e| e.into_inner()).broken = Some(e.to_string());
+                self.filed_cv.notify_all();
+                return;
+            }
+        }
+    }
+
+    fn wait_all(&self, cookies: &[u64]) -> Result<Vec<DtoCompletion>> {
         let mut got: Vec<Option<DtoCompletion>> = vec![None; cookies.len()];
         let mut missing = cookies.len();
         let deadline = Instant::now() + OP_TIMEOUT;
@@ -171,6 +247,9 @@ impl Mesh {
                 let mut f = self.filed.lock().unwrap_or_else(|e| e.into_inner());
                 if let Some(e) = f.orphan_error.take() {
                     e.result()?;
+                }
+                if let Some(why) = &f.broken {
+                    return Err(DsmError::Protocol(format!("progress thread stopped: {why}")));
                 }
                 for (slot, c) in got.iter_mut().zip(cookies) {
                     if slot.is_none()
@@ -186,7 +265,12 @@ impl Mesh {
                 if Instant::now() >= deadline {
                     return Err(DsmError::Rmr(Error::Timeout));
                 }
-                if let Ok(token) = self.poller.try_lock() {
+                if self.helped {
+                    let _ = self
+                        .filed_cv
+                        .wait_timeout(f, POLL_SLICE)
+                        .unwrap_or_else(|e| e.into_inner());
+                } else if let Ok(token) = self.poller.try_lock() {
                     drop(f);
                     let r = self.poll_once();
                     drop(token);
@@ -216,12 +300,21 @@ impl Mesh {
     }
 
     /// One wait on the EVD (the caller holds the poller token): files what
-    /// arrives, the rest of what is queued too, without blocking again.
+    /// arrives, the rest of what is queued too, without blocking again. The
+    /// progress thread blocks at once (no spin: it would take the CPU the
+    /// application computes on); a waiting application thread spins first,
+    /// as the EVD's own wait does.
     fn poll_once(&self) -> Result<()> {
-        let first = match self.evd.wait(Some(POLL_SLICE), 1) {
-            Ok(ev) => Some(ev),
-            Err(Error::Timeout) => None,
-            Err(e) => return Err(e.into()),
+        let first = if self.helped {
+            let stop = || self.stop.load(Ordering::Acquire);
+            self.evd.progress_until(Some(POLL_SLICE), Some(Duration::ZERO), &stop);
+            self.evd.dequeue()
+        } else {
+            match self.evd.wait(Some(POLL_SLICE), 1) {
+                Ok(ev) => Some(ev),
+                Err(Error::Timeout) => None,
+                Err(e) => return Err(e.into()),
+            }
         };
         let mut f = self.filed.lock().unwrap_or_else(|e| e.into_inner());
         let mut file = |ev: Event| {
@@ -243,13 +336,5 @@ impl Mesh {
             }
         }
         Ok(())
-    }
-
-    /// Exchanges one RMR context per process through the bootstrap.
-    pub(crate) fn exchange(boot: &Bootstrap, mine: &RmrContext) -> Result<Vec<RmrContext>> {
-        boot.allgather(&mine.to_bytes())?
-            .iter()
-            .map(|b| RmrContext::from_bytes(b).map_err(DsmError::from))
-            .collect()
     }
 }

@@ -22,12 +22,27 @@ pub struct DsmConfig {
     pub bytes: usize,
     /// The barrier's settings.
     pub barrier: BarrierConfig,
+    /// Run a progress thread (default): it sleeps in the completion wait,
+    /// so the requests of other processes (reads of this process's home
+    /// pages, their diffs, atomics) are served while this process
+    /// computes. Without it they are served when a thread of this process
+    /// next waits for the network, or by the backend's own background
+    /// progress, which on the TCP backend can take milliseconds to take
+    /// over after a wait. Hardware RDMA (verbs) serves them without the
+    /// CPU either way.
+    pub progress_thread: bool,
 }
 
 impl DsmConfig {
-    /// A region of `bytes` on the IA `spec`, the barrier's defaults.
+    /// A region of `bytes` on the IA `spec`; the barrier's defaults and a
+    /// progress thread.
     pub fn new(spec: impl Into<String>, bytes: usize) -> DsmConfig {
-        DsmConfig { spec: spec.into(), bytes, barrier: BarrierConfig::default() }
+        DsmConfig {
+            spec: spec.into(),
+            bytes,
+            barrier: BarrierConfig::default(),
+            progress_thread: true,
+        }
     }
 }
 
@@ -39,6 +54,8 @@ pub(crate) enum Page {
     Clean,
     /// A written copy and its twin (the copy as it was before the first write).
     Dirty(Box<[u8]>),
+    /// An RDMA read into the copy is in flight (the DTO's cookie).
+    Fetching(u64),
 }
 
 /// Counters of what the runtime moved (in [`Dsm::job_stats`] order).
@@ -123,7 +140,7 @@ impl Dsm {
         let upages = cfg.bytes.div_ceil(PAGE).max(1);
         let sync = sync_pages(n);
         let region = (sync + upages) * PAGE;
-        let mesh = Mesh::connect(&boot, ia.clone())?;
+        let mesh = Mesh::connect(&boot, ia.clone(), cfg.progress_thread)?;
         let home = MemRegion::new(region);
         let home_lmr = mesh.pz.register_all(&home, Access::ALL)?;
         let cache = MemRegion::new(region);
@@ -269,7 +286,8 @@ impl Dsm {
 
     /// Locks the state of every remote page of `[addr, addr+len)` (in
     /// ascending order, so two callers never wait on each other in a
-    /// cycle) and fetches the invalid ones, all reads in flight at once.
+    /// cycle) and fetches the invalid ones, all reads in flight at once
+    /// (and waits for those a prefetch started).
     fn hold(&self, addr: usize, len: usize) -> Result<Vec<(usize, MutexGuard<'_, Page>)>> {
         let mut held = Vec::new();
         let mut last = None;
@@ -279,32 +297,77 @@ impl Dsm {
                 last = Some(p);
             }
         }
-        let mut cookies = Vec::new();
-        for (p, st) in &held {
+        for (p, st) in &mut held {
             if matches!(**st, Page::Invalid) {
-                let home = self.home_of(*p);
-                let off = (p * PAGE) as u64;
-                let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
-                let c = self.mesh.cookie();
-                self.mesh.ep(home)?.post_rdma_read(
-                    &sge,
-                    self.ctxs[home].at(off),
-                    Cookie(c),
-                    DtoFlags::empty(),
-                )?;
-                cookies.push(c);
+                self.post_fetch(*p, st)?;
             }
         }
-        if !cookies.is_empty() {
-            self.mesh.wait_all(&cookies)?;
-            self.stats.pages_fetched.fetch_add(cookies.len() as u64, Ordering::Relaxed);
-            for (_, st) in &mut held {
-                if matches!(**st, Page::Invalid) {
-                    **st = Page::Clean;
-                }
-            }
-        }
+        self.settle(&mut held)?;
         Ok(held)
+    }
+
+    /// Posts the RDMA read of remote page `p` into its copy (state lock
+    /// held): the page is `Fetching` until someone settles it.
+    fn post_fetch(&self, p: usize, st: &mut Page) -> Result<()> {
+        let home = self.home_of(p);
+        let off = (p * PAGE) as u64;
+        let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
+        let c = self.mesh.cookie();
+        self.mesh.ep(home)?.post_rdma_read(
+            &sge,
+            self.ctxs[home].at(off),
+            Cookie(c),
+            DtoFlags::empty(),
+        )?;
+        *st = Page::Fetching(c);
+        self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Waits for the reads of the `Fetching` pages among `held` (all at
+    /// once): they become clean copies (or invalid ones, if a read failed).
+    fn settle(&self, held: &mut [(usize, MutexGuard<'_, Page>)]) -> Result<()> {
+        let cookies: Vec<u64> = held
+            .iter()
+            .filter_map(|(_, st)| match **st {
+                Page::Fetching(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        if cookies.is_empty() {
+            return Ok(());
+        }
+        let r = self.mesh.wait_all(&cookies);
+        for (_, st) in held.iter_mut() {
+            if matches!(**st, Page::Fetching(_)) {
+                **st = if r.is_ok() { Page::Clean } else { Page::Invalid };
+            }
+        }
+        r.map(|_| ())
+    }
+
+    /// Starts fetching the remote pages of user bytes `[addr, addr+len)`
+    /// that this process holds no copy of, without waiting: a later access
+    /// finds them landed (or waits for the rest). For the pages a loop is
+    /// about to read from other processes (the halo of a stencil), posted
+    /// right after a barrier while the peers are still in the runtime.
+    ///
+    /// # Errors
+    /// [`DsmError::OutOfRange`], or a failed post.
+    pub fn prefetch(&self, addr: usize, len: usize) -> Result<()> {
+        self.check(addr, len)?;
+        let mut last = None;
+        for (p, _, _) in self.chunks(addr, len) {
+            if self.home_of(p) == self.me || last == Some(p) {
+                continue;
+            }
+            last = Some(p);
+            let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
+            if matches!(*st, Page::Invalid) {
+                self.post_fetch(p, &mut st)?;
+            }
+        }
+        Ok(())
     }
 
     /// Copies `buf.len()` shared bytes at `addr` into `buf`.
@@ -373,6 +436,12 @@ impl Dsm {
                 continue;
             }
             let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
+            if let Page::Fetching(c) = *st {
+                // A prefetch in flight lands before the copy is dropped or kept.
+                let r = self.mesh.wait_all(&[c]);
+                *st = if r.is_ok() { Page::Clean } else { Page::Invalid };
+                r?;
+            }
             if let Page::Dirty(twin) = &*st {
                 let home = self.home_of(p);
                 let ep = self.mesh.ep(home)?;

@@ -105,6 +105,16 @@ impl<'a, T: Pod> Shared<'a, T> {
         self.dsm.write(addr, bytemuck::cast_slice(vals))
     }
 
+    /// Starts fetching the pages of elements `range` that live at other
+    /// processes, without waiting (see [`Dsm::prefetch`]).
+    ///
+    /// # Errors
+    /// [`DsmError::OutOfBounds`], or a failed post.
+    pub fn prefetch(&self, range: Range<usize>) -> Result<()> {
+        let (addr, bytes) = self.span(range.start, range.end.saturating_sub(range.start))?;
+        self.dsm.prefetch(addr, bytes)
+    }
+
     /// Elements `range` as a vector.
     ///
     /// # Errors

@@ -8,6 +8,7 @@
 //! - message passing under a lock: a reader that sees the flag sees the
 //!   data written before it;
 //! - message passing across a barrier;
+//! - a page prefetched before a barrier is not read stale after it;
 //! - store buffering across a barrier: every process sees every store;
 //! - a lock-protected counter: no update lost;
 //! - write, then lock: writes made before taking a lock survive it and
@@ -73,6 +74,21 @@ fn litmus(dsm: &Dsm) -> Vec<&'static str> {
         dsm.barrier().expect("barrier");
     }
     passed.push("message_passing_barrier");
+
+    // A prefetch is not a read past an acquire: a copy prefetched before a
+    // barrier (possibly stale) is dropped by it; the read after sees the
+    // value written before the barrier.
+    let pf = dsm.alloc::<u64>(512 * n).expect("alloc");
+    for k in 1..=ROUNDS {
+        // Word 512 * r lives on page r of the array, homed at rank r.
+        let other = 512 * ((me + 1) % n);
+        pf.prefetch(other..other + 1).expect("prefetch");
+        pf.set(512 * me, k).expect("write at home");
+        dsm.barrier().expect("barrier");
+        assert_eq!(pf.get(other).expect("read"), k, "prefetch before a barrier, round {k}");
+        dsm.barrier().expect("barrier");
+    }
+    passed.push("prefetch_then_barrier");
 
     // Store buffering: each writes its own word, barrier, reads all; the
     // outcome where someone misses a store is forbidden. (A process already
@@ -257,9 +273,10 @@ fn job(spec: &str, n: usize) -> Vec<String> {
         .unwrap_or_default()
 }
 
-const ALL: [&str; 9] = [
+const ALL: [&str; 10] = [
     "message_passing_lock",
     "message_passing_barrier",
+    "prefetch_then_barrier",
     "store_buffering",
     "lock_counter",
     "write_then_lock",
