@@ -187,10 +187,27 @@ impl Mesh {
         self.next_cookie.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// Posts with `post`, retrying while the EP's send queue is full
+    /// ([`Error::QueueFull`]: a release that sends many diff runs at once)
+    /// until it drains, making progress meanwhile (the progress thread, or
+    /// this thread) for at most [`OP_TIMEOUT`].
+    pub(crate) fn post(&self, mut post: impl FnMut() -> rmr::Result<()>) -> Result<()> {
+        let deadline = Instant::now() + OP_TIMEOUT;
+        loop {
+            match post() {
+                Err(Error::QueueFull) if Instant::now() < deadline => self.router.make_room()?,
+                r => return Ok(r?),
+            }
+        }
+    }
+
     /// Posts one DTO with `post(cookie)` and waits for its completion.
-    pub(crate) fn run(&self, post: impl FnOnce(u64) -> rmr::Result<()>) -> Result<DtoCompletion> {
+    pub(crate) fn run(
+        &self,
+        mut post: impl FnMut(u64) -> rmr::Result<()>,
+    ) -> Result<DtoCompletion> {
         let c = self.cookie();
-        post(c)?;
+        self.post(|| post(c))?;
         let mut v = self.wait_all(&[c])?;
         Ok(v.pop().expect("one completion"))
     }
@@ -236,6 +253,23 @@ impl Router {
                 return;
             }
         }
+    }
+
+    /// Lets a full send queue drain: the progress thread sends what is
+    /// queued while this thread naps; without one, this thread drives the
+    /// EVD once (or naps while another thread does).
+    fn make_room(&self) -> Result<()> {
+        if !self.helped
+            && let Ok(token) = self.poller.try_lock()
+        {
+            let r = self.poll_once();
+            drop(token);
+            drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
+            self.filed_cv.notify_all();
+            return r;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+        Ok(())
     }
 
     fn wait_all(&self, cookies: &[u64]) -> Result<Vec<DtoCompletion>> {

@@ -94,7 +94,15 @@ impl Dsm {
     where
         F: Fn(usize) -> Result<()> + Sync + Send,
     {
-        self.share(range).into_par_iter().try_for_each(f)
+        let mine = self.share(range);
+        if rayon::current_num_threads() <= 1 {
+            // One thread: run the block here. A hop to rayon's single
+            // worker would leave two threads of this process busy (the
+            // worker spins a while after each block), on a node whose
+            // other cores run the other processes.
+            return mine.into_iter().try_for_each(f);
+        }
+        mine.into_par_iter().try_for_each(f)
     }
 
     /// Runs `f` on one process (rank 0), then a barrier on all (OpenMP's

@@ -313,12 +313,10 @@ impl Dsm {
         let off = (p * PAGE) as u64;
         let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
         let c = self.mesh.cookie();
-        self.mesh.ep(home)?.post_rdma_read(
-            &sge,
-            self.ctxs[home].at(off),
-            Cookie(c),
-            DtoFlags::empty(),
-        )?;
+        let ep = self.mesh.ep(home)?;
+        self.mesh.post(|| {
+            ep.post_rdma_read(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
+        })?;
         *st = Page::Fetching(c);
         self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -451,12 +449,14 @@ impl Dsm {
                 for run in diff_runs(twin, &now) {
                     if let Some((off, len)) = last[home].take() {
                         let sge = [Sge::new(&*self.cache_lmr, off, len)];
-                        ep.post_rdma_write(
-                            &sge,
-                            self.ctxs[home].at(off),
-                            Cookie(0),
-                            DtoFlags::SUPPRESS,
-                        )?;
+                        self.mesh.post(|| {
+                            ep.post_rdma_write(
+                                &sge,
+                                self.ctxs[home].at(off),
+                                Cookie(0),
+                                DtoFlags::SUPPRESS,
+                            )
+                        })?;
                     }
                     let off = base + run.start as u64;
                     last[home] = Some((off, run.len() as u64));
@@ -474,12 +474,10 @@ impl Dsm {
             if let Some((off, len)) = l {
                 let sge = [Sge::new(&*self.cache_lmr, off, len)];
                 let c = self.mesh.cookie();
-                self.mesh.ep(home)?.post_rdma_write(
-                    &sge,
-                    self.ctxs[home].at(off),
-                    Cookie(c),
-                    DtoFlags::empty(),
-                )?;
+                let ep = self.mesh.ep(home)?;
+                self.mesh.post(|| {
+                    ep.post_rdma_write(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
+                })?;
                 cookies.push(c);
             }
         }

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 const ROLE: &str = "RMR_DSM_LITMUS_MEMBER";
 const SPEC: &str = "RMR_DSM_LITMUS_SPEC";
+const NO_HELPER: &str = "RMR_DSM_LITMUS_NO_PROGRESS_THREAD";
 static SERIAL: Mutex<()> = Mutex::new(());
 const ROUNDS: u64 = 40;
 
@@ -211,7 +212,9 @@ fn member() {
             eprintln!("{i}");
         }
     }));
-    let dsm = Dsm::join(&DsmConfig::new(spec, 1 << 20)).expect("join");
+    let mut cfg = DsmConfig::new(spec, 1 << 20);
+    cfg.progress_thread = std::env::var_os(NO_HELPER).is_none();
+    let dsm = Dsm::join(&cfg).expect("join");
     let passed = litmus(&dsm);
     if dsm.rank() == 0 {
         println!("LITMUS {}", passed.join(","));
@@ -219,9 +222,12 @@ fn member() {
     dsm.barrier().expect("barrier");
 }
 
-fn start(spec: &str, n: usize, port: u16, r: usize) -> Child {
-    Command::new(std::env::current_exe().expect("own path"))
-        .args(["--exact", "member", "--nocapture", "--test-threads", "1"])
+fn start(spec: &str, helper: bool, n: usize, port: u16, r: usize) -> Child {
+    let mut c = Command::new(std::env::current_exe().expect("own path"));
+    if !helper {
+        c.env(NO_HELPER, "1");
+    }
+    c.args(["--exact", "member", "--nocapture", "--test-threads", "1"])
         .env(ROLE, "1")
         .env(SPEC, spec)
         .env("RMR_RANK", r.to_string())
@@ -238,8 +244,13 @@ fn start(spec: &str, n: usize, port: u16, r: usize) -> Child {
 /// of the tests rank 0 saw pass. A member that fails ends the job (the
 /// others are killed rather than left waiting in a barrier).
 fn job(spec: &str, n: usize) -> Vec<String> {
+    job_with(spec, true, n)
+}
+
+/// [`job`], with or without the runtime's progress thread.
+fn job_with(spec: &str, helper: bool, n: usize) -> Vec<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, n, port, r)).collect();
+    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, helper, n, port, r)).collect();
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut failed = None;
     while failed.is_none() && kids.iter_mut().any(|k| k.try_wait().ok().flatten().is_none()) {
@@ -261,10 +272,15 @@ fn job(spec: &str, n: usize) -> Vec<String> {
     let outs: Vec<_> = kids.into_iter().map(|k| k.wait_with_output().expect("wait")).collect();
     let failed = failed.or_else(|| outs.iter().position(|o| !o.status.success()));
     if let Some(r) = failed {
-        panic!(
-            "{spec}, {n} processes: rank {r} failed:\n{}",
-            String::from_utf8_lossy(&outs[r].stderr)
-        );
+        let all: String = outs
+            .iter()
+            .enumerate()
+            .filter(|(_, o)| !o.status.success())
+            .map(|(q, o)| {
+                format!("--- rank {q} ({}):\n{}\n", o.status, String::from_utf8_lossy(&o.stderr))
+            })
+            .collect();
+        panic!("{spec}, {n} processes: rank {r} failed first\n{all}");
     }
     String::from_utf8_lossy(&outs[0].stdout)
         .lines()
@@ -304,6 +320,14 @@ fn litmus_on_2_rail_multirail_with_2_and_4_processes() {
             "2-rail multirail, {n} processes"
         );
     }
+}
+
+/// Without the progress thread: the waiting threads take turns reading the
+/// completion queue (and a full send queue drains through them).
+#[test]
+fn litmus_on_tcp_without_a_progress_thread() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(job_with("tcp:127.0.0.1", false, 2), ALL, "tcp, 2 processes, no progress thread");
 }
 
 /// The runtime's synchronisation words are only touched by DTO atomics:

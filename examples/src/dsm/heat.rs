@@ -93,12 +93,14 @@ pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
             grids.prefetch(at(0, mine.end)..at(0, mine.end + 1))?;
         }
         dsm.parallel_for(1..g.rows - 1, |r| {
-            // The three rows in one read: their pages are fetched together.
-            let mut three = vec![0.0; 3 * 2 * g.cols];
-            grids.read(at(0, r - 1), &mut three)?;
-            let row = |k: usize| &three[(2 * k + src) * g.cols..(2 * k + src + 1) * g.cols];
+            let mut three = vec![0.0; 3 * g.cols];
+            for (k, row) in three.chunks_mut(g.cols).enumerate() {
+                grids.read(at(src, r + k - 1), row)?;
+            }
+            let (up, rest) = three.split_at(g.cols);
+            let (mid, down) = rest.split_at(g.cols);
             let mut out = vec![0.0; g.cols];
-            relax(row(0), row(1), row(2), &mut out);
+            relax(up, mid, down, &mut out);
             grids.write(at(dst, r), &out)
         })?;
     }
