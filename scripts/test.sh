@@ -16,8 +16,8 @@ cargo fmt --all -- --check
 # (an order to read them in), and no source file in the core crates runs
 # past 800 lines (one concern per file).
 step layout
-python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot benches examples
-scripts/file-lengths.sh 800 rmr-api multirail backend-tcp
+python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot benches examples rmr-dsm
+scripts/file-lengths.sh 800 rmr-api multirail backend-tcp rmr-dsm
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 step clippy
 cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings
