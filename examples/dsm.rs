@@ -30,12 +30,13 @@ struct Args {
     locks: usize,
     n: usize,
     threads: Option<usize>,
+    progress_thread: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: dsm [--procs N | --sweep 1,2,4] [--spec SPEC] [--rows R] [--iters K] [--locks L]\n\
-         \x20          [--n N] [--threads T]\n\
+         \x20          [--n N] [--threads T] [--progress-thread]\n\
          defaults: --spec tcp:127.0.0.1 (or RMR_DSM_SPEC) --rows 256 --iters 50 --locks 200\n\
          --n 256 (the matrix-vector kernel's size), --threads: rayon's default (RAYON_NUM_THREADS)"
     );
@@ -52,6 +53,7 @@ fn parse() -> Args {
         locks: 200,
         n: 256,
         threads: None,
+        progress_thread: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -66,6 +68,7 @@ fn parse() -> Args {
             "--locks" => a.locks = num(v()),
             "--n" => a.n = num(v()).max(1),
             "--threads" => a.threads = Some(num(v()).max(1)),
+            "--progress-thread" => a.progress_thread = true,
             _ => usage(),
         }
     }
@@ -124,10 +127,11 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         rayon::ThreadPoolBuilder::new().num_threads(t).build_global()?;
     }
     let g = Grid { rows: a.rows, cols: heat::COLS };
-    let cfg = DsmConfig::new(
+    let mut cfg = DsmConfig::new(
         a.spec.clone(),
         g.shared_bytes() + matvec::shared_bytes(a.n) + rmr_dsm::PAGE,
     );
+    cfg.progress_thread = a.progress_thread;
     let t0 = Instant::now();
     let dsm = Dsm::join(&cfg)?;
     let joined = t0.elapsed();

@@ -86,7 +86,10 @@ impl Dsm {
     }
 
     /// [`Dsm::parallel_for`] without the barrier (OpenMP's `nowait`): the
-    /// writes reach other processes at this process's next release.
+    /// writes reach other processes at this process's next release. The
+    /// block's first and last index run after the others (a stencil's
+    /// rows next to another process's block: their pages, prefetched,
+    /// arrive meanwhile); no other order is promised.
     ///
     /// # Errors
     /// The first error `f` returned.
@@ -95,14 +98,24 @@ impl Dsm {
         F: Fn(usize) -> Result<()> + Sync + Send,
     {
         let mine = self.share(range);
+        // The block's first and last index run last: in a stencil they are
+        // the ones that read the neighbours' data, whose pages then have
+        // the block's run time to arrive (see `Dsm::prefetch`).
+        let edges = match mine.len() {
+            0 => Vec::new(),
+            1 => vec![mine.start],
+            _ => vec![mine.start, mine.end - 1],
+        };
+        let inner = mine.start + 1..mine.end.saturating_sub(1).max(mine.start + 1);
         if rayon::current_num_threads() <= 1 {
             // One thread: run the block here. A hop to rayon's single
             // worker would leave two threads of this process busy (the
             // worker spins a while after each block), on a node whose
             // other cores run the other processes.
-            return mine.into_iter().try_for_each(f);
+            return inner.chain(edges).try_for_each(f);
         }
-        mine.into_par_iter().try_for_each(f)
+        inner.into_par_iter().try_for_each(&f)?;
+        edges.into_par_iter().try_for_each(f)
     }
 
     /// Runs `f` on one process (rank 0), then a barrier on all (OpenMP's

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 const ROLE: &str = "RMR_DSM_LITMUS_MEMBER";
 const SPEC: &str = "RMR_DSM_LITMUS_SPEC";
-const NO_HELPER: &str = "RMR_DSM_LITMUS_NO_PROGRESS_THREAD";
+const HELPER: &str = "RMR_DSM_LITMUS_PROGRESS_THREAD";
 static SERIAL: Mutex<()> = Mutex::new(());
 const ROUNDS: u64 = 40;
 
@@ -213,7 +213,7 @@ fn member() {
         }
     }));
     let mut cfg = DsmConfig::new(spec, 1 << 20);
-    cfg.progress_thread = std::env::var_os(NO_HELPER).is_none();
+    cfg.progress_thread = std::env::var_os(HELPER).is_some();
     let dsm = Dsm::join(&cfg).expect("join");
     let passed = litmus(&dsm);
     if dsm.rank() == 0 {
@@ -224,8 +224,8 @@ fn member() {
 
 fn start(spec: &str, helper: bool, n: usize, port: u16, r: usize) -> Child {
     let mut c = Command::new(std::env::current_exe().expect("own path"));
-    if !helper {
-        c.env(NO_HELPER, "1");
+    if helper {
+        c.env(HELPER, "1");
     }
     c.args(["--exact", "member", "--nocapture", "--test-threads", "1"])
         .env(ROLE, "1")
@@ -244,10 +244,11 @@ fn start(spec: &str, helper: bool, n: usize, port: u16, r: usize) -> Child {
 /// of the tests rank 0 saw pass. A member that fails ends the job (the
 /// others are killed rather than left waiting in a barrier).
 fn job(spec: &str, n: usize) -> Vec<String> {
-    job_with(spec, true, n)
+    job_with(spec, false, n)
 }
 
-/// [`job`], with or without the runtime's progress thread.
+/// [`job`], with or without the runtime's progress thread (`job`: without,
+/// the default).
 fn job_with(spec: &str, helper: bool, n: usize) -> Vec<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut kids: Vec<Child> = (0..n).map(|r| start(spec, helper, n, port, r)).collect();
@@ -322,12 +323,12 @@ fn litmus_on_2_rail_multirail_with_2_and_4_processes() {
     }
 }
 
-/// Without the progress thread: the waiting threads take turns reading the
-/// completion queue (and a full send queue drains through them).
+/// With the progress thread: it reads the completion queue for good and
+/// the waiting threads sleep until it files their completions.
 #[test]
-fn litmus_on_tcp_without_a_progress_thread() {
+fn litmus_on_tcp_with_a_progress_thread() {
     let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    assert_eq!(job_with("tcp:127.0.0.1", false, 2), ALL, "tcp, 2 processes, no progress thread");
+    assert_eq!(job_with("tcp:127.0.0.1", true, 2), ALL, "tcp, 2 processes, progress thread");
 }
 
 /// The runtime's synchronisation words are only touched by DTO atomics:
