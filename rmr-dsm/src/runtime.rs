@@ -113,6 +113,10 @@ pub struct Dsm {
     pub(crate) cache_lmr: Arc<dyn Lmr>,
     pub(crate) ctxs: Vec<RmrContext>,
     pages: Vec<Mutex<Page>>,
+    /// The remote pages that may hold a copy (each pushed when a fetch
+    /// leaves `Invalid`): what a release or an acquire walks, so its cost
+    /// grows with the pages this process touched, not with the region.
+    copies: Mutex<Vec<usize>>,
     /// The home of every region page: the sync area is rank 0's; user
     /// pages are dealt out in blocks over the region, and [`Dsm::alloc`]
     /// deals each array's own pages out in blocks again, so block `i` of
@@ -169,6 +173,7 @@ impl Dsm {
             cache_lmr,
             ctxs,
             pages,
+            copies: Mutex::new(Vec::new()),
             homes,
             barrier: Mutex::new(barrier),
             stats: Stats::default(),
@@ -322,6 +327,7 @@ impl Dsm {
             ep.post_rdma_read(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
         })?;
         *st = Page::Fetching(c);
+        self.copies.lock().unwrap_or_else(|e| e.into_inner()).push(p);
         self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -433,44 +439,19 @@ impl Dsm {
     /// went home: writes made before an acquire are kept.
     pub(crate) fn sync_copies(&self, drop_copies: bool) -> Result<()> {
         let mut last: Vec<Option<(u64, u64)>> = vec![None; self.n];
-        for p in self.sync..self.pages.len() {
-            if self.home_of(p) == self.me {
-                continue;
-            }
-            let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
-            if let Page::Fetching(c) = *st {
-                // A prefetch in flight lands before the copy is dropped or kept.
-                let r = self.mesh.wait_all(&[c]);
-                *st = if r.is_ok() { Page::Clean } else { Page::Invalid };
-                r?;
-            }
-            if let Page::Dirty(twin) = &*st {
-                let home = self.home_of(p);
-                let ep = self.mesh.ep(home)?;
-                let base = (p * PAGE) as u64;
-                let now = self.cache.to_vec(base, PAGE)?;
-                self.stats.whole_page_bytes.fetch_add(PAGE as u64, Ordering::Relaxed);
-                for run in diff_runs(twin, &now) {
-                    if let Some((off, len)) = last[home].take() {
-                        let sge = [Sge::new(&*self.cache_lmr, off, len)];
-                        self.mesh.post(|| {
-                            ep.post_rdma_write(
-                                &sge,
-                                self.ctxs[home].at(off),
-                                Cookie(0),
-                                DtoFlags::SUPPRESS,
-                            )
-                        })?;
-                    }
-                    let off = base + run.start as u64;
-                    last[home] = Some((off, run.len() as u64));
-                    self.stats.diff_bytes.fetch_add(run.len() as u64, Ordering::Relaxed);
-                    self.stats.diff_runs.fetch_add(1, Ordering::Relaxed);
+        let mut list = {
+            let mut c = self.copies.lock().unwrap_or_else(|e| e.into_inner());
+            if drop_copies { std::mem::take(&mut *c) } else { c.clone() }
+        };
+        list.sort_unstable();
+        list.dedup();
+        for (i, &p) in list.iter().enumerate() {
+            if let Err(e) = self.sync_page(p, drop_copies, &mut last) {
+                if drop_copies {
+                    // Not walked: still copies to drop at the next acquire.
+                    self.copies.lock().unwrap_or_else(|e| e.into_inner()).extend(&list[i..]);
                 }
-                *st = Page::Clean;
-            }
-            if drop_copies {
-                *st = Page::Invalid;
+                return Err(e);
             }
         }
         let mut cookies = Vec::new();
@@ -486,6 +467,53 @@ impl Dsm {
             }
         }
         self.mesh.wait_all(&cookies)?;
+        Ok(())
+    }
+
+    /// [`Dsm::sync_copies`] for remote page `p`: a fetch in flight lands;
+    /// a dirty copy's runs are posted (each home's last run is left in
+    /// `last`, to go signalled); with `drop_copies` the copy is dropped.
+    fn sync_page(
+        &self,
+        p: usize,
+        drop_copies: bool,
+        last: &mut [Option<(u64, u64)>],
+    ) -> Result<()> {
+        let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
+        if let Page::Fetching(c) = *st {
+            // A prefetch in flight lands before the copy is dropped or kept.
+            let r = self.mesh.wait_all(&[c]);
+            *st = if r.is_ok() { Page::Clean } else { Page::Invalid };
+            r?;
+        }
+        if let Page::Dirty(twin) = &*st {
+            let home = self.home_of(p);
+            let ep = self.mesh.ep(home)?;
+            let base = (p * PAGE) as u64;
+            let now = self.cache.to_vec(base, PAGE)?;
+            self.stats.whole_page_bytes.fetch_add(PAGE as u64, Ordering::Relaxed);
+            for run in diff_runs(twin, &now) {
+                if let Some((off, len)) = last[home].take() {
+                    let sge = [Sge::new(&*self.cache_lmr, off, len)];
+                    self.mesh.post(|| {
+                        ep.post_rdma_write(
+                            &sge,
+                            self.ctxs[home].at(off),
+                            Cookie(0),
+                            DtoFlags::SUPPRESS,
+                        )
+                    })?;
+                }
+                let off = base + run.start as u64;
+                last[home] = Some((off, run.len() as u64));
+                self.stats.diff_bytes.fetch_add(run.len() as u64, Ordering::Relaxed);
+                self.stats.diff_runs.fetch_add(1, Ordering::Relaxed);
+            }
+            *st = Page::Clean;
+        }
+        if drop_copies {
+            *st = Page::Invalid;
+        }
         Ok(())
     }
 
