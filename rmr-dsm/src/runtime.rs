@@ -378,6 +378,12 @@ impl Dsm {
         Ok(())
     }
 
+    /// Where this process keeps page `p`'s bytes: its home memory for the
+    /// pages homed here, its copies for the others.
+    fn bytes_of(&self, p: usize) -> &MemRegion {
+        if self.home_of(p) == self.me { &self.home } else { &self.cache }
+    }
+
     /// Copies `buf.len()` shared bytes at `addr` into `buf`.
     ///
     /// # Errors
@@ -387,13 +393,7 @@ impl Dsm {
         let held = self.hold(addr, buf.len())?;
         let mut at = 0;
         for (p, off, n) in self.chunks(addr, buf.len()) {
-            let src = (p * PAGE + off) as u64;
-            let dst = &mut buf[at..at + n];
-            if self.home_of(p) == self.me {
-                self.home.read(src, dst)?;
-            } else {
-                self.cache.read(src, dst)?;
-            }
+            self.bytes_of(p).read((p * PAGE + off) as u64, &mut buf[at..at + n])?;
             at += n;
         }
         drop(held);
@@ -417,13 +417,7 @@ impl Dsm {
         }
         let mut at = 0;
         for (p, off, n) in self.chunks(addr, data.len()) {
-            let src = &data[at..at + n];
-            let dst = (p * PAGE + off) as u64;
-            if self.home_of(p) == self.me {
-                self.home.write(dst, src)?;
-            } else {
-                self.cache.write(dst, src)?;
-            }
+            self.bytes_of(p).write((p * PAGE + off) as u64, &data[at..at + n])?;
             at += n;
         }
         drop(held);
