@@ -30,13 +30,13 @@ struct Args {
     locks: usize,
     n: usize,
     threads: Option<usize>,
-    progress_thread: bool,
+    progress: rmr_dsm::Progress,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: dsm [--procs N | --sweep 1,2,4] [--spec SPEC] [--rows R] [--iters K] [--locks L]\n\
-         \x20          [--n N] [--threads T] [--progress-thread]\n\
+         \x20          [--n N] [--threads T] [--progress auto|on|off]\n\
          defaults: --spec tcp:127.0.0.1 (or RMR_DSM_SPEC) --rows 256 --iters 50 --locks 200\n\
          --n 256 (the matrix-vector kernel's size), --threads: rayon's default (RAYON_NUM_THREADS)"
     );
@@ -53,7 +53,7 @@ fn parse() -> Args {
         locks: 200,
         n: 256,
         threads: None,
-        progress_thread: false,
+        progress: rmr_dsm::Progress::Auto,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -68,7 +68,14 @@ fn parse() -> Args {
             "--locks" => a.locks = num(v()),
             "--n" => a.n = num(v()).max(1),
             "--threads" => a.threads = Some(num(v()).max(1)),
-            "--progress-thread" => a.progress_thread = true,
+            "--progress" => {
+                a.progress = match v().as_str() {
+                    "auto" => rmr_dsm::Progress::Auto,
+                    "on" => rmr_dsm::Progress::On,
+                    "off" => rmr_dsm::Progress::Off,
+                    _ => usage(),
+                }
+            }
             _ => usage(),
         }
     }
@@ -131,7 +138,7 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         a.spec.clone(),
         g.shared_bytes() + matvec::shared_bytes(a.n) + rmr_dsm::PAGE,
     );
-    cfg.progress_thread = a.progress_thread;
+    cfg.progress = a.progress;
     let t0 = Instant::now();
     let dsm = Dsm::join(&cfg)?;
     let joined = t0.elapsed();

@@ -612,6 +612,7 @@ if dsmr:
     print(f"\nBit-identical to one process in every run: {'yes' if ok else '**no**'}. "
           "The matrix-vector kernel (256 x 256, fixed) is too small to gain from a second process: "
           "each product is a barrier and one fetched page of x per process for about 40 us of arithmetic.\n")
+    spread = [r["us_per_iter"] for r in dsmr if r["rows"] == 256 and r["procs"] == 2 and r["threads"] == "1"] or [0]
     print("Where the speed-up rows read \"not met\": the fixed cost per iteration is small "
           "(release, barrier and acquire take 20-60 us; the halo rows, prefetched after the barrier "
           "and read last, have arrived), so two processes gain at every size; what they do not "
@@ -621,11 +622,13 @@ if dsmr:
           "side of every RDMA read and diff runs on the CPU of a process that is computing (TCP: the "
           "backend's progress thread takes it over). Four processes on two CPUs wait for each other's "
           "turn on a CPU to serve those requests. The runtime's own progress thread "
-          "(`DsmConfig::progress_thread`) serves them at once but preempts the computation for each: "
-          "off by default, it cost 394-455 against 285-344 us per iteration at 256 rows in three pairs "
-          "measured by hand (`dsm --sweep 2 --rows 256 [--progress-thread]`). At 256 rows the rounds "
-          "of two processes spread widely (272-619 us in this run): the figure is a few hundred "
-          "microseconds of work against wake-up and scheduling delays of the same order.\n")
+          "(`rmr_dsm::Progress`) serves them at once but preempts the computation for each, so "
+          "`Progress::Auto` (the default) runs it only where a node has more of the job's processes "
+          "than CPUs (the 4-process column): with 2 processes it cost 394-455 against 285-344 us per "
+          "iteration at 256 rows in three pairs measured by hand (`dsm --sweep 2 --rows 256 --progress on|off`). "
+          f"At 256 rows the rounds of two processes spread from {min(spread):.0f} to {max(spread):.0f} us "
+          "in this run: a few hundred microseconds of work against wake-up and scheduling delays of "
+          "the same order.\n")
 if dsmlab:
     print("Two hosts of the lab (two network namespaces on this 2-CPU machine) joined by two "
           "tbf-shaped 1 Gbit/s rails, a 2-rail multirail EP per process (`scripts/dsm-lab.sh`, "

@@ -54,7 +54,7 @@ mod shared;
 mod sync;
 
 pub use omp::{Reduce, ReduceOp};
-pub use runtime::{Dsm, DsmConfig, Stats};
+pub use runtime::{Dsm, DsmConfig, Progress, Stats};
 pub use shared::Shared;
 pub use sync::LockGuard;
 

@@ -19,7 +19,7 @@
 //! - reductions: every process gets the same, right value;
 //! - a panic while holding a guard leaves the lock free.
 
-use rmr_dsm::{Dsm, DsmConfig, ReduceOp};
+use rmr_dsm::{Dsm, DsmConfig, Progress, ReduceOp};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -213,7 +213,9 @@ fn member() {
         }
     }));
     let mut cfg = DsmConfig::new(spec, 1 << 20);
-    cfg.progress_thread = std::env::var_os(HELPER).is_some();
+    if std::env::var_os(HELPER).is_some() {
+        cfg.progress = Progress::On;
+    }
     let dsm = Dsm::join(&cfg).expect("join");
     let passed = litmus(&dsm);
     if dsm.rank() == 0 {
@@ -247,8 +249,8 @@ fn job(spec: &str, n: usize) -> Vec<String> {
     job_with(spec, false, n)
 }
 
-/// [`job`], with or without the runtime's progress thread (`job`: without,
-/// the default).
+/// [`job`], with the runtime's progress thread forced on (`helper`) or as
+/// [`Progress::Auto`] decides (on with 4 processes on a 2-CPU machine).
 fn job_with(spec: &str, helper: bool, n: usize) -> Vec<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let mut kids: Vec<Child> = (0..n).map(|r| start(spec, helper, n, port, r)).collect();
