@@ -5,7 +5,8 @@ only: no circle, so there is an order to read them in.
     python3 scripts/module-dag.py CRATE_DIR [CRATE_DIR ...]
 
 A module is a top-level module of the crate (src/<m>.rs or src/<m>/);
-an edge m -> n is any `crate::n` path in m's files (comments included:
+an edge m -> n is any `crate::n` path in m's files (`super::n` in the
+module's own top-level file; comments included:
 a doc link is a dependency of the reader too). A path through a root
 re-export (`crate::Item`, re-exported in lib.rs by `pub use n::Item`) is
 resolved to n. Prints each crate's order (dependencies first) or its
@@ -60,6 +61,10 @@ def edges(crate):
     for m, files in mods.items():
         for p in files:
             text = open(p).read()
+            # In a top-level module's own file (src/m.rs, src/m/mod.rs),
+            # `super::` is the crate root: the same as `crate::`.
+            if os.path.dirname(p) == src or os.path.basename(p) == "mod.rs" and os.path.dirname(os.path.dirname(p)) == src:
+                text = re.sub(r"\bsuper::", "crate::", text)
             # `use crate::{a::X, b, C}` groups, then plain `crate::x` paths.
             names = []
             for g in re.finditer(r"crate::\{([^;]*?)\}", text, re.S):

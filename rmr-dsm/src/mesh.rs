@@ -11,7 +11,7 @@
 //! the token itself, so a thread whose completions arrived never waits for
 //! another thread's network round trip.
 //!
-//! With a progress thread ([`crate::Progress`]) one thread of the runtime holds the token for good: it sleeps
+//! With a progress thread (the runtime's `Progress` setting) one thread of the runtime holds the token for good: it sleeps
 //! in the EVD's wait, so what peers ask of this process — the RDMA reads
 //! of its home pages, their diffs, atomics on the words it holds — is
 //! served while the application computes, not when it next waits (on a
