@@ -17,9 +17,11 @@
 //!   at a third process where there is one) all land;
 //! - many pages written by every process at once;
 //! - reductions: every process gets the same, right value;
-//! - a panic while holding a guard leaves the lock free.
+//! - a panic while holding a guard leaves the lock free;
+//! - bad input (no room, an index or address outside) gets a typed error
+//!   and changes nothing.
 
-use rmr_dsm::{Dsm, DsmConfig, Progress, ReduceOp};
+use rmr_dsm::{Dsm, DsmConfig, DsmError, Progress, ReduceOp};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -33,6 +35,27 @@ const ROUNDS: u64 = 40;
 fn litmus(dsm: &Dsm) -> Vec<&'static str> {
     let (me, n) = (dsm.rank(), dsm.procs());
     let mut passed = Vec::new();
+
+    // Bad input gets a typed error and changes nothing.
+    let left = dsm.available();
+    assert!(matches!(dsm.alloc::<u64>(usize::MAX / 4), Err(DsmError::OutOfSpace { .. })));
+    assert!(matches!(dsm.alloc::<u8>(left + 1), Err(DsmError::OutOfSpace { .. })));
+    assert_eq!(dsm.available(), left, "a refused allocation took no room");
+    let small = dsm.alloc::<u64>(4).expect("alloc");
+    small.set(0, 7).expect("set");
+    let oob = |r: rmr_dsm::Result<()>| matches!(r, Err(DsmError::OutOfBounds { .. }));
+    assert!(matches!(small.get(4), Err(DsmError::OutOfBounds { start: 4, len: 1, elements: 4 })));
+    assert!(oob(small.set(5, 1)));
+    assert!(oob(small.read(2, &mut [0; 3])));
+    assert!(oob(small.write(usize::MAX, &[1])));
+    let end = dsm.len();
+    let range = |r: rmr_dsm::Result<()>| matches!(r, Err(DsmError::OutOfRange { .. }));
+    assert!(range(dsm.read(end - 4, &mut [0u8; 8])));
+    assert!(range(dsm.write(usize::MAX - 2, &[0u8; 8])));
+    assert!(range(dsm.prefetch(end, 1)));
+    assert_eq!(small.to_vec(0..4).expect("read"), [7, 0, 0, 0], "refused accesses changed nothing");
+    dsm.barrier().expect("barrier");
+    passed.push("bad_input");
 
     // Message passing under a lock. P0 writes data = k outside the lock,
     // then flag = k under it; the others read flag and data under the
@@ -292,7 +315,8 @@ fn job_with(spec: &str, helper: bool, n: usize) -> Vec<String> {
         .unwrap_or_default()
 }
 
-const ALL: [&str; 10] = [
+const ALL: [&str; 11] = [
+    "bad_input",
     "message_passing_lock",
     "message_passing_barrier",
     "prefetch_then_barrier",
