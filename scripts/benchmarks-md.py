@@ -107,14 +107,21 @@ def med(v):
     return v[len(v) // 2] if v else None
 
 
-for s_ in (8, 4096):
-    rm = med(r["lat_mean_us"] for r in of if r["test"] == "lat" and r["backend"].startswith("ofi") and r["size"] == s_ and r.get("lat_mean_us"))
-    fp = med(r["lat_mean_us"] for r in of if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == s_)
-    tc = med(r["lat_mean_us"] for r in of if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == s_ and r.get("lat_mean_us"))
-    if rm and fp:
-        verdict(f"ofi:tcp, {s_} B half round trip / fi_pingpong -p tcp -e msg (means; median of rounds)", f"{rm / fp:.2f} ({rm:.1f} vs {fp:.1f} us)", rm / fp <= 1.2, "<= 1.2")
-    if rm and tc and s_ == 8:
-        verdict("ofi:tcp, 8 B half round trip / the tcp backend's (means)", f"{rm / tc:.2f}", rm / tc <= 1.5, "<= 1.5")
+def ofi_lat_verdicts(rows, where):
+    """ofi:tcp's 8 B and 4 KiB half round trip against fi_pingpong and the
+    tcp backend, means, median of the run's rounds; `where` prefixes the row."""
+    for s_ in (8, 4096):
+        def m(test, backend):
+            return med(r["lat_mean_us"] for r in rows if r["test"] == test and r["backend"] == backend
+                       and r["size"] == s_ and r.get("lat_mean_us"))
+        rm, fp, tc = m("lat", "ofi:tcp"), m("fi_pingpong", "fi_pingpong:tcp"), m("lat", "tcp")
+        if rm and fp:
+            verdict(f"{where}ofi:tcp, {s_} B half round trip / fi_pingpong -p tcp -e msg (means; median of rounds)", f"{rm / fp:.2f} ({rm:.1f} vs {fp:.1f} us)", rm / fp <= 1.2, "<= 1.2")
+        if rm and tc and s_ == 8:
+            verdict(f"{where}ofi:tcp, 8 B half round trip / the tcp backend's (means; median of rounds)", f"{rm / tc:.2f} ({rm:.1f} vs {tc:.1f} us)", rm / tc <= 1.5, "<= 1.5")
+
+
+ofi_lat_verdicts(of, "")
 
 for s_ in (65536, 1 << 20):
     rb = med(r["mbps"] for r in of if r["test"] == "bw" and r["backend"] == "ofi:tcp" and r["size"] == s_)
@@ -151,14 +158,7 @@ if dsmr:
                     f"{ry / p2:.2f}", ry / p2 >= 0.95, ">= 0.95")
 
 # --- the ofi backend against fi_pingpong and the tcp backend on loopback
-for s_ in (8, 4096):
-    rm = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == s_ and r.get("lat_mean_us"))
-    fp = med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == s_)
-    tc = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == s_ and r.get("lat_mean_us"))
-    if rm and fp:
-        verdict(f"loopback: ofi:tcp, {s_} B half round trip / fi_pingpong -p tcp -e msg (means; median of rounds)", f"{rm / fp:.2f} ({rm:.1f} vs {fp:.1f} us)", rm / fp <= 1.2, "<= 1.2")
-    if rm and tc and s_ == 8:
-        verdict("loopback: ofi:tcp, 8 B half round trip / the tcp backend's (means; median of rounds)", f"{rm / tc:.2f} ({rm:.1f} vs {tc:.1f} us)", rm / tc <= 1.5, "<= 1.5")
+ofi_lat_verdicts(ofilo, "loopback: ")
 fp128 = med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == 128)
 ro0 = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == 0 and r.get("lat_mean_us"))
 if fp128 and ro0:
