@@ -243,8 +243,7 @@ impl Router {
         let _token = self.poller.lock().unwrap_or_else(|e| e.into_inner());
         while !self.stop.load(Ordering::Acquire) {
             let r = self.poll_once();
-            drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
-            self.filed_cv.notify_all();
+            self.wake_waiters();
             if let Err(e) = r {
                 // Every waiter fails with it from now on.
                 self.filed.lock().unwrap_or_else(|e| e.into_inner()).broken = Some(e.to_string());
@@ -252,6 +251,15 @@ impl Router {
                 return;
             }
         }
+    }
+
+    /// Wakes the threads waiting for completions (something was filed, or
+    /// the poller token is free). Taking the filing lock first: a waiter
+    /// holds it from its look at the token until it sleeps, so it cannot
+    /// miss this wake-up.
+    fn wake_waiters(&self) {
+        drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
+        self.filed_cv.notify_all();
     }
 
     /// Lets a full send queue drain: the progress thread sends what is
@@ -263,8 +271,7 @@ impl Router {
         {
             let r = self.poll_once();
             drop(token);
-            drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
-            self.filed_cv.notify_all();
+            self.wake_waiters();
             return r;
         }
         std::thread::sleep(Duration::from_micros(50));
@@ -307,12 +314,7 @@ impl Router {
                     drop(f);
                     let r = self.poll_once();
                     drop(token);
-                    // Another thread may wait for the token (or for what was
-                    // filed). Taking the filing lock first: a waiter holds it
-                    // from its look at the token until it sleeps, so it cannot
-                    // miss this wake-up.
-                    drop(self.filed.lock().unwrap_or_else(|e| e.into_inner()));
-                    self.filed_cv.notify_all();
+                    self.wake_waiters();
                     r?;
                 } else {
                     // Someone else polls: sleep until it files something

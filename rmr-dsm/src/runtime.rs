@@ -320,19 +320,21 @@ impl Dsm {
         })
     }
 
+    /// The pages of user bytes `[addr, addr+len)` homed elsewhere, each
+    /// once, ascending.
+    fn remote_pages(&self, addr: usize, len: usize) -> impl Iterator<Item = usize> {
+        self.chunks(addr, len).map(|(p, _, _)| p).filter(|&p| self.home_of(p) != self.me)
+    }
+
     /// Locks the state of every remote page of `[addr, addr+len)` (in
     /// ascending order, so two callers never wait on each other in a
     /// cycle) and fetches the invalid ones, all reads in flight at once
     /// (and waits for those a prefetch started).
     fn hold(&self, addr: usize, len: usize) -> Result<Vec<(usize, MutexGuard<'_, Page>)>> {
-        let mut held = Vec::new();
-        let mut last = None;
-        for (p, _, _) in self.chunks(addr, len) {
-            if self.home_of(p) != self.me && last != Some(p) {
-                held.push((p, self.pages[p].lock().unwrap_or_else(|e| e.into_inner())));
-                last = Some(p);
-            }
-        }
+        let mut held: Vec<_> = self
+            .remote_pages(addr, len)
+            .map(|p| (p, self.pages[p].lock().unwrap_or_else(|e| e.into_inner())))
+            .collect();
         for (p, st) in &mut held {
             if matches!(**st, Page::Invalid) {
                 self.post_fetch(*p, st)?;
@@ -391,12 +393,7 @@ impl Dsm {
     /// [`DsmError::OutOfRange`], or a failed post.
     pub fn prefetch(&self, addr: usize, len: usize) -> Result<()> {
         self.check(addr, len)?;
-        let mut last = None;
-        for (p, _, _) in self.chunks(addr, len) {
-            if self.home_of(p) == self.me || last == Some(p) {
-                continue;
-            }
-            last = Some(p);
+        for p in self.remote_pages(addr, len) {
             let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
             if matches!(*st, Page::Invalid) {
                 self.post_fetch(p, &mut st)?;
