@@ -4,6 +4,7 @@
 //! every remote access against.
 
 use crate::config::TcpConfig;
+use crate::engine::Engine;
 use rmr_api::provider::SoftEvd;
 use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
 use std::any::Any;
@@ -84,6 +85,8 @@ impl KeyTable {
 
 pub(crate) struct IaShared {
     pub(crate) attr: IaAttr,
+    /// The IA's progress engine, shared by all its endpoints.
+    pub(crate) engine: Arc<Engine>,
     pub(crate) ip: IpAddr,
     pub(crate) keys: KeyTable,
     pub(crate) cfg: TcpConfig,

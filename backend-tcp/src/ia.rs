@@ -4,6 +4,7 @@
 
 use crate::config::TcpConfig;
 use crate::domain::{IaShared, KeyTable, TcpPz, soft_evd};
+use crate::engine::Engine;
 use crate::ep::TcpEp;
 use crate::psp::TcpPsp;
 use crate::wire;
@@ -20,7 +21,11 @@ pub struct TcpIa {
 
 impl TcpIa {
     /// Opens an IA bound to `ip` with `cfg`.
-    pub fn with_config(ip: IpAddr, cfg: TcpConfig) -> TcpIa {
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the IA's progress engine (an `epoll` set and an
+    /// eventfd) cannot be made: the process is out of descriptors.
+    pub fn with_config(ip: IpAddr, cfg: TcpConfig) -> Result<TcpIa> {
         let attr = IaAttr {
             provider: "tcp".into(),
             address: ip.to_string(),
@@ -31,7 +36,17 @@ impl TcpIa {
             caps: Caps::RDMA_READ | Caps::WRITE_IMM | Caps::ATOMICS | Caps::OVERRUN_AT_SENDER,
             link_speed_bps: None,
         };
-        TcpIa { shared: Arc::new(IaShared { attr, ip, keys: KeyTable::default(), cfg }) }
+        let engine = Engine::new(format!("rmr-tcp-{ip}"))
+            .map_err(|e| Error::io("make the IA's progress engine", e))?;
+        Ok(TcpIa {
+            shared: Arc::new(IaShared {
+                attr,
+                ip,
+                keys: KeyTable::default(),
+                cfg,
+                engine: Arc::new(engine),
+            }),
+        })
     }
 }
 

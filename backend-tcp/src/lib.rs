@@ -10,6 +10,8 @@
 //! ## Map
 //! The modules in reading order (each uses only those above it):
 //! - `config`: [`TcpConfig`], the IA's settings.
+//! - `engine`: the IA's progress engine: one `epoll` set over all its
+//!   endpoints' sockets and at most one helper thread.
 //! - `domain`: what one IA's objects share, [`TcpPz`], [`TcpLmr`] and the
 //!   key table every remote access is checked against.
 //! - [`wire`]: the frame format.
@@ -19,7 +21,7 @@
 //!   (requests into frames), `window` (acknowledgements, the receive
 //!   stall), `reader` (what arriving frames do: into registered memory
 //!   after the checks, responses, acks), `progress` (the driver a waiter
-//!   runs, the progress thread, the watchdog), `teardown`.
+//!   runs, the EP as the progress engine sees it), `teardown`.
 //! - `psp`: [`TcpPsp`], listening and the handshake.
 //! - `ia`: [`TcpIa`], the factory of everything above.
 //!
@@ -83,14 +85,16 @@
 //! kernel does not take at once. Progress is made by whoever waits: a
 //! thread blocked on one of the EP's EVDs polls the EP's socket itself and
 //! handles what arrives in its own context (no hand-off between threads, so
-//! a write+notify costs what a raw TCP ping-pong costs). Each connected EP
-//! also has one progress thread, which sleeps while an application thread
-//! drives the EP and takes over 200 µs after the last one left (within
-//! 2 ms), so RDMA into a passive target lands even when its owner never
-//! waits. One watchdog thread per process (`rmr-tcp-watch`) tells the
-//! sleeping progress threads when their drivers have left: one timer per
-//! process, however many endpoints a waiter drives, and none while no
-//! thread drives any. Acknowledgements a peer asks for are delayed briefly
+//! a write+notify costs what a raw TCP ping-pong costs). For the progress
+//! nobody waits on, each IA has one progress engine: an `epoll` set over
+//! the sockets of all its connected endpoints and one helper thread
+//! (`rmr-tcp-<address>`), however many endpoints the IA has. The helper
+//! stands back from an endpoint while an application thread drives it and
+//! takes it over 200 µs after the last one left (it looks every 2 ms, or
+//! is told by the leaving waiter after a long wait), so RDMA into a
+//! passive target lands even when its owner never waits. An idle endpoint
+//! costs no thread and no wake-up; the helper ends 100 ms after the IA's
+//! last endpoint. Acknowledgements a peer asks for are delayed briefly
 //! so that a reply carries them. Small frames are held for batching until
 //! the next frame or drive; a thread that posts inside
 //! [`rmr_api::provider::with_deferred_doorbell`] sends its batch itself
@@ -127,6 +131,7 @@
 
 mod config;
 mod domain;
+mod engine;
 mod ep;
 mod ia;
 mod psp;
@@ -160,7 +165,7 @@ impl Provider for TcpProvider {
             spec: format!("tcp:{rest}"),
             why: "expected `tcp:<local IP address>`, e.g. `tcp:127.0.0.1`".into(),
         })?;
-        Ok(Arc::new(TcpIa::with_config(ip, TcpConfig::default())))
+        Ok(Arc::new(TcpIa::with_config(ip, TcpConfig::default())?))
     }
 }
 

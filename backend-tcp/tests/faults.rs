@@ -337,7 +337,8 @@ fn lab_peer_vanishes_behind_cut_link_breaks_every_ep() {
 fn receive_buffers_exhausted_is_a_clear_error() {
     use backend_tcp::{TcpConfig, TcpIa};
     let cfg = TcpConfig { rnr_timeout: Duration::from_millis(300), ..TcpConfig::default() };
-    let ia: Arc<dyn rmr_api::Ia> = Arc::new(TcpIa::with_config("127.0.0.1".parse().unwrap(), cfg));
+    let ia: Arc<dyn rmr_api::Ia> =
+        Arc::new(TcpIa::with_config("127.0.0.1".parse().unwrap(), cfg).unwrap());
     let (pz, pevd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
     let psp = ia.create_psp(0, &pevd).unwrap();
     let (aevd, acevd, bevd, bcevd) = (

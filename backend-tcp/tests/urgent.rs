@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn ia() -> Arc<dyn Ia> {
     let cfg = TcpConfig { ack_delay: SLOW_ACK, ..TcpConfig::default() };
-    Arc::new(TcpIa::with_config(IpAddr::V4(Ipv4Addr::LOCALHOST), cfg))
+    Arc::new(TcpIa::with_config(IpAddr::V4(Ipv4Addr::LOCALHOST), cfg).unwrap())
 }
 
 #[test]

@@ -26,7 +26,7 @@ impl Provider for SlowAck {
     fn open(&self, rest: &str) -> rmr_api::Result<Arc<dyn Ia>> {
         let ip = rest.parse().map_err(|_| Error::invalid("ip"))?;
         let cfg = TcpConfig { ack_delay: Duration::from_secs(30), ..TcpConfig::default() };
-        Ok(Arc::new(TcpIa::with_config(ip, cfg)))
+        Ok(Arc::new(TcpIa::with_config(ip, cfg)?))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Connection set-up: the socket options every stream gets, the
 //! handshake frames that carry private data, dialing a peer, and starting
-//! a connected EP (its reader state, sender and progress thread).
+//! a connected EP (its reader state and sender, handed to the IA's
+//! progress engine).
 
 use crate::ep::rx::RxState;
 use crate::ep::shared::*;
@@ -8,7 +9,6 @@ use crate::tx::Tx;
 use crate::wire::{self, HDR, Header, Op};
 use rmr_api::provider::Driver;
 use rmr_api::{EpState, Error, Event, Result};
-use rustix::event::{EventfdFlags, eventfd};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
@@ -60,14 +60,11 @@ pub(crate) fn handshake_write(stream: &mut TcpStream, op: Op, pd: &[u8]) -> std:
 
 impl EpShared {
     /// Makes the connection live: the stream goes non-blocking, the EP
-    /// registers as a driver with its EVDs, its progress thread starts, and
-    /// Established is posted.
+    /// registers as a driver with its EVDs and with the IA's progress
+    /// engine, and Established is posted.
     pub(crate) fn start(self: &Arc<Self>, stream: TcpStream, peer_pd: Vec<u8>) -> Result<()> {
         let peer = stream.peer_addr().map_err(|e| Error::io("peer_addr", e))?;
         stream.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
-        let kick = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
-            .map_err(|e| Error::io("eventfd", e.into()))?;
-        let _ = self.kick_fd.set(kick);
         let _ = self.peer.set(peer);
         if self.tx.set(Tx::new(stream)).is_err() {
             return Err(Error::invalid("endpoint already connected"));
@@ -78,12 +75,11 @@ impl EpShared {
         for evd in self.distinct_evds() {
             evd.add_driver(&me);
         }
-        let me = self.clone();
-        std::thread::Builder::new()
-            .name(format!("rmr-tcp-ep{}", self.id.0))
-            .stack_size(256 << 10)
-            .spawn(move || me.progress_thread())
-            .map_err(|e| Error::io("spawn progress thread", e))?;
+        if let Err(e) = self.ia.engine.register(self.clone()) {
+            self.detach();
+            self.set_state(EpState::Broken);
+            return Err(Error::io("start the IA's progress helper", e));
+        }
         self.push_conn(Event::Established { ep: self.id, private_data: peer_pd });
         Ok(())
     }

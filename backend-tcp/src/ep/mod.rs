@@ -58,8 +58,8 @@ impl TcpEp {
                 left_at: AtomicU64::new(0),
                 deep: AtomicBool::new(false),
                 bg_polling: AtomicBool::new(false),
-                kick_fd: OnceLock::new(),
-                watched: AtomicBool::new(false),
+                slot: AtomicUsize::new(crate::engine::NO_SLOT),
+                kick_pending: AtomicBool::new(false),
             }),
         })
     }

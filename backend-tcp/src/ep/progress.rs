@@ -1,19 +1,18 @@
 //! Progress: driving the socket from whichever thread waits (the
-//! [`Driver`] the EP registers with its EVDs), the EP's own progress thread
-//! for when nobody waits, and the process's watchdog that wakes it.
+//! [`Driver`] the EP registers with its EVDs), and the EP as the IA's
+//! progress engine sees it ([`Tended`]) for when nobody waits.
 
+use crate::engine::{Next, Tended, Watched};
 use crate::ep::rx::End;
 use crate::ep::shared::*;
 use rmr_api::Status;
 use rmr_api::provider::{Driver, Interest, WaitOn};
-use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use std::os::fd::AsFd;
-use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 impl EpShared {
-    /// The watchdog's look at this EP while its progress thread stands back
+    /// The helper's look at this EP while it stands back
     /// (`seen`/`same`: the EP's wait count at the last look, and looks since
     /// it changed).
     pub(super) fn watch_look(&self, seen: &mut u64, same: &mut u32) -> Look {
@@ -65,79 +64,49 @@ impl EpShared {
         }
     }
 
-    /// The EP's own progress: it drives the EP whenever no application
-    /// thread has for [`LINGER`], and sleeps while one does.
-    pub(super) fn progress_thread(self: Arc<Self>) {
-        let Some(kick) = self.kick_fd.get() else { return };
-        let drain = || {
-            let mut b = [0u8; 8];
-            let _ = rustix::io::read(kick, &mut b);
-        };
-        while !self.ended.load(Ordering::Acquire) {
-            let active = self.active.load(Ordering::SeqCst);
-            let since =
-                Duration::from_nanos(now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)));
-            if active > 0 || since < LINGER {
-                // Stand back while an application thread drives: asleep, the
-                // process's watchdog wakes us once the drivers have left (or
-                // the leaving waiter does, after one long wait).
-                let timeout = if active > 0 {
-                    (!WATCHDOG.watch(&self)).then_some(WATCH_EVERY)
-                } else {
-                    Some(LINGER - since)
-                };
-                let mut fds = [PollFd::new(kick, PollFlags::IN)];
-                let ts = timeout
-                    .map(|t| Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ });
-                let _ = poll(&mut fds, ts.as_ref());
-                self.deep.store(false, Ordering::SeqCst);
-                drain();
-                continue;
-            }
-            // Announce the poll below, so that a waiter arriving meanwhile moves us
-            // out of it (its timers would not be in our deadline).
-            self.bg_polling.store(true, Ordering::SeqCst);
-            if self.active.load(Ordering::SeqCst) > 0 {
-                self.bg_polling.store(false, Ordering::SeqCst);
-                continue;
-            }
-            {
-                let w = self.wait_on();
-                let mut fds: smallvec::SmallVec<[PollFd<'_>; 2]> =
-                    smallvec::smallvec![PollFd::new(kick, PollFlags::IN)];
-                if let Some((fd, i)) = w.fd {
-                    let mut f = PollFlags::empty();
-                    if i.read {
-                        f |= PollFlags::IN;
-                    }
-                    if i.write {
-                        f |= PollFlags::OUT;
-                    }
-                    fds.push(PollFd::from_borrowed_fd(fd, f));
-                }
-                let ts = w.deadline.map(|d| {
-                    let t = d.saturating_duration_since(Instant::now());
-                    Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ }
-                });
-                let _ = poll(&mut fds, ts.as_ref());
-            }
+    /// The IA's helper looks at this EP ([`Tended::tend`]).
+    fn tend_now(&self) -> Next {
+        if self.ended.load(Ordering::Acquire) {
+            self.detach();
+            return Next::Gone;
+        }
+        // Stand back while an application thread drives, and for LINGER
+        // after the last one left.
+        let active = self.active.load(Ordering::SeqCst);
+        let left = self.left_at.load(Ordering::SeqCst);
+        if active > 0 || now_ns().saturating_sub(left) < LINGER.as_nanos() as u64 {
+            self.deep.store(false, Ordering::SeqCst);
             self.bg_polling.store(false, Ordering::SeqCst);
-            drain();
-            if self.active.load(Ordering::SeqCst) == 0
-                && self.drive()
-                && self.active.load(Ordering::SeqCst) > 0
-            {
-                // A waiter came in while this thread drove, found the receive
-                // side busy and went to poll the socket that this thread had
-                // just emptied. What landed may raise no event (an RDMA write
-                // into memory the waiter polls, see SoftEvd::drive_until):
-                // wake it to look again.
-                for evd in self.distinct_evds() {
-                    evd.wake();
-                }
+            if active > 0 {
+                return Next::Watch;
+            }
+            return Next::At(base() + Duration::from_nanos(left) + LINGER);
+        }
+        // Announce the helper's watch, so that a waiter arriving meanwhile
+        // kicks it back out (the waiter's timers would not be in its
+        // deadline).
+        self.bg_polling.store(true, Ordering::SeqCst);
+        if self.active.load(Ordering::SeqCst) > 0 {
+            self.bg_polling.store(false, Ordering::SeqCst);
+            return Next::Watch;
+        }
+        if self.drive() && self.active.load(Ordering::SeqCst) > 0 {
+            // A waiter came in while the helper drove, found the receive
+            // side busy and went to poll the socket that the helper had
+            // just emptied. What landed may raise no event (an RDMA write
+            // into memory the waiter polls, see SoftEvd::drive_until):
+            // wake it to look again.
+            for evd in self.distinct_evds() {
+                evd.wake();
             }
         }
-        self.detach();
+        if self.ended.load(Ordering::Acquire) {
+            self.detach();
+            return Next::Gone;
+        }
+        let w = self.wait_on();
+        let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
+        Next::Arm { read, write, deadline: w.deadline }
     }
 
     /// [`Driver::leave`] at `at` (ns after [`base`]).
@@ -145,6 +114,36 @@ impl EpShared {
         self.left_at.store(at, Ordering::SeqCst);
         if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {
             self.kick();
+        }
+    }
+}
+
+impl Tended for EpShared {
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.tx.get().expect("registered once connected").stream().as_fd()
+    }
+
+    fn slot(&self) -> &AtomicUsize {
+        &self.slot
+    }
+
+    fn kick_pending(&self) -> &AtomicBool {
+        &self.kick_pending
+    }
+
+    fn tend(&self) -> Next {
+        self.tend_now()
+    }
+
+    fn look(&self, seen: &mut u64, same: &mut u32) -> Watched {
+        match self.watch_look(seen, same) {
+            Look::Keep => Watched::Stay,
+            Look::Wake => Watched::Tend,
+            Look::Deep => {
+                self.deep.store(true, Ordering::SeqCst);
+                // A waiter that left meanwhile may not have seen `deep`.
+                if self.active.load(Ordering::SeqCst) == 0 { Watched::Tend } else { Watched::Leave }
+            }
         }
     }
 }
@@ -220,107 +219,12 @@ impl Driver for EpShared {
     }
 }
 
-/// What the watchdog does with an EP it looked at.
+/// What the helper's look at a watched EP found.
 pub(super) enum Look {
     /// Look again next time.
     Keep,
-    /// Wake the progress thread: its drivers left (or the EP ended).
+    /// Take it over: its drivers left (or the EP ended).
     Wake,
-    /// One wait has lasted: the waiter wakes the progress thread on leaving.
+    /// One wait has lasted: the waiter kicks the helper on leaving.
     Deep,
-}
-
-/// The process's progress watchdog: one thread that looks, every
-/// [`WATCH_EVERY`], at the endpoints whose progress threads stand back
-/// while application threads drive them, and wakes a progress thread once
-/// its endpoint's drivers have left. One timer for the process, however
-/// many endpoints its waiters drive (a waiter on an EVD that many
-/// endpoints share drives them all), where each progress thread used to
-/// wake on its own every couple of milliseconds. The thread runs only
-/// while there is something to watch: it ends [`WATCH_IDLE`] after the
-/// last endpoint left its list, and the next one to stand back starts it
-/// again.
-struct Watchdog {
-    st: Mutex<WatchState>,
-    cv: Condvar,
-}
-
-struct WatchState {
-    /// The watched EPs, with their wait count at the last look and the
-    /// looks since it changed.
-    eps: Vec<(Weak<EpShared>, u64, u32)>,
-    running: bool,
-}
-
-/// How long the watchdog thread stays with nothing to watch.
-const WATCH_IDLE: Duration = Duration::from_millis(100);
-
-static WATCHDOG: Watchdog =
-    Watchdog { st: Mutex::new(WatchState { eps: Vec::new(), running: false }), cv: Condvar::new() };
-
-impl Watchdog {
-    fn lock(&self) -> std::sync::MutexGuard<'_, WatchState> {
-        self.st.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Looks after `ep` (its progress thread is about to sleep) until its
-    /// drivers leave. False when there is no watchdog thread (none could be
-    /// started: the process is out of threads); the progress thread then
-    /// looks for itself, every [`WATCH_EVERY`].
-    fn watch(&'static self, ep: &Arc<EpShared>) -> bool {
-        if ep.watched.load(Ordering::SeqCst) {
-            return true;
-        }
-        let mut st = self.lock();
-        if !st.running {
-            let t = std::thread::Builder::new().name("rmr-tcp-watch".into());
-            if t.spawn(move || self.run()).is_err() {
-                return false;
-            }
-            st.running = true;
-        }
-        if !ep.watched.swap(true, Ordering::SeqCst) {
-            st.eps.push((Arc::downgrade(ep), ep.waits.load(Ordering::SeqCst), 0));
-            self.cv.notify_one();
-        }
-        true
-    }
-
-    fn run(&self) {
-        let mut st = self.lock();
-        loop {
-            if st.eps.is_empty() {
-                st = self.cv.wait_timeout(st, WATCH_IDLE).unwrap_or_else(|e| e.into_inner()).0;
-                if st.eps.is_empty() {
-                    st.running = false;
-                    return;
-                }
-                continue;
-            }
-            drop(st);
-            std::thread::sleep(WATCH_EVERY);
-            st = self.lock();
-            st.eps.retain_mut(|(w, seen, same)| {
-                let Some(ep) = w.upgrade() else { return false };
-                let look = ep.watch_look(seen, same);
-                if matches!(look, Look::Keep) {
-                    return true;
-                }
-                // Unwatched before the wake-up, so that the woken thread
-                // can ask to be watched again.
-                ep.watched.store(false, Ordering::SeqCst);
-                match look {
-                    Look::Deep => {
-                        ep.deep.store(true, Ordering::SeqCst);
-                        // A waiter that left meanwhile may not have seen `deep`.
-                        if ep.active.load(Ordering::SeqCst) == 0 {
-                            ep.kick();
-                        }
-                    }
-                    _ => ep.kick(),
-                }
-                false
-            });
-        }
-    }
 }

@@ -1,6 +1,6 @@
 //! The receive side of an endpoint: a resumable frame parser over the
 //! non-blocking socket, run by whoever drives the endpoint (a thread waiting
-//! on one of its EVDs, or its progress thread). It places RDMA payloads
+//! on one of its EVDs, or the IA's progress helper). It places RDMA payloads
 //! straight from the socket into registered memory after checking key,
 //! rights, protection zone and bounds; anything that fails a check is
 //! drained from the stream and answered with a NAK, never written.

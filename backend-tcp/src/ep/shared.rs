@@ -1,5 +1,5 @@
 //! The endpoint's shared state, [`EpShared`]: what the poster, the reader,
-//! the progress thread and waiting threads all work on (connection state,
+//! the IA's progress helper and waiting threads all work on (connection state,
 //! the in-flight and receive queues, the timers), and its small helpers.
 
 use crate::domain::IaShared;
@@ -10,21 +10,17 @@ use rmr_api::provider::SoftEvd;
 use rmr_api::{DtoCompletion, DtoOp, EpEvds, EpId, EpState, Error, Event, Result, Status};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// After an application thread stops driving an EP, its progress thread
-/// waits this long before it takes over (a waiter that comes straight back,
+/// After an application thread stops driving an EP, the IA's progress
+/// helper waits this long before it takes over (a waiter that comes straight back,
 /// as in a ping-pong, never hands the socket to another thread).
 pub(super) const LINGER: Duration = Duration::from_micros(200);
 
-/// How often the progress watchdog looks at the endpoints it watches.
-pub(super) const WATCH_EVERY: Duration = Duration::from_millis(2);
-
 /// A waiter that stays this many looks in one wait lets the progress
-/// thread sleep until that waiter leaves (the watchdog stops looking).
+/// helper forget the EP until that waiter leaves (it stops looking).
 pub(super) const DEEP_AFTER: u32 = 16;
 
 /// How long an orderly disconnect waits for the peer's answer.
@@ -154,13 +150,14 @@ pub(crate) struct EpShared {
     pub(super) active: AtomicUsize,
     pub(super) waits: AtomicU64,
     pub(super) left_at: AtomicU64,
-    /// The progress thread sleeps until a leaving waiter kicks it.
+    /// The progress helper forgot the EP until a leaving waiter kicks it.
     pub(super) deep: AtomicBool,
-    /// The progress thread stands back and the watchdog looks after it.
-    pub(super) watched: AtomicBool,
-    /// The progress thread is polling the socket (an arriving waiter kicks it).
+    /// The progress helper watches the socket (an arriving waiter kicks it).
     pub(super) bg_polling: AtomicBool,
-    pub(super) kick_fd: OnceLock<OwnedFd>,
+    /// The EP's slot in the IA's progress engine, and whether a kick of it
+    /// waits for the helper.
+    pub(super) slot: AtomicUsize,
+    pub(super) kick_pending: AtomicBool,
 }
 
 pub(super) fn state_from(v: u8) -> EpState {
@@ -258,11 +255,9 @@ impl EpShared {
         push(&self.evds.conn, ev);
     }
 
-    /// Wakes the progress thread.
+    /// Asks the IA's progress helper to look at this EP.
     pub(crate) fn kick(&self) {
-        if let Some(k) = self.kick_fd.get() {
-            let _ = rustix::io::write(k, &1u64.to_ne_bytes());
-        }
+        self.ia.engine.kick(&self.slot, &self.kick_pending);
     }
 
     /// A one-line picture of the endpoint's progress state (for diagnostics).

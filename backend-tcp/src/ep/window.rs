@@ -34,7 +34,7 @@ impl EpShared {
     }
 
     /// A new deadline exists: threads blocked in `poll` with an older one
-    /// (the progress thread, waiters on the EVDs) must look again.
+    /// (the progress helper, waiters on the EVDs) must look again.
     pub(super) fn timer_armed(&self) {
         if self.bg_polling.load(Ordering::SeqCst) {
             self.kick();

@@ -115,7 +115,8 @@ impl Rig {
             ack_delay: Duration::from_micros(50),
             batch: true,
         };
-        let ia: Arc<dyn Ia> = Arc::new(TcpIa::with_config(IpAddr::V4(Ipv4Addr::LOCALHOST), cfg));
+        let ia: Arc<dyn Ia> =
+            Arc::new(TcpIa::with_config(IpAddr::V4(Ipv4Addr::LOCALHOST), cfg).unwrap());
         let pz = ia.create_pz().unwrap();
         let pz_other = ia.create_pz().unwrap();
         let psp_evd = ia.create_evd().unwrap();
