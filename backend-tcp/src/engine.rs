@@ -44,10 +44,9 @@ pub(crate) enum Next {
     /// Nobody drives it: wake on its socket for reading and/or writing,
     /// and at `deadline` (its next timer).
     Arm { read: bool, write: bool, deadline: Option<Instant> },
-    /// An application thread drives it: watch for its drivers to leave.
+    /// An application thread drives it, or did a moment ago: watch for
+    /// its drivers to leave.
     Watch,
-    /// Its drivers left a moment ago: look again at this time.
-    At(Instant),
     /// Its connection ended: forget it.
     Gone,
 }
@@ -329,10 +328,6 @@ impl Helper<'_> {
                         self.watch.push(i);
                     }
                 }
-            }
-            Next::At(at) => {
-                s.watched = false;
-                self.schedule(i, at);
             }
             Next::Arm { read, write, deadline } => {
                 s.watched = false;

@@ -6,6 +6,7 @@ mod cpu;
 mod demo;
 mod raw;
 mod row;
+mod scale;
 mod session;
 mod stats;
 
@@ -38,6 +39,9 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// The RDMA barrier vs the same schedule over send/recv, N local processes.
     Barrier(barrier::BarrierArgs),
+    /// What many connected endpoints cost: threads, memory per endpoint,
+    /// connections per second, latency among idle endpoints.
+    Scale(scale::ScaleArgs),
     /// Plain TCP streams on the same links: the baseline.
     RawTcp {
         #[command(subcommand)]
@@ -803,6 +807,7 @@ fn main() {
         }
         Cmd::Demo(d) => demo::run(&d),
         Cmd::Barrier(b) => barrier::run(&b),
+        Cmd::Scale(s) => scale::run(&s),
         Cmd::RawTcp { cmd } => match cmd {
             RawCmd::Server { rails, port, idle } => {
                 let stop = Arc::new(AtomicBool::new(false));

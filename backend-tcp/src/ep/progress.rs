@@ -9,7 +9,7 @@ use rmr_api::Status;
 use rmr_api::provider::{Driver, Interest, WaitOn};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 impl EpShared {
     /// The helper's look at this EP while it stands back
@@ -71,16 +71,14 @@ impl EpShared {
             return Next::Gone;
         }
         // Stand back while an application thread drives, and for LINGER
-        // after the last one left.
-        let active = self.active.load(Ordering::SeqCst);
-        let left = self.left_at.load(Ordering::SeqCst);
-        if active > 0 || now_ns().saturating_sub(left) < LINGER.as_nanos() as u64 {
+        // after the last one left: watched (one look every 2 ms for all
+        // such EPs, not a timer per EP: a waiter on an EVD with many
+        // drivers enters each only while it drives it, many times a
+        // millisecond).
+        if self.driven_recently() {
             self.deep.store(false, Ordering::SeqCst);
             self.bg_polling.store(false, Ordering::SeqCst);
-            if active > 0 {
-                return Next::Watch;
-            }
-            return Next::At(base() + Duration::from_nanos(left) + LINGER);
+            return Next::Watch;
         }
         // Announce the helper's watch, so that a waiter arriving meanwhile
         // kicks it back out (the waiter's timers would not be in its
@@ -212,6 +210,10 @@ impl Driver for EpShared {
 
     fn leave(&self) {
         self.stamp_left(now_ns());
+    }
+
+    fn stable_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.tx.get().map(|t| t.stream().as_fd())
     }
 
     fn leave_at(&self, now: Instant) {

@@ -54,6 +54,13 @@ pub trait Driver: Send + Sync {
         let _ = now;
         self.leave();
     }
+    /// The descriptor this driver's input arrives on for as long as it is
+    /// registered (a connected socket), if it has one: an EVD with many
+    /// drivers keeps them in an `epoll` set by it and drives only those
+    /// with input. Default: none (every wait drives it).
+    fn stable_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
     /// Sends what waits to go out (frames held for batching, frames queued
     /// behind a full socket) without reading or blocking; true when any
     /// went. See [`SoftEvd::flush_writes`](crate::provider::SoftEvd::flush_writes). Default: nothing to flush.

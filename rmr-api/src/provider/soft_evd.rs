@@ -80,6 +80,14 @@ pub struct SoftEvd {
     /// a new wait skips them until `poll` reports them (a hint only; a
     /// wrong bit costs one `poll`, never an event).
     idle: AtomicU64,
+    /// The `epoll` set of an EVD with many drivers ([`many::MANY`] or
+    /// more, each with a stable descriptor): its waiters drive only the
+    /// drivers with input. `many_on` says it is in use; `many_off` that
+    /// it cannot be (a driver without a stable descriptor, or drivers of
+    /// other EVDs driven through this one).
+    many: OnceLock<Option<many::Many>>,
+    many_on: AtomicBool,
+    many_off: AtomicBool,
     /// Per driver (the first 8, a byte each): the waits that got something
     /// through a driver since it last moved, saturating. Those at
     /// [`QUIET_WAITS`] or more are quiet: a spinning waiter's `poll` looks
@@ -175,6 +183,9 @@ impl SoftEvd {
             poke_waiters: AtomicUsize::new(0),
             poke_efd: OnceLock::new(),
             sink: OnceLock::new(),
+            many: OnceLock::new(),
+            many_on: AtomicBool::new(false),
+            many_off: AtomicBool::new(false),
         }
     }
 
@@ -223,6 +234,9 @@ impl SoftEvd {
         }
         self.has_drivers.store(true, Ordering::Release);
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        if v.len() >= many::MANY && !self.many_off.load(Ordering::Acquire) {
+            self.use_many(&v, d);
+        }
         drop(v);
         // A waiter already blocked must learn about the new descriptor.
         self.wake_pollers();
@@ -233,6 +247,33 @@ impl SoftEvd {
         let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), d as *const _));
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        if let Some(Some(m)) = self.many.get() {
+            m.remove(d);
+        }
+    }
+
+    /// With [`many::MANY`] drivers or more (`v`, the list under its lock,
+    /// `d` just added): waiters use the `epoll` set, made now and filled
+    /// with every driver, or given `d`.
+    fn use_many(&self, v: &[Weak<dyn Driver>], d: &Arc<dyn Driver>) {
+        let Some(efd) = self.efd() else { return };
+        let mut fresh = false;
+        let m = self.many.get_or_init(|| {
+            fresh = true;
+            many::Many::new(efd)
+        });
+        let Some(m) = m else {
+            self.many_off.store(true, Ordering::Release);
+            return;
+        };
+        let all_in =
+            if fresh { v.iter().filter_map(Weak::upgrade).all(|x| m.add(&x)) } else { m.add(d) };
+        if all_in && self.through.read().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            self.many_on.store(true, Ordering::Release);
+        } else {
+            self.many_on.store(false, Ordering::Release);
+            self.many_off.store(true, Ordering::Release);
+        }
     }
 
     /// Makes waiters on this EVD also drive every driver of `other` (one
@@ -248,6 +289,9 @@ impl SoftEvd {
         if !v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(other))) {
             v.push(Arc::downgrade(other));
         }
+        // The set holds this EVD's own drivers only.
+        self.many_on.store(false, Ordering::Release);
+        self.many_off.store(true, Ordering::Release);
         self.has_drivers.store(true, Ordering::Release);
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
     }
@@ -482,6 +526,9 @@ impl SoftEvd {
     /// Drives every driver once, without blocking (what a dequeue on an
     /// empty queue does). Returns whether anything moved.
     pub fn drive_once(&self) -> bool {
+        if let Some(m) = self.many() {
+            return self.many_drive_once(m);
+        }
         let drivers = self.drivers();
         let mut moved = false;
         for d in &drivers {
@@ -566,6 +613,7 @@ impl Evd for SoftEvd {
 }
 
 mod block;
+mod many;
 
 #[cfg(all(test, not(miri)))] // eventfd, poll(2) and clocks: not under Miri
 mod tests;

@@ -24,6 +24,9 @@ impl SoftEvd {
         spin: Duration,
         done: &dyn Fn() -> bool,
     ) -> bool {
+        if let Some(m) = self.many() {
+            return self.many_block_until(m, deadline, spin, done);
+        }
         let drivers = self.drivers();
         if drivers.is_empty() {
             return self.cv_block_until(deadline, spin, done);
