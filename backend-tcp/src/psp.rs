@@ -1,21 +1,25 @@
 //! Public service points: a listening socket whose accepted connections
-//! become connection-request events.
+//! become connection-request events, all read by one listener thread per
+//! PSP (however many connect at once).
 
 use crate::domain::IaShared;
 use crate::ep::{TcpEp, handshake_write, push, tune};
 use crate::wire::{HDR, Header, Op};
 use rmr_api::{ConnRequest, ConnRequestOps, Ep, EpState, Error, Evd, Event, Psp, Result};
+use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Connection requests waiting for accept/reject, per PSP; beyond this a
 /// flood of connectors is refused (closed) instead of eating memory.
 const MAX_PENDING: usize = 1024;
 /// How long the listener waits after a failed accept (EMFILE, ENOBUFS...).
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// How long a connector has to send its whole request.
+const HANDSHAKE_WAIT: Duration = Duration::from_secs(5);
 
 /// A listening service point of the TCP backend.
 pub struct TcpPsp {
@@ -30,74 +34,157 @@ impl TcpPsp {
         let listener =
             TcpListener::bind(want).map_err(|e| Error::io(format!("listen on {want}"), e))?;
         let addr = listener.local_addr().map_err(|e| Error::io("local_addr", e))?;
+        listener.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
         let listener = Arc::new(listener);
         let closed = Arc::new(AtomicBool::new(false));
-        let pending = Arc::new(AtomicUsize::new(0));
         let (l, c) = (listener.clone(), closed.clone());
         std::thread::Builder::new()
             .name(format!("rmr-tcp-psp{}", addr.port()))
-            .spawn(move || {
-                for conn in l.incoming() {
-                    if c.load(Ordering::Acquire) {
-                        break;
-                    }
-                    let stream = match conn {
-                        Ok(s) => s,
-                        // Out of descriptors or buffers: accept fails at once for
-                        // as long as it lasts; back off instead of spinning a core.
-                        Err(e) if e.kind() != std::io::ErrorKind::ConnectionAborted => {
-                            std::thread::sleep(ACCEPT_BACKOFF);
-                            continue;
-                        }
-                        Err(_) => continue,
-                    };
-                    if pending.load(Ordering::Acquire) >= MAX_PENDING {
-                        continue; // dropped: the connector sees the connection closed
-                    }
-                    pending.fetch_add(1, Ordering::AcqRel);
-                    let (ia, evd, pending) = (ia.clone(), evd.clone(), pending.clone());
-                    let spawned = std::thread::Builder::new()
-                        .name("rmr-tcp-handshake".into())
-                        .stack_size(128 << 10)
-                        .spawn(move || {
-                            if !handshake(stream, ia, &evd, pending.clone()) {
-                                pending.fetch_sub(1, Ordering::AcqRel);
-                            }
-                        });
-                    if spawned.is_err() {
-                        // Out of threads: the stream was dropped with the closure.
-                    }
-                }
-            })
+            .spawn(move || Listener { l, closed: c, ia, evd, pending: Arc::default() }.run())
             .map_err(|e| Error::io("spawn listener", e))?;
         Ok(TcpPsp { addr, listener, closed })
     }
 }
 
-/// Reads the connection request; on success posts the event and returns true.
-fn handshake(
-    mut stream: TcpStream,
+/// A connection whose request is still arriving.
+struct Handshake {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    /// Bytes the request has in all (header first, then its length).
+    need: usize,
+    until: Instant,
+}
+
+/// The listener thread: accepts, and reads every pending connection's
+/// request as it arrives, all in one `poll(2)` loop (no thread per
+/// pending connection; a slow or silent connector holds a buffer, not a
+/// thread, until [`HANDSHAKE_WAIT`]).
+struct Listener {
+    l: Arc<TcpListener>,
+    closed: Arc<AtomicBool>,
     ia: Arc<IaShared>,
-    evd: &Arc<dyn Evd>,
+    evd: Arc<dyn Evd>,
+    /// Requests posted and not yet answered.
     pending: Arc<AtomicUsize>,
-) -> bool {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut hb = [0u8; HDR];
-    if stream.read_exact(&mut hb).is_err() {
-        return false;
+}
+
+impl Listener {
+    fn run(self) {
+        let mut hs: Vec<Handshake> = Vec::new();
+        let mut backoff: Option<Instant> = None;
+        while !self.closed.load(Ordering::Acquire) {
+            let now = Instant::now();
+            let listening = backoff.is_none_or(|b| now >= b);
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(hs.len() + 1);
+            fds.push(PollFd::new(
+                &*self.l,
+                if listening { PollFlags::IN } else { PollFlags::empty() },
+            ));
+            fds.extend(hs.iter().map(|h| PollFd::new(&h.stream, PollFlags::IN)));
+            let until = hs.iter().map(|h| h.until).chain(backoff).min();
+            let ts = until.map(|u| {
+                let t = u.saturating_duration_since(now);
+                Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ }
+            });
+            let _ = poll(&mut fds, ts.as_ref());
+            let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
+            drop(fds);
+            if self.closed.load(Ordering::Acquire) {
+                break;
+            }
+            // Requests that arrived (or failed), newest last; a removal
+            // from the back keeps the indices before it.
+            for i in (0..hs.len()).rev() {
+                if ready[i + 1] && self.read_some(&mut hs[i]) {
+                    let h = hs.swap_remove(i);
+                    if h.buf.len() == h.need {
+                        self.post(h);
+                    }
+                }
+            }
+            let now = Instant::now();
+            hs.retain(|h| h.until > now);
+            backoff = backoff.filter(|b| *b > now);
+            if ready[0] && listening {
+                loop {
+                    match self.l.accept() {
+                        Ok((stream, _)) => {
+                            if hs.len() + self.pending.load(Ordering::Acquire) >= MAX_PENDING
+                                || stream.set_nonblocking(true).is_err()
+                            {
+                                continue; // dropped: the connector sees the connection closed
+                            }
+                            hs.push(Handshake {
+                                stream,
+                                buf: Vec::new(),
+                                need: HDR,
+                                until: now + HANDSHAKE_WAIT,
+                            });
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == std::io::ErrorKind::ConnectionAborted => {}
+                        // Out of descriptors or buffers: accept fails at once for
+                        // as long as it lasts; back off instead of spinning a core.
+                        Err(_) => {
+                            backoff = Some(now + ACCEPT_BACKOFF);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
     }
-    let h = Header::decode(&hb);
-    if h.validate() != Ok(Op::ConnReq) {
-        return false; // not one of ours: close silently
+
+    /// Reads what arrived of `h`'s request; true when it is complete or
+    /// the connection is to be dropped (closed, or not one of ours).
+    fn read_some(&self, h: &mut Handshake) -> bool {
+        loop {
+            let have = h.buf.len();
+            h.buf.resize(h.need, 0);
+            match (&h.stream).read(&mut h.buf[have..]) {
+                Ok(0) => {
+                    h.buf.truncate(have);
+                    return true; // closed before its request: dropped
+                }
+                Ok(n) => h.buf.truncate(have + n),
+                Err(e) => {
+                    h.buf.truncate(have);
+                    return e.kind() != std::io::ErrorKind::WouldBlock
+                        && e.kind() != std::io::ErrorKind::Interrupted;
+                }
+            }
+            if h.buf.len() == HDR && h.need == HDR {
+                let hdr = Header::decode(h.buf[..HDR].try_into().expect("a header"));
+                if hdr.validate() != Ok(Op::ConnReq) || hdr.len as usize > crate::wire::MAX_PRIVATE
+                {
+                    h.need = usize::MAX; // not one of ours: closed silently
+                    return true;
+                }
+                h.need = HDR + hdr.len as usize;
+            }
+            if h.buf.len() == h.need {
+                return true;
+            }
+        }
     }
-    let mut pd = vec![0u8; h.len as usize];
-    if stream.read_exact(&mut pd).is_err() || stream.set_read_timeout(None).is_err() {
-        return false;
+
+    /// Posts a complete request as a connection-request event.
+    fn post(&self, h: Handshake) {
+        if h.stream.set_nonblocking(false).is_err() {
+            return;
+        }
+        let pd = h.buf[HDR..].to_vec();
+        let peer = h.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+        self.pending.fetch_add(1, Ordering::AcqRel);
+        let req = TcpConnReq {
+            stream: Mutex::new(Some(h.stream)),
+            pd,
+            peer,
+            ia: self.ia.clone(),
+            pending: self.pending.clone(),
+        };
+        push(&self.evd, Event::ConnectionRequest(ConnRequest(Arc::new(req))));
     }
-    let peer = stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-    let req = TcpConnReq { stream: Mutex::new(Some(stream)), pd, peer, ia, pending };
-    push(evd, Event::ConnectionRequest(ConnRequest(Arc::new(req))));
-    true
 }
 
 struct TcpConnReq {

@@ -1,0 +1,201 @@
+//! Many connections: 512 connected EP pairs in one process (a child, so
+//! that libtest's own threads do not count) cost at most the IAs' helper
+//! and listener threads, and every one of them carries data.
+
+use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, EpState, Event, MemRegion, RmrContext, Sge};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const ROLE: &str = "RMR_SCALE_CHILD";
+const PAIRS: usize = 512;
+const CONNECTORS: usize = 8;
+
+fn threads() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Raises the open-file limit as far as the hard limit allows; the test
+/// needs two sockets per pair and some room.
+fn raise_nofile(need: u64) {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut l = getrlimit(Resource::Nofile);
+    let hard = l.maximum.unwrap_or(u64::MAX);
+    l.current = Some(hard.min(need.max(l.current.unwrap_or(0))));
+    setrlimit(Resource::Nofile, l).expect("raise the open-file limit");
+    let now = getrlimit(Resource::Nofile).current.unwrap_or(u64::MAX);
+    assert!(now >= need, "{need} descriptors needed, the hard limit allows {hard}");
+}
+
+fn child() {
+    raise_nofile(2 * PAIRS as u64 + 256);
+    backend_tcp::register();
+    let base = threads();
+    let (sia, cia) =
+        (rmr_api::open("tcp:127.0.0.1").unwrap(), rmr_api::open("tcp:127.0.0.1").unwrap());
+    let (spz, cpz) = (sia.create_pz().unwrap(), cia.create_pz().unwrap());
+    let (sevd, cevd, pevd) =
+        (sia.create_evd().unwrap(), cia.create_evd().unwrap(), sia.create_evd().unwrap());
+    // Every server EP's target: one slot of 8 bytes per pair.
+    let target = MemRegion::new(8 * PAIRS);
+    let tlmr = spz.register_all(&target, Access::ALL).unwrap();
+    let ctx = tlmr.rmr_context();
+    let psp = sia.create_psp(0, &pevd).unwrap();
+    let port = psp.service();
+    let next = AtomicUsize::new(0);
+    let clients: Mutex<Vec<(usize, Arc<dyn Ep>)>> = Mutex::new(Vec::new());
+    let mut servers: Vec<Arc<dyn Ep>> = Vec::new();
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..CONNECTORS {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::AcqRel);
+                    if i >= PAIRS {
+                        break;
+                    }
+                    let ep = cia.create_ep(&cpz, &EpEvds::single(&cevd)).unwrap();
+                    let pd = ep.connect("127.0.0.1", port, b"", Duration::from_secs(30)).unwrap();
+                    assert_eq!(RmrContext::from_bytes(&pd).unwrap(), ctx);
+                    clients.lock().unwrap().push((i, ep));
+                }
+            });
+        }
+        // Accept them all, as they come (a burst, many at once).
+        while servers.len() < PAIRS {
+            match pevd.wait(Some(Duration::from_secs(30)), 1).expect("connection requests") {
+                Event::ConnectionRequest(cr) => {
+                    let ep = sia.create_ep(&spz, &EpEvds::single(&sevd)).unwrap();
+                    cr.accept(&ep, &ctx.to_bytes()).unwrap();
+                    servers.push(ep);
+                }
+                e => panic!("unexpected {e:?}"),
+            }
+        }
+    });
+    let setup = t0.elapsed();
+    // Settle: the helpers took over what set-up left.
+    std::thread::sleep(Duration::from_millis(200));
+    let after = threads();
+    println!(
+        "RESULT pairs={PAIRS} set-up {setup:?} ({:.0}/s, {CONNECTORS} in flight) threads {base} -> {after}",
+        PAIRS as f64 / setup.as_secs_f64()
+    );
+    // Two IAs: a progress helper each, and the server's PSP listener.
+    assert!(
+        after <= base + 3,
+        "{after} threads with {PAIRS} connected pairs ({base} before any IA): more than the two IAs' helpers and one listener"
+    );
+    // Every pair carries data: each client writes its index into its slot.
+    let clients = clients.into_inner().unwrap();
+    let src = MemRegion::new(8 * PAIRS);
+    let slmr = cpz.register_all(&src, Access::empty()).unwrap();
+    for (i, ep) in &clients {
+        assert_eq!(ep.state(), EpState::Connected);
+        src.store_u64(8 * *i as u64, *i as u64 + 1).unwrap();
+        ep.post_rdma_write(
+            &[Sge::new(&*slmr, 8 * *i as u64, 8)],
+            ctx.at(8 * *i as u64),
+            Cookie(*i as u64),
+            DtoFlags::empty(),
+        )
+        .unwrap();
+    }
+    let mut done = vec![false; PAIRS];
+    let mut n = 0;
+    while n < PAIRS {
+        match cevd.wait(Some(Duration::from_secs(30)), 1).expect("write completions") {
+            Event::Established { .. } => {}
+            Event::Dto(c) => {
+                n += 1;
+                c.result().unwrap();
+                assert!(
+                    !std::mem::replace(&mut done[c.cookie.0 as usize], true),
+                    "completed twice"
+                );
+            }
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+    for i in 0..PAIRS {
+        assert_eq!(target.load_u64(8 * i as u64).unwrap(), i as u64 + 1, "slot {i}");
+    }
+    println!("RESULT ok=1");
+}
+
+#[test]
+fn five_hundred_twelve_pairs_cost_the_ias_threads_not_a_thread_each() {
+    if std::env::var_os(ROLE).is_some() {
+        child();
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["five_hundred_twelve_pairs_cost_the_ias_threads_not_a_thread_each", "--exact"])
+        .args(["--nocapture", "--test-threads", "1"])
+        .env(ROLE, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for l in text.lines().chain(String::from_utf8_lossy(&out.stderr).lines()) {
+        println!("  child: {l}");
+    }
+    assert!(out.status.success(), "the child failed");
+    assert!(text.contains("RESULT ok=1"), "the child did not finish");
+}
+
+/// A burst of connectors that never send their request (or only part of
+/// it) costs the PSP no thread, and a real connector behind them is
+/// accepted.
+#[test]
+fn silent_connectors_hold_no_thread_and_do_not_block_others() {
+    use std::io::Write;
+    backend_tcp::register();
+    let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
+    let pz = ia.create_pz().unwrap();
+    let (evd, pevd) = (ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let psp = ia.create_psp(0, &pevd).unwrap();
+    let port = psp.service();
+    let threads0 = threads();
+    let mut silent = Vec::new();
+    for i in 0..200 {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        if i % 2 == 1 {
+            s.write_all(&[0u8; 7]).unwrap(); // part of a header
+        }
+        silent.push(s);
+    }
+    let server = {
+        let (ia, pz, evd, pevd) = (ia.clone(), pz.clone(), evd.clone(), pevd.clone());
+        std::thread::spawn(move || {
+            match pevd.wait(Some(Duration::from_secs(10)), 1).expect("the real request") {
+                Event::ConnectionRequest(cr) => {
+                    assert_eq!(cr.private_data(), b"real");
+                    let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+                    cr.accept(&ep, b"welcome").unwrap();
+                    ep
+                }
+                e => panic!("unexpected {e:?}"),
+            }
+        })
+    };
+    // Counted while the 200 wait on the listener (the accepting thread
+    // above is the test's own).
+    std::thread::sleep(Duration::from_millis(100));
+    let pending = threads();
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+    let reply = ep.connect("127.0.0.1", port, b"real", Duration::from_secs(10)).unwrap();
+    assert_eq!(reply, b"welcome");
+    let _sep = server.join().unwrap();
+    println!("RESULT threads {threads0} -> {pending} with 200 silent connectors");
+    assert!(
+        pending <= threads0 + 1,
+        "{threads0} -> {pending} threads: a thread per pending connection"
+    );
+    drop(silent);
+}
