@@ -14,6 +14,10 @@ pub struct MrIa {
     pub(crate) rails: Vec<Arc<dyn Ia>>,
     pub(crate) cfg: MrConfig,
     pub(crate) attr: IaAttr,
+    /// Per rail, the `pinned` engine's rail thread that all the IA's
+    /// endpoints share (the endpoint module's `RailLine`, held weakly here:
+    /// it ends with the last endpoint that uses it).
+    pub(crate) lines: std::sync::Mutex<Vec<std::sync::Weak<dyn Any + Send + Sync>>>,
 }
 
 impl MrIa {
@@ -49,7 +53,8 @@ impl MrIa {
             caps,
             link_speed_bps: a.iter().map(|x| x.link_speed_bps).sum(),
         };
-        Ok(Arc::new(MrIa { rails, cfg, attr }))
+        let lines = std::sync::Mutex::new(Vec::new());
+        Ok(Arc::new(MrIa { rails, cfg, attr, lines }))
     }
 
     /// The rail IAs.

@@ -55,18 +55,6 @@ impl Core {
         DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
     }
 
-    /// Wakes rail `r`'s thread: a poke for a software EVD (seen by no one
-    /// else), a software event otherwise (such a rail is its thread's alone).
-    pub(super) fn ring(&self, r: usize) {
-        let evd = &self.rails[r].evd;
-        match evd.as_any().downcast_ref::<SoftEvd>() {
-            Some(s) => s.poke(),
-            None => {
-                let _ = evd.post_software(WAKE);
-            }
-        }
-    }
-
     pub(super) fn fail(&self, w: &Work, e: &Error) {
         self.fail_on(w.rail, w.cookie, e);
     }
@@ -203,12 +191,14 @@ impl Core {
                     }
                     self.rails[r].pending.fetch_add(1, Ordering::AcqRel);
                     self.handed.fetch_add(1, Ordering::Relaxed);
-                    let sent = match &*self.rails[r].tx.lock().unwrap_or_else(|e| e.into_inner()) {
-                        Some(tx) => tx.send(w).is_ok(),
-                        None => false,
-                    };
-                    if sent {
-                        self.ring(r);
+                    let line = self.rails[r].line.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                    match (line, self.me.upgrade()) {
+                        (Some(l), Some(me)) => l.send(me, w),
+                        // The handle is gone: what is left to post fails.
+                        _ => {
+                            self.rails[r].pending.fetch_sub(1, Ordering::AcqRel);
+                            self.fail(&w, &Error::NotConnected);
+                        }
                     }
                 }
             }

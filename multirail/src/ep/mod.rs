@@ -53,15 +53,15 @@ impl MrEp {
                 evd,
                 drivers: std::sync::OnceLock::new(),
                 pending: Default::default(),
-                tx: Mutex::new(None),
-                cpu: Mutex::new("not started".into()),
+                line: Mutex::new(None),
             });
         }
         let soft_rails = rails.iter().all(|r| r.evd.as_any().downcast_ref::<SoftEvd>().is_some());
         let cfg = ia.cfg.clone();
         let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
         let attr = rmr_api::Ia::attr(ia);
-        let core = Core {
+        let make = |me: &std::sync::Weak<Core>| Core {
+            me: me.clone(),
             id: EpId::fresh(),
             pz_id: pz.id,
             max_dtos: attr.max_dtos / 2,
@@ -101,7 +101,15 @@ impl MrEp {
             soft_rails,
             cfg,
         };
-        Ok(Arc::new(MrEp { core: Arc::new(core) }))
+        let core = Arc::new_cyclic(make);
+        if core.cfg.engine == crate::config::Engine::Pinned {
+            for (r, rail) in core.rails.iter().enumerate() {
+                let line = engine::RailLine::of(ia, r)?;
+                line.join(&core);
+                *rail.line.lock().unwrap_or_else(|e| e.into_inner()) = Some(line);
+            }
+        }
+        Ok(Arc::new(MrEp { core }))
     }
 
     /// The planner's current rail weights (for reports and tests).
@@ -148,9 +156,10 @@ impl Drop for MrEp {
     fn drop(&mut self) {
         let _ = self.disconnect();
         self.core.stop.store(true, Ordering::Release);
-        for (i, r) in self.core.rails.iter().enumerate() {
-            *r.tx.lock().unwrap_or_else(|e| e.into_inner()) = None;
-            self.core.ring(i);
+        // The rail threads forget the core at their next look; the IA's
+        // thread for a rail ends with its last endpoint.
+        for r in &self.core.rails {
+            *r.line.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
 }
@@ -172,10 +181,11 @@ impl Ep for MrEp {
             ),
         ];
         for (i, r) in c.rails.iter().enumerate() {
-            notes.push((
-                format!("rail{i}.cpu"),
-                r.cpu.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-            ));
+            let cpu = match &*r.line.lock().unwrap_or_else(|e| e.into_inner()) {
+                Some(l) => l.cpu(),
+                None => "no rail thread".into(),
+            };
+            notes.push((format!("rail{i}.cpu"), cpu));
         }
         let w: Vec<String> = c.lock().planner.weights().iter().map(|w| format!("{w:.3}")).collect();
         notes.push(("weights".into(), w.join(",")));

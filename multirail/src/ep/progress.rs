@@ -88,14 +88,6 @@ impl Core {
             None => r.evd.dequeue(),
         };
         while let Some(ev) = next() {
-            if matches!(ev, Event::Software(WAKE)) {
-                if self.threaded() {
-                    // The rail thread's doorbell: hand it back and leave this rail to it.
-                    let _ = r.evd.post_software(WAKE);
-                    break;
-                }
-                continue;
-            }
             batch.push((i, ev));
         }
     }

@@ -48,8 +48,6 @@ pub(super) fn direct_max(cfg: &MrConfig, rails: usize) -> u64 {
 /// A receive goes straight to the user past at most this many request
 /// completions queued on its rail.
 pub(super) const SINK_SCAN: usize = 16;
-/// Software-event value that wakes a pinned rail thread for new work.
-pub(super) const WAKE: u64 = 0x5741_4b45;
 
 /// Local segments of a DTO: (multirail LMR, offset in it, length).
 pub(super) type Segs = SmallVec<[(Arc<MrLmrInner>, u64, u64); 2]>;
@@ -218,12 +216,15 @@ pub(crate) struct Rail {
     pub(super) drivers: std::sync::OnceLock<Vec<Arc<dyn rmr_api::provider::Driver>>>,
     /// Work handed to the rail thread and not yet posted by it.
     pub(super) pending: std::sync::atomic::AtomicUsize,
-    pub(super) tx: Mutex<Option<crossbeam_channel::Sender<Work>>>,
-    pub(super) cpu: Mutex<String>,
+    /// Under `pinned`, the IA's thread for this rail (dropped with the
+    /// endpoint's handle).
+    pub(super) line: Mutex<Option<Arc<crate::ep::engine::RailLine>>>,
 }
 
 /// State shared by the user's handle, the rail threads and polling EVDs.
 pub(crate) struct Core {
+    /// This core, for handing work to a rail thread.
+    pub(super) me: std::sync::Weak<Core>,
     pub(super) id: EpId,
     pub(super) cfg: MrConfig,
     pub(super) pz_id: u64,
