@@ -199,3 +199,74 @@ fn silent_connectors_hold_no_thread_and_do_not_block_others() {
     );
     drop(silent);
 }
+
+/// Forty endpoint pairs on one EVD per side (its waiters then drive only
+/// the sockets with input): every send lands, including those that wait
+/// at the target for a receive posted only after the waiter found them
+/// (a receive side stalled for a receive is set aside, then resumed).
+#[test]
+fn many_endpoints_on_one_evd_deliver_and_a_stalled_one_resumes() {
+    const N: usize = 40;
+    backend_tcp::register();
+    let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
+    let pz = ia.create_pz().unwrap();
+    let (sevd, cevd, pevd) =
+        (ia.create_evd().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let psp = ia.create_psp(0, &pevd).unwrap();
+    let port = psp.service();
+    let inbox = MemRegion::new(8 * N);
+    let ilmr = pz.register_all(&inbox, Access::LOCAL_WRITE).unwrap();
+    let src = MemRegion::new(8 * N);
+    let slmr = pz.register_all(&src, Access::empty()).unwrap();
+    let mut pairs = Vec::new();
+    for k in 0..N {
+        let sep = ia.create_ep(&pz, &EpEvds::single(&sevd)).unwrap();
+        if k % 2 == 0 {
+            sep.post_recv(
+                &[Sge::new(&*ilmr, 8 * k as u64, 8)],
+                Cookie(k as u64),
+                DtoFlags::empty(),
+            )
+            .unwrap();
+        }
+        let (s2, pe) = (sep.clone(), pevd.clone());
+        let t = std::thread::spawn(move || match pe.wait(Some(Duration::from_secs(10)), 1) {
+            Ok(Event::ConnectionRequest(cr)) => cr.accept(&s2, b"").unwrap(),
+            e => panic!("{e:?}"),
+        });
+        let cep = ia.create_ep(&pz, &EpEvds::single(&cevd)).unwrap();
+        cep.connect("127.0.0.1", port, b"", Duration::from_secs(10)).unwrap();
+        t.join().unwrap();
+        pairs.push((cep, sep));
+    }
+    for (k, (cep, _)) in pairs.iter().enumerate() {
+        src.store_u64(8 * k as u64, 1000 + k as u64).unwrap();
+        cep.post_send(&[Sge::new(&*slmr, 8 * k as u64, 8)], Cookie(k as u64), DtoFlags::SUPPRESS)
+            .unwrap();
+    }
+    let mut got = vec![false; N];
+    let mut take = |want: usize, got: &mut Vec<bool>| {
+        let mut n = 0;
+        while n < want {
+            match sevd.wait(Some(Duration::from_secs(10)), 1).expect("receive completions") {
+                Event::Dto(c) => {
+                    c.result().unwrap();
+                    assert!(!std::mem::replace(&mut got[c.cookie.0 as usize], true), "twice");
+                    n += 1;
+                }
+                Event::Established { .. } => {}
+                e => panic!("unexpected {e:?}"),
+            }
+        }
+    };
+    take(N / 2, &mut got);
+    assert!(got.iter().step_by(2).all(|g| *g), "the even ones, which had receives");
+    for (k, (_, sep)) in pairs.iter().enumerate().filter(|(k, _)| k % 2 == 1) {
+        sep.post_recv(&[Sge::new(&*ilmr, 8 * k as u64, 8)], Cookie(k as u64), DtoFlags::empty())
+            .unwrap();
+    }
+    take(N / 2, &mut got);
+    for k in 0..N {
+        assert_eq!(inbox.load_u64(8 * k as u64).unwrap(), 1000 + k as u64, "message {k}");
+    }
+}

@@ -27,8 +27,45 @@ pub(crate) trait Polled: Send + Sync {
     /// for `take`, the queue of the waiter's own EVD, if the harvest made
     /// one while it was empty).
     fn poll_rails_taking(&self, take: Option<&SoftEvd>) -> (bool, Option<Event>);
-    /// The endpoint has rail threads that deliver by themselves.
-    fn threaded(&self) -> bool;
+    /// Runs `hook` whenever the endpoint has something to harvest (an
+    /// event queued on one of its rail EVDs, a failed post).
+    fn watch(&self, hook: Arc<dyn Fn() + Send + Sync>);
+}
+
+/// From this many endpoints on, a waiter on a multirail EVD looks only at
+/// the endpoints that have something to harvest ([`ReadyCores`]), and
+/// drives their sockets through the EVD's `epoll` set.
+const MANY: usize = 32;
+
+/// The endpoints of an EVD that have something to harvest, each once.
+#[derive(Default)]
+struct ReadyCores {
+    q: Mutex<(Vec<Weak<dyn Polled>>, std::collections::HashSet<usize>)>,
+    /// The EVD has [`MANY`] endpoints (with fewer, waiters poll them all
+    /// and nothing is marked).
+    on: AtomicBool,
+}
+
+impl ReadyCores {
+    fn mark(&self, c: &Weak<dyn Polled>) {
+        if !self.on.load(Ordering::Acquire) {
+            return;
+        }
+        let k = c.as_ptr() as *const () as usize;
+        let mut g = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        if g.1.insert(k) {
+            g.0.push(c.clone());
+        }
+    }
+
+    fn take(&self) -> Vec<Weak<dyn Polled>> {
+        let mut g = self.q.lock().unwrap_or_else(|e| e.into_inner());
+        if g.0.is_empty() {
+            return Vec::new();
+        }
+        g.1.clear();
+        std::mem::take(&mut g.0)
+    }
 }
 
 thread_local! {
@@ -101,6 +138,9 @@ pub struct MrEvd {
     waiters: AtomicUsize,
     /// Bumped whenever `polled` changes (a waiter keeps its list until then).
     polled_gen: AtomicUsize,
+    /// With [`MANY`] endpoints or more: those with something to harvest.
+    ready: Arc<ReadyCores>,
+    n_polled: AtomicUsize,
 }
 
 impl MrEvd {
@@ -114,6 +154,23 @@ impl MrEvd {
         p.retain(|w| w.strong_count() > 0);
         if !p.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(core))) {
             p.push(Arc::downgrade(core));
+            if self.n_polled.fetch_add(1, Ordering::AcqRel) + 1 >= MANY
+                && !self.ready.on.swap(true, Ordering::AcqRel)
+            {
+                // From now on marked as they fill; until now none was:
+                // all of them, once.
+                for w in p.iter() {
+                    self.ready.mark(w);
+                }
+            }
+            let (wr, wc) = (Arc::downgrade(&self.ready), Arc::downgrade(core));
+            core.watch(Arc::new(move || {
+                if let Some(r) = wr.upgrade() {
+                    r.mark(&wc);
+                }
+            }));
+            // What its rails hold already.
+            self.ready.mark(&Arc::downgrade(core));
             for evd in &core.rail_evds() {
                 match evd.as_any().downcast_ref::<SoftEvd>() {
                     Some(s) => {
@@ -141,6 +198,9 @@ impl MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
+        if self.n_polled.load(Ordering::Acquire) >= MANY && !self.blind.load(Ordering::Acquire) {
+            return self.wait_many(timeout, threshold, started);
+        }
         // The endpoints reporting here, looked up again only when they change.
         let (mut seen_gen, mut cores) = self.cores();
         // Frames the rails hold for batching (the user's last posts) go out
@@ -161,7 +221,7 @@ impl MrEvd {
             }
             let seen = self.q.poke_gen();
             // A waiter for one event takes it straight from the harvest.
-            let (moved, threaded, taken) = self.progress_on(&cores, threshold == 1);
+            let (moved, taken) = self.progress_on(&cores, threshold == 1);
             if let Some(e) = taken {
                 return Ok(e);
             }
@@ -201,11 +261,9 @@ impl MrEvd {
                     }
                 }
             }
-            if threaded {
-                // Rail threads will deliver (the queue's wait times itself).
-                *started = None;
-                return self.q.wait(left, threshold);
-            }
+            // Some rail EVD cannot wake us (a bridge's, libfabric's): poll,
+            // yielding, then in short naps (also under `pinned`: its rail
+            // threads, one per rail for all endpoints, look only now and then).
             if idle < 4000 {
                 std::thread::yield_now();
             } else {
@@ -214,13 +272,63 @@ impl MrEvd {
         }
     }
 
+    /// [`MrEvd::wait_inner`] with many endpoints: each turn harvests only
+    /// the endpoints marked ready, and the wait drives only the sockets
+    /// with input (the queue's `epoll` set over every rail endpoint).
+    fn wait_many(
+        &self,
+        timeout: Option<Duration>,
+        threshold: usize,
+        started: &mut Option<Instant>,
+    ) -> Result<Event> {
+        loop {
+            if self.q.len() >= threshold {
+                if let Some(e) = self.q.dequeue() {
+                    return Ok(e);
+                }
+            }
+            let seen = self.q.poke_gen();
+            let (mut moved, mut taken) = (false, None);
+            for c in self.ready.take().iter().filter_map(Weak::upgrade) {
+                let t = (threshold == 1 && taken.is_none()).then_some(&*self.q);
+                let (m, e) = c.poll_rails_taking(t);
+                moved |= m;
+                taken = taken.or(e);
+            }
+            if let Some(e) = taken {
+                return Ok(e);
+            }
+            if moved {
+                continue;
+            }
+            let now = Instant::now();
+            let waited = now.saturating_duration_since(*started.get_or_insert(now));
+            if timeout.is_some_and(|t| waited >= t) {
+                return Err(Error::Timeout);
+            }
+            let left = timeout.map(|t| t.saturating_sub(waited));
+            let spin = self.q.spin_time().saturating_sub(waited);
+            let waiting = (threshold == 1).then(|| Waiting::new(&self.q));
+            let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
+            if let Some(h) = waiting.as_ref().and_then(Waiting::take) {
+                if let Ok(Some(e)) = r {
+                    self.q.push_front(e);
+                }
+                return Ok(h);
+            }
+            drop(waiting);
+            if let Some(e) = r? {
+                return Ok(e);
+            }
+        }
+    }
+
     /// Polls every attached EP's rails once. Returns (anything happened,
-    /// every attached EP has rail threads of its own, with `take` the
-    /// oldest event for this EVD if the harvest made one while it was
-    /// empty — handed over instead of queued).
-    fn progress(&self, take: bool) -> (bool, bool, Option<Event>) {
+    /// with `take` the oldest event for this EVD if the harvest made one
+    /// while it was empty — handed over instead of queued).
+    fn progress(&self, take: bool) -> (bool, Option<Event>) {
         if !self.has_polled.load(Ordering::Acquire) {
-            return (false, true, None);
+            return (false, None);
         }
         self.progress_on(&self.cores().1, take)
     }
@@ -233,16 +341,15 @@ impl MrEvd {
     }
 
     /// [`MrEvd::progress`] over `cores`.
-    fn progress_on(&self, cores: &[Arc<dyn Polled>], take: bool) -> (bool, bool, Option<Event>) {
-        let (mut any, mut threaded, mut taken) = (false, true, None);
+    fn progress_on(&self, cores: &[Arc<dyn Polled>], take: bool) -> (bool, Option<Event>) {
+        let (mut any, mut taken) = (false, None);
         for c in cores {
             let t = (take && taken.is_none()).then_some(&*self.q);
             let (moved, e) = c.poll_rails_taking(t);
             any |= moved;
             taken = taken.or(e);
-            threaded &= c.threaded();
         }
-        (any, threaded, taken)
+        (any, taken)
     }
 }
 

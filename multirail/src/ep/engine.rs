@@ -204,11 +204,13 @@ impl LineShared {
         let mut batch = Batch::new();
         for c in cores {
             let evd = &c.rails[r].evd;
-            let queued = match evd.as_any().downcast_ref::<SoftEvd>() {
-                Some(s) => !s.is_empty(),
-                None => evd.len() > 0,
+            // A waiter harvests what can wake it; an EVD that cannot (a
+            // bridge's, libfabric's) its waiters only poll: taken here too.
+            let (queued, soft) = match evd.as_any().downcast_ref::<SoftEvd>() {
+                Some(s) => (!s.is_empty(), true),
+                None => (!evd.is_empty(), false),
             };
-            if !(queued || c.has_failed()) || c.waited() {
+            if !(queued || c.has_failed()) || (soft && c.waited()) {
                 continue;
             }
             let Ok(_g) = c.harvest.try_lock() else { continue };

@@ -64,6 +64,14 @@ impl Core {
     pub(super) fn fail_on(&self, rail: usize, cookie: u64, e: &Error) {
         self.failed.lock().unwrap_or_else(|e| e.into_inner()).push((rail, cookie, post_status(e)));
         self.has_failed.store(true, Ordering::Release);
+        // A waiter that looks only at endpoints with something to harvest
+        // looks at this one.
+        for w in self.watchers.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            w();
+        }
+        for q in self.user_q.iter().flatten() {
+            q.poke();
+        }
     }
 
     /// Posts one unit of work on its rail (in the calling thread).

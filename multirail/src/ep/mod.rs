@@ -99,6 +99,7 @@ impl MrEp {
             direct_max: direct_max(&cfg, n),
             adaptive: matches!(cfg.policy, crate::planner::Policy::Adaptive { .. }),
             soft_rails,
+            watchers: Mutex::default(),
             cfg,
         };
         let core = Arc::new_cyclic(make);

@@ -1,7 +1,6 @@
 //! Progress: harvesting the rails' EVDs, by a waiting application thread
 //! (through the multirail EVD) or by a poster that waits for room.
 
-use crate::config::Engine;
 use crate::ep::state::*;
 use crate::evd::{MrEvd, Polled};
 use rmr_api::provider::SoftEvd;
@@ -27,14 +26,8 @@ impl Core {
         self.rails.iter().map(|r| &r.evd)
     }
 
-    /// Whether rail threads make progress on their own.
-    pub(crate) fn threaded(&self) -> bool {
-        self.cfg.engine == Engine::Pinned
-    }
-
     /// Drains the rail EVDs once (the inline/fork-join progress; a shortcut
-    /// past the rail threads for a waiter). Rails whose EVD only its rail
-    /// thread may consume (not a [`SoftEvd`]) are left to it.
+    /// past the rail threads for a waiter).
     pub(crate) fn poll_rails(&self) -> bool {
         self.poll_rails_taking(None).0
     }
@@ -51,10 +44,7 @@ impl Core {
         // own rail, and events of the others must not be left behind.
         let _g = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
         let mut batch = Batch::new();
-        for (i, r) in self.rails.iter().enumerate() {
-            if self.threaded() && r.evd.as_any().downcast_ref::<SoftEvd>().is_none() {
-                continue;
-            }
+        for i in 0..self.rails.len() {
             self.drain_rail(i, &mut batch);
         }
         if batch.is_empty() && !self.has_failed() {
@@ -118,7 +108,13 @@ impl Polled for Core {
         Core::poll_rails_taking(self, take)
     }
 
-    fn threaded(&self) -> bool {
-        Core::threaded(self)
+    fn watch(&self, hook: Arc<dyn Fn() + Send + Sync>) {
+        for r in &self.rails {
+            if let Some(s) = r.evd.as_any().downcast_ref::<SoftEvd>() {
+                let h = hook.clone();
+                s.on_publish(Box::new(move || h()));
+            }
+        }
+        self.watchers.lock().unwrap_or_else(|e| e.into_inner()).push(hook);
     }
 }

@@ -252,6 +252,9 @@ pub(crate) struct Core {
     pub(super) adaptive: bool,
     /// Every rail EVD is a [`SoftEvd`] (its `len` tells whether to harvest).
     pub(super) soft_rails: bool,
+    /// Told when this core has something to harvest (see
+    /// [`crate::evd::Polled::watch`]).
+    pub(super) watchers: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
 }
 
 pub(super) type UserEvents = SmallVec<[(u8, Event); 4]>;

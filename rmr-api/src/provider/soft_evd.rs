@@ -88,6 +88,13 @@ pub struct SoftEvd {
     many: OnceLock<Option<many::Many>>,
     many_on: AtomicBool,
     many_off: AtomicBool,
+    /// Drivers this EVD's waiters drive (own and through; what decides
+    /// the set), and the EVDs driving through this one (told when its
+    /// drivers change).
+    n_drivers: AtomicUsize,
+    through_by: RwLock<Vec<Weak<SoftEvd>>>,
+    /// Run when an event is queued (see [`SoftEvd::on_publish`]).
+    hooks: RwLock<Vec<Box<dyn Fn() + Send + Sync>>>,
     /// Per driver (the first 8, a byte each): the waits that got something
     /// through a driver since it last moved, saturating. Those at
     /// [`QUIET_WAITS`] or more are quiet: a spinning waiter's `poll` looks
@@ -186,6 +193,9 @@ impl SoftEvd {
             many: OnceLock::new(),
             many_on: AtomicBool::new(false),
             many_off: AtomicBool::new(false),
+            n_drivers: AtomicUsize::new(0),
+            through_by: RwLock::new(Vec::new()),
+            hooks: RwLock::new(Vec::new()),
         }
     }
 
@@ -234,10 +244,11 @@ impl SoftEvd {
         }
         self.has_drivers.store(true, Ordering::Release);
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
-        if v.len() >= many::MANY && !self.many_off.load(Ordering::Acquire) {
-            self.use_many(&v, d);
-        }
         drop(v);
+        self.many_track(std::slice::from_ref(d));
+        for e in self.through_by() {
+            e.many_track(std::slice::from_ref(d));
+        }
         // A waiter already blocked must learn about the new descriptor.
         self.wake_pollers();
     }
@@ -247,53 +258,85 @@ impl SoftEvd {
         let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), d as *const _));
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        drop(v);
+        self.many_untrack(d);
+        for e in self.through_by() {
+            e.many_untrack(d);
+        }
+    }
+
+    /// `new` became drivers of this EVD (its own, or of an EVD it drives
+    /// through): with [`many::MANY`] drivers or more, its waiters use the
+    /// `epoll` set, made now (with every driver) or given `new`. Called
+    /// with no lock of this EVD held.
+    fn many_track(&self, new: &[Arc<dyn Driver>]) {
+        let n = self.n_drivers.fetch_add(new.len(), Ordering::AcqRel) + new.len();
+        if self.many_off.load(Ordering::Acquire) {
+            return;
+        }
+        let ok = match self.many.get() {
+            Some(Some(m)) => new.iter().all(|d| m.add(d)),
+            Some(None) => false,
+            None if n >= many::MANY => {
+                let Some(efd) = self.efd() else { return };
+                let m = self.many.get_or_init(|| many::Many::new(efd));
+                match m {
+                    Some(m) => {
+                        let ok = self.build_drivers().iter().all(|d| m.add(d));
+                        self.many_on.store(ok, Ordering::Release);
+                        ok
+                    }
+                    None => false,
+                }
+            }
+            None => true,
+        };
+        if !ok {
+            self.many_on.store(false, Ordering::Release);
+            self.many_off.store(true, Ordering::Release);
+        }
+    }
+
+    /// `d` is no longer a driver of this EVD (see [`SoftEvd::many_track`]).
+    fn many_untrack(&self, d: &dyn Driver) {
+        let _ =
+            self.n_drivers.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         if let Some(Some(m)) = self.many.get() {
             m.remove(d);
         }
     }
 
-    /// With [`many::MANY`] drivers or more (`v`, the list under its lock,
-    /// `d` just added): waiters use the `epoll` set, made now and filled
-    /// with every driver, or given `d`.
-    fn use_many(&self, v: &[Weak<dyn Driver>], d: &Arc<dyn Driver>) {
-        let Some(efd) = self.efd() else { return };
-        let mut fresh = false;
-        let m = self.many.get_or_init(|| {
-            fresh = true;
-            many::Many::new(efd)
-        });
-        let Some(m) = m else {
-            self.many_off.store(true, Ordering::Release);
-            return;
-        };
-        let all_in =
-            if fresh { v.iter().filter_map(Weak::upgrade).all(|x| m.add(&x)) } else { m.add(d) };
-        if all_in && self.through.read().unwrap_or_else(|p| p.into_inner()).is_empty() {
-            self.many_on.store(true, Ordering::Release);
-        } else {
-            self.many_on.store(false, Ordering::Release);
-            self.many_off.store(true, Ordering::Release);
-        }
+    /// The EVDs driving through this one (see [`SoftEvd::drive_through`]).
+    fn through_by(&self) -> Vec<Arc<SoftEvd>> {
+        let v = self.through_by.read().unwrap_or_else(|p| p.into_inner());
+        v.iter().filter_map(Weak::upgrade).collect()
     }
 
     /// Makes waiters on this EVD also drive every driver of `other` (one
     /// level deep; nothing for an EVD that is not a [`SoftEvd`]): a layer
     /// that harvests several EVDs (multirail) blocks on their endpoints'
     /// sockets directly instead of waiting for a hand-off.
-    pub fn drive_through(&self, other: &Arc<dyn Evd>) {
-        if other.as_any().downcast_ref::<SoftEvd>().is_none() {
+    pub fn drive_through(self: &Arc<Self>, other: &Arc<dyn Evd>) {
+        let Some(o) = other.as_any().downcast_ref::<SoftEvd>() else {
             return;
-        }
+        };
         let mut v = self.through.write().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0);
-        if !v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(other))) {
-            v.push(Arc::downgrade(other));
+        if v.iter().any(|w| std::ptr::addr_eq(w.as_ptr(), Arc::as_ptr(other))) {
+            return;
         }
-        // The set holds this EVD's own drivers only.
-        self.many_on.store(false, Ordering::Release);
-        self.many_off.store(true, Ordering::Release);
+        v.push(Arc::downgrade(other));
         self.has_drivers.store(true, Ordering::Release);
         DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        drop(v);
+        {
+            let mut b = o.through_by.write().unwrap_or_else(|p| p.into_inner());
+            b.retain(|w| w.strong_count() > 0);
+            b.push(Arc::downgrade(self));
+        }
+        let mut theirs = Drivers::new();
+        o.own_drivers(&mut theirs);
+        self.many_track(&theirs);
     }
 
     /// The drivers registered on this EVD itself (not those of EVDs it
@@ -402,10 +445,24 @@ impl SoftEvd {
         if !self.has_observers.load(Ordering::Acquire) {
             return;
         }
+        for h in self.hooks.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            h();
+        }
         let o = self.observers.read().unwrap_or_else(|p| p.into_inner());
         for e in o.iter().filter_map(Weak::upgrade) {
             e.poke();
         }
+    }
+
+    /// Runs `hook` whenever an event is queued here (after it is queued,
+    /// before the EVDs that [`SoftEvd::observe`] this one are poked): a
+    /// layer over many such EVDs (multirail's EVD over its endpoints' rail
+    /// EVDs) notes which of them has events, so that a waiter looks at
+    /// those only. The hook must not block (try-locks or short locks only)
+    /// and must not push here.
+    pub fn on_publish(&self, hook: Box<dyn Fn() + Send + Sync>) {
+        self.hooks.write().unwrap_or_else(|p| p.into_inner()).push(hook);
+        self.has_observers.store(true, Ordering::Release);
     }
 
     /// Lets `sink` take the events pushed here: it is called with the event

@@ -1,5 +1,6 @@
 //! An EVD with many drivers (an HPC process's one completion queue for
-//! all its peers): its waiters find the drivers with input through an
+//! all its peers; its own, or those of the EVDs it drives through): its
+//! waiters find the drivers with input through an
 //! `epoll` set over their sockets and drive only those, so a wait costs
 //! what is ready, not what is connected. With a few drivers, one `poll(2)`
 //! over all of them is cheaper (no set to keep) and their timers are the
@@ -71,6 +72,9 @@ impl Many {
     pub(super) fn add(&self, d: &Arc<dyn Driver>) -> bool {
         let Some(fd) = d.stable_fd() else { return false };
         let k = key(&**d);
+        if self.keys().drivers.contains_key(&k) {
+            return true; // reports to several of the EVDs driven
+        }
         let ev = epoll::EventData::new_u64(k);
         if epoll::add(&self.epfd, fd, ev, epoll::EventFlags::IN).is_err() {
             return false;

@@ -197,7 +197,7 @@ fn cached_driver_list_follows_changes() {
     let ids = |e: &SoftEvd| -> Vec<*const ()> {
         e.drivers().iter().map(|d| Arc::as_ptr(d) as *const ()).collect()
     };
-    let top = SoftEvd::new(16);
+    let top = Arc::new(SoftEvd::new(16));
     let rail = Arc::new(SoftEvd::new(16));
     let rail_dyn: Arc<dyn Evd> = rail.clone();
     let (a, b) = (Arc::new(Outbox::default()), Arc::new(Outbox::default()));
