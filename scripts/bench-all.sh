@@ -26,6 +26,7 @@ scripts/bench-zipper.sh 1gbit 1gbit "$OUT/zipper.jsonl" | tee "$OUT/zipper.log"
 sed -n '/^zipper bridge, links/,$p' "$OUT/zipper.log" > "$OUT/zipper.txt"
 target/release/examples/dsm --sweep 1,2,4 | tee "$OUT/dsm.txt"
 scripts/bench-dsm.sh "$OUT/dsm.jsonl"
+scripts/bench-scale.sh "$OUT/scale.jsonl"
 target/release/rmr-bench demo | tee "$OUT/demo.txt"
 if [ "$(rev)" != "$START" ]; then
   echo "bench-all: the sources changed during the run (from ${START%% *}): its parts measured different code" >&2

@@ -130,6 +130,39 @@ for s_ in (65536, 1 << 20):
         verdict(f"ofi:tcp, {s_ >> 10} KiB RDMA write bandwidth / a plain libfabric program's (fi_rma_bw.c, same window; medians)",
                 f"{rb / cb:.2f}", rb / cb >= 0.95, ">= 0.95")
 
+# --- scale: many connected endpoints (scripts/bench-scale.sh)
+scl = load(os.path.join(OUT, "scale.jsonl"))
+
+
+def scale_row(rails, eps):
+    return find(scl, rails=rails, eps=eps)
+
+
+def thread_bound(r):
+    """The goal's bound on the client's threads: its own (the main
+    thread), 2 per backend IA (progress helper, listener) and, over
+    several rails under pinned, 1 per rail of each multirail IA."""
+    backend_ias = r["ias"]
+    rail_threads = backend_ias if r["rails"] > 1 and r["engine"] == "pinned" else 0
+    return 1 + 2 * backend_ias + rail_threads
+
+
+for rails_ in (1, 2):
+    r = scale_row(rails_, 1024)
+    if not r:
+        continue
+    what = "1,024 connected tcp EPs" if rails_ == 1 else "1,024 two-rail multirail EPs (pinned)"
+    b = thread_bound(r)
+    verdict(f"scale: threads of the process with {what} (client; {r['ias']} backend IAs)",
+            f"{r['threads']} (bound {b}; {r['threads_before']} before them)", r["threads"] <= b, "<= 2 per IA + 1 per rail + its own")
+    if rails_ == 1:
+        verdict("scale: RSS per idle connected tcp EP (1,024 of them)", f"{r['rss_per_ep_kib']:.1f} KiB",
+                r["rss_per_ep_kib"] <= 16, "<= 16 KiB")
+        verdict("scale: connections per second between two processes on loopback, 16 in flight (1,024)",
+                f"{r['conn_per_s']:.0f}", r["conn_per_s"] >= 5000, ">= 5,000")
+    verdict(f"scale: 8 B write+notify half round trip on one of {what} / one EP alone (medians of {len(r['rounds_alone_us'])} interleaved rounds)",
+            f"{r['lat_ratio']:.3f} ({r['lat_among_us']:.2f} vs {r['lat_alone_us']:.2f} us)", r["lat_ratio"] <= 1.1, "<= 1.1")
+
 # --- the model client: rmr-dsm's speed-up (scripts/bench-dsm.sh)
 dsmall = load(os.path.join(OUT, "dsm.jsonl"))
 dsmr = [r for r in dsmall if r["test"] == "dsm"]
@@ -589,6 +622,29 @@ print("\n## The zipper bridge\n")
 print("`scripts/bench-zipper.sh 1gbit 1gbit` (zipper layout: cluster A host, two zipper nodes "
       "with IP forwarding off, cluster B host):\n")
 print("```text\n" + text(os.path.join(OUT, "zipper.txt")) + "\n```")
+
+print("\n## Scale: many connected endpoints\n")
+if scl:
+    sc = text(os.path.join(OUT, "scale-commit"))
+    print(f"`scripts/bench-scale.sh` at {sc}: `rmr-bench scale --json --rails R --eps N --rounds 5 "
+          "--iters 2000` for each row, two processes on loopback (the client and the server it starts). "
+          "The client opens N connected EP pairs on one IA, 16 connections in flight, and reports its "
+          "threads and resident memory once they are up (`/proc/self/status`; RSS per EP is the growth "
+          "over the N-1 idle EPs); the latency is the 8 B write+notify half round trip on one of the N "
+          "(both sides' N EPs share one EVD per side) against an EP alone on an IA of its own, taking "
+          "turns, median of the rounds' medians. Multirail rows: two loopback rails, engine pinned "
+          "(each multirail IA has two backend IAs).\n")
+    print("| rails | EPs | client threads (before) | bound | server threads | RSS per idle EP | connections/s | "
+          "alone us | among N us | among / alone | p99 alone / among us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in sorted(scl, key=lambda r: (r["rails"], r["eps"])):
+        print(f"| {r['rails']} | {r['eps']} | {r['threads']} ({r['threads_before']}) | {thread_bound(r)} | "
+              f"{r['server_threads']} | {r['rss_per_ep_kib']:.1f} KiB | {r['conn_per_s']:.0f} | "
+              f"{r['lat_alone_us']:.2f} | {r['lat_among_us']:.2f} | {r['lat_ratio']:.3f} | "
+              f"{r['lat_alone_p99_us']:.1f} / {r['lat_among_p99_us']:.1f} |")
+    print("\nThe server's threads are its own four (the main thread, an accepting and an echoing "
+          "thread per IA) beside rmr's: a progress helper per backend IA, a listener per PSP, "
+          "and over several rails the multirail PSP's and the rail threads.")
 
 print("\n## The model client (rmr-dsm: Jacobi heat and x <- Ax/n)\n")
 if dsmr:

@@ -245,7 +245,7 @@ fn many_endpoints_on_one_evd_deliver_and_a_stalled_one_resumes() {
             .unwrap();
     }
     let mut got = vec![false; N];
-    let mut take = |want: usize, got: &mut Vec<bool>| {
+    let take = |want: usize, got: &mut Vec<bool>| {
         let mut n = 0;
         while n < want {
             match sevd.wait(Some(Duration::from_secs(10)), 1).expect("receive completions") {

@@ -37,10 +37,13 @@ pub(crate) trait Polled: Send + Sync {
 /// drives their sockets through the EVD's `epoll` set.
 const MANY: usize = 32;
 
+/// Endpoints in marking order, and their addresses (each once).
+type Marked = (Vec<Weak<dyn Polled>>, std::collections::HashSet<usize>);
+
 /// The endpoints of an EVD that have something to harvest, each once.
 #[derive(Default)]
 struct ReadyCores {
-    q: Mutex<(Vec<Weak<dyn Polled>>, std::collections::HashSet<usize>)>,
+    q: Mutex<Marked>,
     /// The EVD has [`MANY`] endpoints (with fewer, waiters poll them all
     /// and nothing is marked).
     on: AtomicBool,

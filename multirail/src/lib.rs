@@ -46,8 +46,9 @@
 //!   `round-robin`, `even`, `weighted`, `adaptive` = HSAL's BSS).
 //! - Engines ([`Engine`]): `inline` (the caller posts every stripe and
 //!   polls every rail's EVD), `fork-join` (a rayon scope posts the stripes
-//!   of a DTO in parallel), `pinned` (one persistent thread per rail, fed by
-//!   a channel, bound to a core with hwloc). Whatever the engine, a DTO
+//!   of a DTO in parallel), `pinned` (one persistent thread per rail of the
+//!   IA, shared by all its endpoints, fed by one channel, bound to a core
+//!   with hwloc; it ends with the IA's last endpoint). Whatever the engine, a DTO
 //!   that goes whole to one rail (every DTO below the stripe threshold, and
 //!   every ordered one) is posted by the caller itself when that rail has
 //!   no queued work; with `pinned`, so is a probe, a DTO a fence releases

@@ -9,9 +9,16 @@
 //! such an EVD then reads and writes the sockets itself — it blocks in
 //! `poll(2)` on them and handles what arrives in its own context — so a
 //! completion reaches the waiter with no hand-off between threads, as a
-//! raw TCP ping-pong does. The backend's own progress thread stands back
-//! while a waiter drives, and takes over when nobody does, so RDMA into a
-//! passive target still lands.
+//! raw TCP ping-pong does. The backend's own progress (the TCP backend's
+//! per-IA helper) stands back while a waiter drives, and takes over when
+//! nobody does, so RDMA into a passive target still lands.
+//!
+//! ## Many drivers
+//! An EVD that many endpoints report to (one completion queue for all of
+//! a process's peers) keeps their sockets in an `epoll` set once it has 32
+//! or more (its own drivers and those of EVDs it drives through): a
+//! waiter then drives only the endpoints with input, so a wait costs what
+//! is ready, not what is connected (see `soft_evd/many.rs`).
 
 use super::cpus::cpus_spare;
 use super::driver::Driver;
