@@ -2,7 +2,7 @@
 # The scale table: `rmr-bench scale` (two processes on loopback) for
 # N = 16, 256, 1024 and 4096 connected tcp EP pairs, and 16, 256 and 1024
 # two-rail multirail EP pairs (engine pinned): threads, RSS per idle EP,
-# connections per second (16 in flight) and the 8 B write+notify half round
+# connections per second (16 connector threads, 4 in flight each) and the 8 B write+notify half round
 # trip on one EP among N-1 idle ones against one alone on its own IA,
 # ROUNDS interleaved rounds (default 5) of ITERS round trips (default 2000).
 # Writes JSON lines to OUT (default bench-out/scale.jsonl) and the commit

@@ -270,3 +270,98 @@ fn many_endpoints_on_one_evd_deliver_and_a_stalled_one_resumes() {
         assert_eq!(inbox.load_u64(8 * k as u64).unwrap(), 1000 + k as u64, "message {k}");
     }
 }
+
+/// Connections started in the background (`connect_start`), 200 at once
+/// from one thread: each ends in `Established` on its connection EVD and
+/// carries data; a refused one ends in `Broken` and may connect again; a
+/// rejected one in `Rejected`.
+#[test]
+fn background_connects_many_at_once_from_one_thread() {
+    const N: usize = 200;
+    backend_tcp::register();
+    let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
+    let pz = ia.create_pz().unwrap();
+    let (sevd, cevd, pevd) =
+        (ia.create_evd().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let psp = ia.create_psp(0, &pevd).unwrap();
+    let port = psp.service();
+    let target = MemRegion::new(8 * N);
+    let tlmr = pz.register_all(&target, Access::ALL).unwrap();
+    let ctx = tlmr.rmr_context();
+    let threads0 = threads();
+    let mut eps = Vec::new();
+    for k in 0..N {
+        let ep = ia.create_ep(&pz, &EpEvds::single(&cevd)).unwrap();
+        ep.connect_start("127.0.0.1", port, &(k as u64).to_le_bytes(), Duration::from_secs(20))
+            .unwrap();
+        eps.push(ep);
+    }
+    let in_flight = threads();
+    // Accept them all on this thread too, then collect the outcomes.
+    let mut servers = Vec::new();
+    while servers.len() < N {
+        match pevd.wait(Some(Duration::from_secs(20)), 1).expect("requests") {
+            Event::ConnectionRequest(cr) => {
+                let sep = ia.create_ep(&pz, &EpEvds::single(&sevd)).unwrap();
+                cr.accept(&sep, &ctx.to_bytes()).unwrap();
+                servers.push(sep);
+            }
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+    let mut up = 0;
+    while up < N {
+        match cevd.wait(Some(Duration::from_secs(20)), 1).expect("outcomes") {
+            Event::Established { private_data, .. } => {
+                assert_eq!(RmrContext::from_bytes(&private_data).unwrap(), ctx);
+                up += 1;
+            }
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+    println!("RESULT {N} background connects: threads {threads0} -> {in_flight} while in flight");
+    assert!(
+        in_flight <= threads0 + 1,
+        "a thread per pending connection: {threads0} -> {in_flight}"
+    );
+    let src = MemRegion::new(8 * N);
+    let slmr = pz.register_all(&src, Access::empty()).unwrap();
+    for (k, ep) in eps.iter().enumerate() {
+        assert_eq!(ep.state(), EpState::Connected);
+        src.store_u64(8 * k as u64, 7 + k as u64).unwrap();
+        let sge = [Sge::new(&*slmr, 8 * k as u64, 8)];
+        ep.post_rdma_write(&sge, ctx.at(8 * k as u64), Cookie(k as u64), DtoFlags::empty())
+            .unwrap();
+    }
+    for _ in 0..N {
+        match cevd.wait(Some(Duration::from_secs(20)), 1).expect("completions") {
+            Event::Dto(c) => c.result().map(|_| ()).unwrap(),
+            e => panic!("unexpected {e:?}"),
+        }
+    }
+    for k in 0..N {
+        assert_eq!(target.load_u64(8 * k as u64).unwrap(), 7 + k as u64);
+    }
+    // Refused: nothing listens there (the PSP's port, closed).
+    drop(psp);
+    let (evd2, gone) = (ia.create_evd().unwrap(), port);
+    let ep = ia.create_ep(&pz, &EpEvds::single(&evd2)).unwrap();
+    ep.connect_start("127.0.0.1", gone, b"", Duration::from_secs(5)).unwrap();
+    match evd2.wait(Some(Duration::from_secs(10)), 1).expect("the refusal") {
+        Event::Broken { reason, .. } => assert!(reason.contains("connect"), "{reason}"),
+        e => panic!("unexpected {e:?}"),
+    }
+    assert_eq!(ep.state(), EpState::Unconnected, "may connect again");
+    // Rejected by the peer.
+    let psp2 = ia.create_psp(0, &pevd).unwrap();
+    ep.connect_start("127.0.0.1", psp2.service(), b"let me in", Duration::from_secs(5)).unwrap();
+    match pevd.wait(Some(Duration::from_secs(10)), 1).expect("the request") {
+        Event::ConnectionRequest(cr) => cr.reject(b"no").unwrap(),
+        e => panic!("unexpected {e:?}"),
+    }
+    match evd2.wait(Some(Duration::from_secs(10)), 1).expect("the rejection") {
+        Event::Rejected { private_data, .. } => assert_eq!(private_data, b"no"),
+        e => panic!("unexpected {e:?}"),
+    }
+    assert_eq!(ep.state(), EpState::Unconnected);
+}

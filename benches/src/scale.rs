@@ -40,10 +40,15 @@ pub(crate) struct ScaleArgs {
     /// Multirail engine (with `--rails` > 1): inline, fork-join, pinned.
     #[arg(long, default_value = "pinned", value_parser = engine_arg)]
     engine: String,
-    /// Threads that connect at once, each opening its share of the
-    /// endpoints one after the other (they end before the counts).
+    /// Threads that connect (they end before the counts), each keeping up
+    /// to `--window` connections in flight with `connect_start` (the tcp
+    /// backend connects in the background; other transports' default
+    /// connects before returning: one in flight per thread).
     #[arg(long, default_value_t = 16)]
     connectors: usize,
+    /// Connections each connector keeps in flight.
+    #[arg(long, default_value_t = 4)]
+    window: usize,
     /// Base port: the server listens on PORT (the endpoint alone) and
     /// PORT+1 (the N endpoints).
     #[arg(long, default_value_t = 7600)]
@@ -350,8 +355,6 @@ pub(crate) fn run(a: &ScaleArgs) {
     // The N-1 idle endpoints, `connectors` connections in flight.
     let pz = many_ia.create_pz().unwrap_or_else(|e| die(e));
     let evd = many_ia.create_evd().unwrap_or_else(|e| die(e));
-    let cevd = many_ia.create_evd().unwrap_or_else(|e| die(e));
-    let evds = EpEvds { request: evd.clone(), recv: evd, conn: cevd.clone() };
     let idle_n = a.eps - 1;
     let next = AtomicUsize::new(0);
     let eps: Mutex<Vec<Arc<dyn Ep>>> = Mutex::new(Vec::with_capacity(idle_n));
@@ -360,17 +363,37 @@ pub(crate) fn run(a: &ScaleArgs) {
     std::thread::scope(|s| {
         for _ in 0..a.connectors.clamp(1, idle_n.max(1)) {
             s.spawn(|| {
-                while next.fetch_add(1, Ordering::AcqRel) < idle_n {
-                    let ep = many_ia.create_ep(&pz, &evds).unwrap_or_else(|e| die(e));
-                    ep.connect(&dest, a.port + 1, IDLE, Duration::from_secs(30))
-                        .unwrap_or_else(|e| die(format!("connect: {e}")));
-                    eps.lock().unwrap_or_else(|e| e.into_inner()).push(ep);
+                // Each connector's connection events on an EVD of its own.
+                let cevd = many_ia.create_evd().unwrap_or_else(|e| die(e));
+                let evds = EpEvds { request: evd.clone(), recv: evd.clone(), conn: cevd.clone() };
+                let (mut flying, mut more) = (0usize, true);
+                while more || flying > 0 {
+                    while more && flying < a.window.max(1) {
+                        if next.fetch_add(1, Ordering::AcqRel) >= idle_n {
+                            more = false;
+                            break;
+                        }
+                        let ep = many_ia.create_ep(&pz, &evds).unwrap_or_else(|e| die(e));
+                        ep.connect_start(&dest, a.port + 1, IDLE, Duration::from_secs(30))
+                            .unwrap_or_else(|e| die(format!("connect: {e}")));
+                        eps.lock().unwrap_or_else(|e| e.into_inner()).push(ep);
+                        flying += 1;
+                    }
+                    if flying == 0 {
+                        break;
+                    }
+                    match cevd.wait(Some(Duration::from_secs(60)), 1) {
+                        Ok(Event::Established { .. }) => flying -= 1,
+                        Ok(Event::Broken { reason, .. }) => die(format!("connect: {reason}")),
+                        Ok(Event::Rejected { .. }) => die("connect: rejected"),
+                        Ok(_) => {}
+                        Err(e) => die(format!("connect: {e}")),
+                    }
                 }
             });
         }
     });
     let setup = t0.elapsed();
-    while cevd.dequeue().is_some() {}
     std::thread::sleep(Duration::from_millis(200));
     let (threads1, rss1) = proc_status();
     let (served, sthreads, srss) = server.stats();
@@ -399,7 +422,7 @@ pub(crate) fn run(a: &ScaleArgs) {
     if a.json {
         let j = serde_json::json!({
             "test": "scale", "backend": a.backend, "rails": a.rails, "engine": a.engine,
-            "eps": a.eps, "connectors": a.connectors, "ias": ias,
+            "eps": a.eps, "connectors": a.connectors, "window": a.window, "ias": ias,
             "threads_before": threads0, "threads": threads1,
             "rss_kib_before": rss0, "rss_kib": rss1, "rss_per_ep_kib": per_ep_kib,
             "connect_s": setup.as_secs_f64(), "conn_per_s": cps,
@@ -426,9 +449,10 @@ pub(crate) fn run(a: &ScaleArgs) {
             "  RSS {rss1} KiB ({rss0} before): {per_ep_kib:.1} KiB per idle endpoint; server {srss} KiB"
         );
         println!(
-            "  set-up: {idle_n} connections in {:.3} s with {} in flight: {cps:.0} per second",
+            "  set-up: {idle_n} connections in {:.3} s, {} connectors with up to {} in flight each: {cps:.0} per second",
             setup.as_secs_f64(),
-            a.connectors
+            a.connectors,
+            a.window
         );
         println!(
             "  8 B write+notify half round trip, median of {} interleaved rounds: alone {ma:.2} us, among {} {mh:.2} us: {:.3}x (p99 {:.2} / {:.2} us)",

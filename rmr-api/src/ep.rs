@@ -48,6 +48,35 @@ pub trait Ep: Send + Sync {
         private_data: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>>;
+    /// Starts connecting to `service` at `remote` with `private_data` and
+    /// returns at once: the outcome arrives on the connection EVD, as
+    /// [`Event::Established`](crate::Event::Established) (the peer's
+    /// private data; the EP is then Connected),
+    /// [`Event::Rejected`](crate::Event::Rejected), or
+    /// [`Event::Broken`](crate::Event::Broken) with the reason (refused,
+    /// unreachable, or `timeout` passed; the EP is then Unconnected again
+    /// and may connect anew). How a process opens connections to many
+    /// peers at once without a thread per pending connection.
+    ///
+    /// The TCP backend connects in the background (its IA's progress
+    /// engine carries the handshake). The default, which the other
+    /// transports use, connects with [`Ep::connect`] before returning
+    /// (Established and Rejected are posted as `connect` posts them; any
+    /// other failure is returned here instead of posted).
+    ///
+    /// # Errors
+    /// Input errors at once ([`Error::BadSpec`], [`Error::InvalidArgument`]
+    /// for an EP that is not Unconnected or private data too long); with
+    /// the default, also [`Ep::connect`]'s.
+    fn connect_start(
+        &self,
+        remote: &str,
+        service: u16,
+        private_data: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        self.connect(remote, service, private_data, timeout).map(|_| ())
+    }
     /// Closes the connection; both sides get `Event::Disconnected`,
     /// outstanding DTOs complete with [`crate::Status::Flushed`].
     ///

@@ -2,6 +2,7 @@
 //! its reader ([`rx`]) and sender threads work on.
 
 mod connect;
+mod dial;
 mod progress;
 mod reader;
 mod rx;
@@ -130,6 +131,16 @@ impl TcpEp {
 impl Ep for TcpEp {
     fn connect(&self, remote: &str, service: u16, pd: &[u8], timeout: Duration) -> Result<Vec<u8>> {
         self.connect_stream(remote, service, pd, timeout)
+    }
+
+    fn connect_start(
+        &self,
+        remote: &str,
+        service: u16,
+        pd: &[u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        dial::Dialer::start(&self.sh, remote, service, pd, timeout)
     }
 
     fn close(&self, timeout: Duration) -> Result<()> {

@@ -428,6 +428,7 @@ macro_rules! conformance_suite {
             connect_reject_private_data,
             connect_refused_is_an_error,
             connect_timeout_is_respected,
+            connect_start_ends_in_an_event,
             send_recv_basic,
             send_recv_in_order_under_load,
             zero_length_send,

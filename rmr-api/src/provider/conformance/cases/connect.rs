@@ -99,3 +99,49 @@ pub fn connect_timeout_is_respected(t: &Target) {
         let _ = cr.reject(b"");
     }
 }
+
+/// [`Ep::connect_start`]: the connection ends in `Established` on the
+/// connection EVD (with the peer's private data) and carries data; a
+/// refused one ends in an error (returned, or a `Broken` event).
+pub fn connect_start_ends_in_an_event(t: &Target) {
+    let (ia_a, ia_b) = t.open();
+    let (pz_a, pz_b) = (ia_a.create_pz().unwrap(), ia_b.create_pz().unwrap());
+    let (evd_a, evd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let (cevd_a, cevd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let pevd = ia_b.create_evd().unwrap();
+    let psp = ia_b.create_psp(0, &pevd).unwrap();
+    let (addr, svc) = (psp.address(), psp.service());
+    let a = ia_a.create_ep(&pz_a, &evds(&evd_a, &cevd_a)).unwrap();
+    let b = std::thread::scope(|s| {
+        // (Transports that connect before returning need the accept meanwhile.)
+        let h = s.spawn(|| accept_one(&ia_b, &pz_b, &pevd, &evds(&evd_b, &cevd_b), b"from-b"));
+        a.connect_start(&addr, svc, b"from-a", WAIT).expect("connect_start");
+        let (b, pd) = h.join().unwrap();
+        assert_eq!(pd, b"from-a");
+        b
+    });
+    match cevd_a.wait(Some(WAIT), 1).expect("the outcome") {
+        Event::Established { private_data, .. } => assert_eq!(private_data, b"from-b"),
+        e => panic!("expected Established, got {e:?}"),
+    }
+    expect_established(&cevd_b);
+    assert_eq!(a.state(), EpState::Connected);
+    let (src, dst) = (Buf::new(&pz_a, 64, RW, 0x5a), Buf::new(&pz_b, 64, RW, 0));
+    b.post_recv(&[dst.sge()], Cookie(1), F0).unwrap();
+    a.post_send(&[src.sge()], Cookie(2), F0).unwrap();
+    expect_ok(&evd_b, 1);
+    assert_eq!(dst.bytes(), vec![0x5a; 64]);
+    // Refused: nobody listens there any more.
+    psp.close();
+    drop(psp);
+    std::thread::sleep(Duration::from_millis(50));
+    let c = ia_a.create_ep(&pz_a, &evds(&evd_a, &cevd_a)).unwrap();
+    match c.connect_start(&addr, svc, b"", Duration::from_secs(5)) {
+        Err(_) => {}
+        Ok(()) => match cevd_a.wait(Some(WAIT), 1).expect("the refusal") {
+            Event::Broken { .. } => {}
+            e => panic!("expected Broken for a refused connect, got {e:?}"),
+        },
+    }
+    assert_ne!(c.state(), EpState::Connected);
+}
