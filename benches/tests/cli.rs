@@ -112,3 +112,26 @@ fn csv_osu_and_json_outputs_parse() {
     assert!(objs[0].contains("\"test\":\"meta\"") && objs[0].contains("\"commit\""), "{out}");
     assert!(objs[1..].iter().all(|l| l.contains("\"lat_p999_us\"")), "{out}");
 }
+
+/// `rmr-bench scale` as a user runs it: it starts its own server, opens
+/// the endpoints and reports a JSON object whose counts add up (the
+/// server accepted every pair and the lone one; latencies were measured).
+#[test]
+fn scale_reports_threads_memory_rate_and_latency() {
+    let port = free_port().to_string();
+    let o = bench()
+        .args(["scale", "--eps", "40", "--rounds", "2", "--iters", "50", "--json", "--port", &port])
+        .output()
+        .expect("run scale");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let j: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
+    assert_eq!(j["eps"], 40, "{out}");
+    assert_eq!(j["server_eps"], 41, "the N pairs and the lone one: {out}");
+    // Two IAs in the client (a helper each) and its own main thread.
+    let threads = j["threads"].as_u64().unwrap();
+    assert!((1..=5).contains(&threads), "client threads {threads}: {out}");
+    assert!(j["lat_alone_us"].as_f64().unwrap() > 0.0 && j["lat_among_us"].as_f64().unwrap() > 0.0);
+    assert!(j["conn_per_s"].as_f64().unwrap() > 0.0, "{out}");
+    assert_eq!(j["rounds_alone_us"].as_array().unwrap().len(), 2, "{out}");
+}
