@@ -50,10 +50,8 @@ pub trait Ep: Send + Sync {
     ) -> Result<Vec<u8>>;
     /// Starts connecting to `service` at `remote` with `private_data` and
     /// returns at once: the outcome arrives on the connection EVD, as
-    /// [`Event::Established`](crate::Event::Established) (the peer's
-    /// private data; the EP is then Connected),
-    /// [`Event::Rejected`](crate::Event::Rejected), or
-    /// [`Event::Broken`](crate::Event::Broken) with the reason (refused,
+    /// `Event::Established` (the peer's private data; the EP is then
+    /// Connected), `Event::Rejected`, or `Event::Broken` with the reason (refused,
     /// unreachable, or `timeout` passed; the EP is then Unconnected again
     /// and may connect anew). How a process opens connections to many
     /// peers at once without a thread per pending connection.
