@@ -9,10 +9,10 @@
 //! cargo run --release -p rmr-examples --example dsm -- --sweep 1,2,4
 //! # one run of N processes (this program starts them):
 //! cargo run --release -p rmr-examples --example dsm -- --procs 4
-//! # under a launcher (PMIx) or by hand (RMR_RANK, RMR_SIZE, RMR_ROOT):
+//! # under a launcher (PMIx) or by hand (RMR_RANK, RMR_SIZE, RMR_ROOT, RMR_JOB_SECRET):
 //! mpirun -np 4 target/release/examples/dsm
 //! RMR_DSM_SPEC='multirail:tcp:198.18.0.1,tcp:198.18.1.1' RMR_RANK=0 RMR_SIZE=2 \
-//!     RMR_ROOT=198.18.0.1:7999 target/release/examples/dsm
+//!     RMR_ROOT=198.18.0.1:7999 RMR_JOB_SECRET=<the job's> target/release/examples/dsm
 //! ```
 
 use rmr_dsm::ReduceOp;
@@ -99,6 +99,7 @@ fn launch(n: usize) -> String {
         })
         .flatten()
         .collect();
+    let secret = rmr::boot::fresh_secret();
     let children: Vec<_> = (0..n)
         .map(|r| {
             Command::new(&exe)
@@ -106,6 +107,7 @@ fn launch(n: usize) -> String {
                 .env("RMR_RANK", r.to_string())
                 .env("RMR_SIZE", n.to_string())
                 .env("RMR_ROOT", format!("127.0.0.1:{port}"))
+                .env("RMR_JOB_SECRET", &secret)
                 .stdout(if r == 0 { Stdio::piped() } else { Stdio::null() })
                 .spawn()
                 .expect("start a process")

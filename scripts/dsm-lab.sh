@@ -11,7 +11,7 @@ trap 'scripts/lab.sh down $P' EXIT
 cargo build --release -q -p rmr-examples --example dsm
 D=$PWD/target/release/examples/dsm
 scripts/lab.sh pair $P "$RATES" >/dev/null
-common=(RMR_SIZE=2 RMR_ROOT=198.18.0.1:7999)
+common=(RMR_SIZE=2 RMR_ROOT=198.18.0.1:7999 RMR_JOB_SECRET="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')")
 ip netns exec $P-b env "${common[@]}" RMR_RANK=1 \
   RMR_DSM_SPEC="multirail:tcp:198.18.0.2,tcp:198.18.1.2" "$D" "$@" > /dev/null &
 ip netns exec $P-a env "${common[@]}" RMR_RANK=0 \

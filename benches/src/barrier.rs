@@ -80,6 +80,7 @@ pub(crate) fn run(a: &BarrierArgs) {
     let exe = std::env::current_exe().unwrap_or_else(|e| die(e));
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut kids = Vec::new();
+    let secret = rmr_boot::fresh_secret();
     for r in 0..a.procs {
         let mut c = Command::new(&exe);
         c.args(&args)
@@ -87,6 +88,7 @@ pub(crate) fn run(a: &BarrierArgs) {
             .env("RMR_RANK", r.to_string())
             .env("RMR_SIZE", a.procs.to_string())
             .env("RMR_ROOT", format!("127.0.0.1:{port}"))
+            .env("RMR_JOB_SECRET", &secret)
             .env("RMR_NODE", format!("node{}", r % a.nodes))
             .env_remove("RMR_BOOT")
             .stdout(if r == 0 { Stdio::piped() } else { Stdio::null() });

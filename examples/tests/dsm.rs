@@ -57,6 +57,7 @@ fn member() {
 fn job(n: usize) -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let exe = std::env::current_exe().unwrap();
+    let secret = rmr::boot::fresh_secret();
     let kids: Vec<_> = (0..n)
         .map(|r| {
             Command::new(&exe)
@@ -65,6 +66,7 @@ fn job(n: usize) -> String {
                 .env("RMR_RANK", r.to_string())
                 .env("RMR_SIZE", n.to_string())
                 .env("RMR_ROOT", format!("127.0.0.1:{port}"))
+                .env("RMR_JOB_SECRET", &secret)
                 .env("RMR_BOOT_TIMEOUT_S", "30")
                 .output_async()
         })

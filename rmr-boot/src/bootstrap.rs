@@ -141,7 +141,7 @@ impl Bootstrap {
     }
 
     /// The rendezvous settings from `RMR_RANK`, `RMR_SIZE`, `RMR_ROOT`,
-    /// `RMR_BOOT_TIMEOUT_S` and `RMR_NODE`.
+    /// `RMR_JOB_SECRET`, `RMR_BOOT_TIMEOUT_S` and `RMR_NODE`.
     ///
     /// # Errors
     /// [`Error::BadEnv`] naming the missing or malformed variable.
@@ -172,6 +172,7 @@ impl Bootstrap {
             root,
             timeout: timeout_from_env()?,
             node: node_name(hostname),
+            secret: env("RMR_JOB_SECRET").unwrap_or_default().into_bytes(),
         })
     }
 

@@ -46,6 +46,15 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// The rendezvous root could not prove that it holds the job's secret:
+    /// nothing of this rank's was sent to it.
+    #[error("rendezvous root {root} is not this job's: {why}")]
+    Unauthenticated {
+        /// The root's address (`RMR_ROOT`).
+        root: String,
+        /// What did not hold.
+        why: String,
+    },
     /// The root ended the job (another rank failed, or the job is inconsistent).
     #[error("rendezvous aborted by the root: {0}")]
     Aborted(String),

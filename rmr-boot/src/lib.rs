@@ -10,8 +10,10 @@
 //!   launcher's PMIx server; [`Bootstrap::allgather`] is
 //!   `PMIx_Put` + `PMIx_Commit` + `PMIx_Fence` (collecting data) + `PMIx_Get`.
 //! - **TCP rendezvous**, with no launcher: every process is given
-//!   `RMR_RANK`, `RMR_SIZE` and `RMR_ROOT=host:port`; rank 0 listens there
-//!   and the others connect. A rank that never shows up is a typed error
+//!   `RMR_RANK`, `RMR_SIZE`, `RMR_ROOT=host:port` and the job's secret
+//!   `RMR_JOB_SECRET`; rank 0 listens there and the others connect, each
+//!   side proving it holds the secret (it never travels), so only the
+//!   job's processes get in. A rank that never shows up is a typed error
 //!   ([`Error::RanksMissing`] at the root, [`Error::Aborted`] at the others)
 //!   after `RMR_BOOT_TIMEOUT_S` (30) seconds, not a hang.
 //! - **Single** process, when neither is present.
@@ -33,6 +35,7 @@
 //! Start it as `mpirun -np 4 prog` (built with `--features pmix`), or
 //! without a launcher:
 //! ```sh
+//! export RMR_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 //! for r in 0 1 2 3; do RMR_RANK=$r RMR_SIZE=4 RMR_ROOT=127.0.0.1:7400 prog & done; wait
 //! ```
 //!
@@ -41,6 +44,7 @@
 //! | --- | --- |
 //! | `RMR_BOOT` | `pmix`, `rendezvous` or `single`: force a bootstrap |
 //! | `RMR_RANK`, `RMR_SIZE`, `RMR_ROOT` | the rendezvous: this rank, the job size, rank 0's `host:port` |
+//! | `RMR_JOB_SECRET` | the rendezvous: the job's secret (at least 16 bytes, the same at every rank; [`fresh_secret`] makes one); required for 2 or more processes |
 //! | `RMR_BOOT_TIMEOUT_S` | limit for joining and each collective (30) |
 //! | `RMR_NODE` | node name (default: the host name, or PMIx's); processes with equal names share memory — set different ones to pretend several nodes on one machine |
 //!
@@ -75,4 +79,4 @@ pub const PMIX_BUILT: bool = cfg!(feature = "pmix");
 pub use bootstrap::{Bootstrap, DEFAULT_TIMEOUT, Kind, hostname};
 pub use error::{Error, Result};
 pub use nodes::NodeMap;
-pub use rendezvous::RendezvousConfig;
+pub use rendezvous::{MIN_SECRET, RendezvousConfig, fresh_secret};

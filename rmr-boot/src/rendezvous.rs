@@ -6,9 +6,20 @@
 //! the few exchanges of a start-up). A rank that never shows up, a second
 //! rank with the same number, or a rank that disagrees about the size make
 //! the root abort the job with a typed error at every rank.
+//!
+//! Only the job gets in: every process holds the job's secret
+//! (`RMR_JOB_SECRET`, which the launcher or the script that starts the
+//! job makes and gives to every rank), and each side proves it with an
+//! HMAC-SHA256 over the other side's fresh nonce, so the secret never
+//! travels and a recorded exchange answers no later challenge. The root
+//! drops a joiner whose proof is wrong without a word (it learns nothing
+//! and cannot disturb the job); a rank leaves a root that cannot prove
+//! the secret before sending it anything of its own.
 
 use crate::wire::{MAX_FRAME, Msg};
 use crate::{Error, Result};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::sync::Mutex;
@@ -29,6 +40,71 @@ pub struct RendezvousConfig {
     pub timeout: Duration,
     /// This process's node name (processes with the same name share memory).
     pub node: String,
+    /// The job's secret (`RMR_JOB_SECRET`): the same at every rank, at
+    /// least [`MIN_SECRET`] bytes; proven, never sent. Not needed for a
+    /// job of one process.
+    pub secret: Vec<u8>,
+}
+
+/// The shortest job secret accepted.
+pub const MIN_SECRET: usize = 16;
+
+/// A fresh job secret for a launcher to give every rank of a job it
+/// starts (`RMR_JOB_SECRET`): 32 hex digits from the OS's random source.
+pub fn fresh_secret() -> String {
+    nonce()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+type HmacSha256 = Hmac<Sha256>;
+
+fn nonce() -> [u8; 32] {
+    let mut b = [0u8; 32];
+    if getrandom::fill(&mut b).is_err() {
+        // No OS randomness: still unique per call, though guessable.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos();
+        b[..16].copy_from_slice(&t.to_le_bytes());
+        b[16..20].copy_from_slice(&std::process::id().to_le_bytes());
+    }
+    b
+}
+
+fn keyed(secret: &[u8], label: &[u8]) -> HmacSha256 {
+    let mut m = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
+    m.update(label);
+    m
+}
+
+/// A rank's proof: bound to the root's challenge and to what it claims.
+fn hello_proof(
+    secret: &[u8],
+    challenge: &[u8; 32],
+    (rank, size, node): (u32, u32, &str),
+    nonce: &[u8; 32],
+) -> HmacSha256 {
+    let mut m = keyed(secret, b"rmr-boot hello v2");
+    m.update(challenge);
+    m.update(&rank.to_le_bytes());
+    m.update(&size.to_le_bytes());
+    m.update(&(node.len() as u64).to_le_bytes());
+    m.update(node.as_bytes());
+    m.update(nonce);
+    m
+}
+
+/// The root's proof to one rank: bound to that rank's nonce and to the
+/// welcome's contents.
+fn welcome_proof(secret: &[u8], nonce: &[u8; 32], job: u64, nodes: &[String]) -> HmacSha256 {
+    let mut m = keyed(secret, b"rmr-boot welcome v2");
+    m.update(nonce);
+    m.update(&job.to_le_bytes());
+    for n in nodes {
+        m.update(&(n.len() as u64).to_le_bytes());
+        m.update(n.as_bytes());
+    }
+    m
 }
 
 /// A joined rendezvous: the root holds one stream per rank, a rank one to the root.
@@ -130,6 +206,16 @@ impl Rendezvous {
             };
             return Ok(Joined { rv, job: fresh_job_id(), nodes: vec![cfg.node.clone()] });
         }
+        if cfg.secret.len() < MIN_SECRET {
+            return Err(Error::BadEnv {
+                var: "RMR_JOB_SECRET",
+                value: if cfg.secret.is_empty() { String::new() } else { "(hidden)".into() },
+                why: format!(
+                    "{}: a TCP rendezvous admits only processes that hold the job's secret, at least {MIN_SECRET} bytes, the same at every rank (e.g. RMR_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \\n')); a PMIx launcher needs none",
+                    if cfg.secret.is_empty() { "unset" } else { "too short" }
+                ),
+            });
+        }
         let addr = resolve(&cfg.root)?;
         if cfg.rank == 0 {
             Self::root(cfg, addr, deadline)
@@ -144,6 +230,7 @@ impl Rendezvous {
         let n = cfg.size as usize;
         let mut streams: Vec<Option<TcpStream>> = (1..n).map(|_| None).collect();
         let mut nodes = vec![String::new(); n];
+        let mut nonces = vec![[0u8; 32]; n];
         nodes[0] = cfg.node.clone();
         let mut have = 1;
         let abort = |streams: &mut Vec<Option<TcpStream>>, why: &str| {
@@ -178,8 +265,22 @@ impl Rendezvous {
             // A hello must come quickly; a stranger (or a slow half-open
             // connection) is dropped without disturbing the others.
             let hello_by = deadline.min(Instant::now() + Duration::from_secs(5));
-            let (rank, size, node) = match recv(&mut s, hello_by, u32::MAX, "hello") {
-                Ok(Msg::Hello { rank, size, node }) => (rank, size, node),
+            let challenge = nonce();
+            if send(&mut s, &Msg::Challenge { nonce: challenge }).is_err() {
+                continue;
+            }
+            let (rank, size, node, their) = match recv(&mut s, hello_by, u32::MAX, "hello") {
+                Ok(Msg::Hello { rank, size, node, nonce, proof }) => {
+                    let claim = (rank, size, node.as_str());
+                    if hello_proof(&cfg.secret, &challenge, claim, &nonce)
+                        .verify_slice(&proof)
+                        .is_err()
+                    {
+                        // Not of this job: dropped, told nothing.
+                        continue;
+                    }
+                    (rank, size, node, nonce)
+                }
                 _ => continue,
             };
             let why = if size != cfg.size {
@@ -197,13 +298,16 @@ impl Rendezvous {
                 return Err(Error::Aborted(why));
             }
             nodes[rank as usize] = node;
+            nonces[rank as usize] = their;
             streams[rank as usize - 1] = Some(s);
             have += 1;
         }
         let mut streams: Vec<TcpStream> = streams.into_iter().map(|s| s.expect("all")).collect();
         let job = fresh_job_id();
-        let welcome = Msg::Welcome { job, nodes: nodes.clone() };
         for (i, s) in streams.iter_mut().enumerate() {
+            let proof = welcome_proof(&cfg.secret, &nonces[i + 1], job, &nodes).finalize();
+            let welcome =
+                Msg::Welcome { job, nodes: nodes.clone(), proof: proof.into_bytes().into() };
             send(s, &welcome)
                 .map_err(|e| Error::PeerLost { rank: i as u32 + 1, why: e.to_string() })?;
         }
@@ -239,12 +343,42 @@ impl Rendezvous {
             }
         };
         let _ = s.set_nodelay(true);
-        send(&mut s, &Msg::Hello { rank: cfg.rank, size: cfg.size, node: cfg.node.clone() })
-            .map_err(|e| Error::PeerLost { rank: 0, why: e.to_string() })?;
         // The root may wait up to its own timeout for the last rank: give it a little more.
         let by = deadline + Duration::from_secs(2);
-        let (job, nodes) = match recv(&mut s, by, 0, "rendezvous welcome")? {
-            Msg::Welcome { job, nodes } if nodes.len() == cfg.size as usize => (job, nodes),
+        let challenge = match recv(&mut s, by, 0, "rendezvous challenge")? {
+            Msg::Challenge { nonce } => nonce,
+            m => return Err(Error::Protocol(format!("expected a challenge, got {m:?}"))),
+        };
+        let mine = nonce();
+        let claim = (cfg.rank, cfg.size, cfg.node.as_str());
+        let proof = hello_proof(&cfg.secret, &challenge, claim, &mine).finalize();
+        let hello = Msg::Hello {
+            rank: cfg.rank,
+            size: cfg.size,
+            node: cfg.node.clone(),
+            nonce: mine,
+            proof: proof.into_bytes().into(),
+        };
+        send(&mut s, &hello).map_err(|e| Error::PeerLost { rank: 0, why: e.to_string() })?;
+        let welcome = recv(&mut s, by, 0, "rendezvous welcome").map_err(|e| match e {
+            Error::PeerLost { rank, why } => Error::PeerLost {
+                rank,
+                why: format!(
+                    "{why} before the welcome (a root that does not admit this rank's RMR_JOB_SECRET closes it so)"
+                ),
+            },
+            e => e,
+        })?;
+        let (job, nodes) = match welcome {
+            Msg::Welcome { job, nodes, proof } if nodes.len() == cfg.size as usize => {
+                if welcome_proof(&cfg.secret, &mine, job, &nodes).verify_slice(&proof).is_err() {
+                    return Err(Error::Unauthenticated {
+                        root: cfg.root.clone(),
+                        why: "its welcome does not prove this job's secret (another process listens at RMR_ROOT, or the secrets differ)".into(),
+                    });
+                }
+                (job, nodes)
+            }
             Msg::Abort(why) => return Err(Error::Aborted(why)),
             m => return Err(Error::Protocol(format!("expected a welcome, got {m:?}"))),
         };

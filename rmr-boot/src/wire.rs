@@ -6,8 +6,9 @@
 //!
 //! | kind | message | body |
 //! | --- | --- | --- |
-//! | 1 | `Hello` (rank -> root) | magic `RMRB` u32, version u16, rank u32, size u32, node name (u16 len + bytes) |
-//! | 2 | `Welcome` (root -> rank) | job id u64, count u32, every rank's node name (u16 len + bytes) |
+//! | 6 | `Challenge` (root -> rank, first) | the root's nonce (32 bytes) |
+//! | 1 | `Hello` (rank -> root) | magic `RMRB` u32, version u16, rank u32, size u32, node name (u16 len + bytes), the rank's nonce (32), its proof (32) |
+//! | 2 | `Welcome` (root -> rank) | job id u64, count u32, every rank's node name (u16 len + bytes), the root's proof (32) |
 //! | 3 | `Gather` (rank -> root) | sequence u64, the rank's bytes |
 //! | 4 | `Gathered` (root -> rank) | sequence u64, count u32, every rank's bytes (u32 len + bytes) |
 //! | 5 | `Abort` (root -> rank) | why, UTF-8 |
@@ -16,16 +17,17 @@ use crate::{Error, Result};
 
 /// `RMRB`.
 pub(crate) const MAGIC: u32 = 0x524d_5242;
-/// Protocol version.
-pub(crate) const VERSION: u16 = 1;
+/// Protocol version (2: the job secret's challenge and proofs).
+pub(crate) const VERSION: u16 = 2;
 /// Largest frame accepted (a defence against a stray peer, not a limit users meet).
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 
 /// One protocol message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Msg {
-    Hello { rank: u32, size: u32, node: String },
-    Welcome { job: u64, nodes: Vec<String> },
+    Challenge { nonce: [u8; 32] },
+    Hello { rank: u32, size: u32, node: String, nonce: [u8; 32], proof: [u8; 32] },
+    Welcome { job: u64, nodes: Vec<String>, proof: [u8; 32] },
     Gather { seq: u64, data: Vec<u8> },
     Gathered { seq: u64, all: Vec<Vec<u8>> },
     Abort(String),
@@ -42,21 +44,28 @@ impl Msg {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut b = vec![0u8; 4];
         match self {
-            Msg::Hello { rank, size, node } => {
+            Msg::Challenge { nonce } => {
+                b.push(6);
+                b.extend_from_slice(nonce);
+            }
+            Msg::Hello { rank, size, node, nonce, proof } => {
                 b.push(1);
                 b.extend_from_slice(&MAGIC.to_le_bytes());
                 b.extend_from_slice(&VERSION.to_le_bytes());
                 b.extend_from_slice(&rank.to_le_bytes());
                 b.extend_from_slice(&size.to_le_bytes());
                 put_str16(&mut b, node);
+                b.extend_from_slice(nonce);
+                b.extend_from_slice(proof);
             }
-            Msg::Welcome { job, nodes } => {
+            Msg::Welcome { job, nodes, proof } => {
                 b.push(2);
                 b.extend_from_slice(&job.to_le_bytes());
                 b.extend_from_slice(&(nodes.len() as u32).to_le_bytes());
                 for n in nodes {
                     put_str16(&mut b, n);
                 }
+                b.extend_from_slice(proof);
             }
             Msg::Gather { seq, data } => {
                 b.push(3);
@@ -100,8 +109,10 @@ impl Msg {
                         "rendezvous protocol version {v}, this build speaks {VERSION}"
                     )));
                 }
-                Msg::Hello { rank: r.u32()?, size: r.u32()?, node: r.str16()? }
+                let (rank, size, node) = (r.u32()?, r.u32()?, r.str16()?);
+                Msg::Hello { rank, size, node, nonce: r.b32()?, proof: r.b32()? }
             }
+            6 => Msg::Challenge { nonce: r.b32()? },
             2 => {
                 let job = r.u64()?;
                 let n = r.u32()? as usize;
@@ -109,7 +120,7 @@ impl Msg {
                 for _ in 0..n {
                     nodes.push(r.str16()?);
                 }
-                Msg::Welcome { job, nodes }
+                Msg::Welcome { job, nodes, proof: r.b32()? }
             }
             3 => Msg::Gather { seq: r.u64()?, data: r.rest().to_vec() },
             4 => {
@@ -160,6 +171,9 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64> {
         Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
     }
+    fn b32(&mut self) -> Result<[u8; 32]> {
+        Ok(self.take(32)?.try_into().expect("32 bytes"))
+    }
     fn str16(&mut self) -> Result<String> {
         let n = self.u16()? as usize;
         Ok(String::from_utf8_lossy(self.take(n)?).into_owned())
@@ -186,8 +200,9 @@ mod tests {
     #[test]
     fn every_kind_roundtrips() {
         for m in [
-            Msg::Hello { rank: 3, size: 17, node: "n1".into() },
-            Msg::Welcome { job: 42, nodes: vec!["a".into(), "".into()] },
+            Msg::Challenge { nonce: [7; 32] },
+            Msg::Hello { rank: 3, size: 17, node: "n1".into(), nonce: [1; 32], proof: [2; 32] },
+            Msg::Welcome { job: 42, nodes: vec!["a".into(), "".into()], proof: [3; 32] },
             Msg::Gather { seq: 9, data: vec![] },
             Msg::Gathered { seq: 9, all: vec![vec![1, 2], vec![], vec![3]] },
             Msg::Abort("rank 4 missing".into()),
@@ -202,7 +217,9 @@ mod tests {
         assert!(matches!(Msg::decode(b"\x01GET / HTTP/1.1"), Err(Error::Protocol(_))));
         assert!(matches!(Msg::decode(&[9]), Err(Error::Protocol(_))));
         assert!(matches!(Msg::decode(&[]), Err(Error::Protocol(_))));
-        let mut f = Msg::Hello { rank: 1, size: 2, node: "x".into() }.encode();
+        let mut f =
+            Msg::Hello { rank: 1, size: 2, node: "x".into(), nonce: [0; 32], proof: [0; 32] }
+                .encode();
         f[9] = 7; // version
         assert!(Msg::decode(&f[4..]).unwrap_err().to_string().contains("version"));
     }
@@ -217,7 +234,7 @@ mod tests {
 
         #[test]
         fn truncation_never_panics(cut in 0usize..60, node in "[a-z]{0,12}") {
-            let f = Msg::Welcome { job: 1, nodes: vec![node.clone(), node] }.encode();
+            let f = Msg::Welcome { job: 1, nodes: vec![node.clone(), node], proof: [9; 32] }.encode();
             let body = &f[4..];
             let cut = cut.min(body.len());
             if cut < body.len() {

@@ -2,7 +2,8 @@
 //! loopback): joining, allgather, node placement, and every typed failure.
 
 use rmr_boot::{Bootstrap, Error, Kind, RendezvousConfig};
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 fn free_port() -> u16 {
@@ -16,8 +17,12 @@ fn cfg(rank: u32, size: u32, port: u16, node: &str, timeout_ms: u64) -> Rendezvo
         root: format!("127.0.0.1:{port}"),
         timeout: Duration::from_millis(timeout_ms),
         node: node.into(),
+        secret: SECRET.to_vec(),
     }
 }
+
+/// The test jobs' secret.
+const SECRET: &[u8] = b"this job's secret, 32 bytes long";
 
 #[test]
 fn ranks_join_and_allgather() {
@@ -125,4 +130,132 @@ fn single_and_size_one() {
     assert_eq!(b.allgather(b"me").unwrap(), vec![b"me".to_vec()]);
     let b = Bootstrap::rendezvous(&cfg(0, 1, 1, "n", 100)).unwrap();
     assert_eq!(b.allgather(b"").unwrap().len(), 1);
+}
+
+/// Reads one length-prefixed frame (the rendezvous wire format), or None
+/// when the connection closes first.
+fn read_frame(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut body = vec![0u8; u32::from_le_bytes(len) as usize];
+    s.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+#[test]
+fn a_tcp_rendezvous_needs_the_secret_at_every_rank() {
+    let port = free_port();
+    for secret in [Vec::new(), b"too short".to_vec()] {
+        let c = RendezvousConfig { secret, ..cfg(1, 2, port, "n", 300) };
+        match Bootstrap::rendezvous(&c) {
+            Err(e @ Error::BadEnv { var: "RMR_JOB_SECRET", .. }) => {
+                assert!(e.to_string().contains("secret"), "{e}");
+            }
+            r => panic!("{:?}", r.map(|b| b.rank())),
+        }
+    }
+    // A job of one process needs none.
+    let c = RendezvousConfig { secret: Vec::new(), ..cfg(0, 1, port, "n", 300) };
+    assert!(Bootstrap::rendezvous(&c).is_ok());
+    let s = rmr_boot::fresh_secret();
+    assert!(s.len() >= rmr_boot::MIN_SECRET && s != rmr_boot::fresh_secret());
+}
+
+/// A process with another secret, first at the root and claiming rank 1,
+/// is dropped without a word; the real rank 1 then joins and the job's
+/// exchange reaches only the job. The impostor learns nothing.
+#[test]
+fn a_joiner_without_the_secret_gets_nothing() {
+    let port = free_port();
+    let root = std::thread::spawn(move || {
+        let b = Bootstrap::rendezvous(&cfg(0, 2, port, "n", 10_000)).unwrap();
+        b.allgather(b"root's keys").unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let wrong = RendezvousConfig {
+        secret: b"another job's secret, 32 bytes!".to_vec(),
+        ..cfg(1, 2, port, "n", 2000)
+    };
+    let imp = Bootstrap::rendezvous(&wrong);
+    assert!(imp.is_err(), "an impostor was admitted");
+    println!("impostor: {}", imp.err().unwrap());
+    let real = Bootstrap::rendezvous(&cfg(1, 2, port, "n", 10_000)).unwrap();
+    let all = real.allgather(b"rank 1's keys").unwrap();
+    assert_eq!(all, vec![b"root's keys".to_vec(), b"rank 1's keys".to_vec()]);
+    assert_eq!(root.join().unwrap(), all);
+}
+
+/// A fake root (another process listening at RMR_ROOT first) cannot prove
+/// the secret: the rank leaves it before sending anything of its own.
+#[test]
+fn a_root_without_the_secret_is_left() {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let fake = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        // Challenge (kind 6, a nonce), then read the hello, then a welcome
+        // whose proof is made up.
+        let mut f = 33u32.to_le_bytes().to_vec();
+        f.push(6);
+        f.extend_from_slice(&[5u8; 32]);
+        s.write_all(&f).unwrap();
+        let hello = read_frame(&mut s).expect("a hello");
+        let mut w = Vec::new();
+        w.push(2u8);
+        w.extend_from_slice(&7u64.to_le_bytes());
+        w.extend_from_slice(&2u32.to_le_bytes());
+        for _ in 0..2 {
+            w.extend_from_slice(&1u16.to_le_bytes());
+            w.push(b'n');
+        }
+        w.extend_from_slice(&[0u8; 32]);
+        let mut f = (w.len() as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(&w);
+        let _ = s.write_all(&f);
+        // Whatever the rank sends next would be its data: it must send none.
+        let after = read_frame(&mut s);
+        (hello, after)
+    });
+    match Bootstrap::rendezvous(&cfg(1, 2, port, "n", 3000)) {
+        Err(e @ Error::Unauthenticated { .. }) => assert!(e.to_string().contains("secret"), "{e}"),
+        r => panic!("{:?}", r.map(|b| b.rank())),
+    }
+    let (hello, after) = fake.join().unwrap();
+    assert!(!hello.windows(SECRET.len()).any(|w| w == SECRET), "the secret travelled");
+    assert!(after.is_none(), "the rank sent the fake root more than its hello");
+}
+
+/// A hello recorded from a genuine rank (here by a fake root that posed
+/// the challenge) answers no other challenge: replayed at the real root
+/// it is dropped, and the real rank still joins.
+#[test]
+fn a_replayed_hello_is_refused() {
+    // Record a genuine hello.
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let rec_port = l.local_addr().unwrap().port();
+    let rec = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut f = 33u32.to_le_bytes().to_vec();
+        f.push(6);
+        f.extend_from_slice(&[5u8; 32]);
+        s.write_all(&f).unwrap();
+        read_frame(&mut s).expect("a hello")
+    });
+    let _ = Bootstrap::rendezvous(&cfg(1, 2, rec_port, "n", 1000));
+    let hello = rec.join().unwrap();
+    // Replay it at a real root.
+    let port = free_port();
+    let root = std::thread::spawn(move || Bootstrap::rendezvous(&cfg(0, 2, port, "n", 10_000)));
+    std::thread::sleep(Duration::from_millis(100));
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let challenge = read_frame(&mut s).expect("a challenge");
+    assert_eq!(challenge[0], 6);
+    let mut f = (hello.len() as u32).to_le_bytes().to_vec();
+    f.extend_from_slice(&hello);
+    s.write_all(&f).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(read_frame(&mut s).is_none(), "a replayed hello was welcomed");
+    let real = Bootstrap::rendezvous(&cfg(1, 2, port, "n", 10_000)).unwrap();
+    assert_eq!(real.rank(), 1);
+    assert_eq!(root.join().unwrap().unwrap().size(), 2);
 }

@@ -4,6 +4,7 @@
 //! ```sh
 //! cargo build --release -p rmr-coll --features pmix --example barrier_check
 //! mpirun --allow-run-as-root --oversubscribe -np 8 target/release/examples/barrier_check
+//! export RMR_JOB_SECRET=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 //! for r in $(seq 0 7); do RMR_RANK=$r RMR_SIZE=8 RMR_ROOT=127.0.0.1:7400 \
 //!     target/release/examples/barrier_check & done; wait
 //! ```

@@ -28,7 +28,7 @@
 //! use rmr_coll::{Barrier, BarrierConfig};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! backend_tcp::register();
-//! let boot = rmr_boot::Bootstrap::from_env()?; // mpirun, or RMR_RANK/RMR_SIZE/RMR_ROOT
+//! let boot = rmr_boot::Bootstrap::from_env()?; // mpirun, or RMR_RANK/RMR_SIZE/RMR_ROOT/RMR_JOB_SECRET
 //! let ia = rmr_api::open("tcp:127.0.0.1")?;
 //! let mut barrier = Barrier::new(&boot, &ia, &BarrierConfig::default())?;
 //! for _ in 0..1000 {

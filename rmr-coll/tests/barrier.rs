@@ -36,11 +36,13 @@ struct Job {
     iters: u64,
     /// Pretend this many nodes (`RMR_NODE` = rank % nodes).
     nodes: Option<usize>,
+    /// The job's secret (every rank's `RMR_JOB_SECRET`).
+    secret: String,
 }
 
 impl Job {
     fn new(n: usize, spec: &'static str, algo: &'static str, shm: bool, iters: u64) -> Job {
-        Job { n, spec, algo, shm, iters, nodes: None }
+        Job { n, spec, algo, shm, iters, nodes: None, secret: rmr_boot::fresh_secret() }
     }
     fn env(&self, c: &mut Command) {
         c.env(ROLE, "rank")
@@ -49,6 +51,7 @@ impl Job {
             .env("RMR_CHECK_SHM", if self.shm { "on" } else { "off" })
             .env("RMR_CHECK_ITERS", self.iters.to_string())
             .env("RMR_BOOT_TIMEOUT_S", "20")
+            .env("RMR_JOB_SECRET", &self.secret)
             .env("FI_SOCKETS_PE_WAITTIME", "0");
     }
     fn name(&self) -> String {

@@ -7,7 +7,7 @@
 //! use rmr_dsm::{Dsm, DsmConfig, ReduceOp};
 //!
 //! # fn main() -> rmr_dsm::Result<()> {
-//! // Every process of the job (mpirun, or RMR_RANK / RMR_SIZE / RMR_ROOT):
+//! // Every process of the job (mpirun, or RMR_RANK / RMR_SIZE / RMR_ROOT / RMR_JOB_SECRET):
 //! let dsm = Dsm::join(&DsmConfig::new("tcp:127.0.0.1", 1 << 20))?;
 //! let v = dsm.alloc::<f64>(10_000)?;
 //! // Each process fills its block of the range; the barrier at the end of

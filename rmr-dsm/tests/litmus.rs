@@ -247,7 +247,7 @@ fn member() {
     dsm.barrier().expect("barrier");
 }
 
-fn start(spec: &str, helper: bool, n: usize, port: u16, r: usize) -> Child {
+fn start(spec: &str, helper: bool, (n, port, secret): (usize, u16, &str), r: usize) -> Child {
     let mut c = Command::new(std::env::current_exe().expect("own path"));
     if helper {
         c.env(HELPER, "1");
@@ -258,6 +258,7 @@ fn start(spec: &str, helper: bool, n: usize, port: u16, r: usize) -> Child {
         .env("RMR_RANK", r.to_string())
         .env("RMR_SIZE", n.to_string())
         .env("RMR_ROOT", format!("127.0.0.1:{port}"))
+        .env("RMR_JOB_SECRET", secret)
         .env("RMR_BOOT_TIMEOUT_S", "30")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -276,7 +277,8 @@ fn job(spec: &str, n: usize) -> Vec<String> {
 /// [`Progress::Auto`] decides (on with 4 processes on a 2-CPU machine).
 fn job_with(spec: &str, helper: bool, n: usize) -> Vec<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, helper, n, port, r)).collect();
+    let secret = rmr::boot::fresh_secret();
+    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, helper, (n, port, &secret), r)).collect();
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut failed = None;
     while failed.is_none() && kids.iter_mut().any(|k| k.try_wait().ok().flatten().is_none()) {
