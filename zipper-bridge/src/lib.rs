@@ -74,7 +74,7 @@ pub mod wire;
 mod world;
 
 pub use barrier::Barrier;
-pub use bridge::{Bridge, BridgeConfig};
+pub use bridge::{AllowNet, Bridge, BridgeConfig, NOT_ADMITTED};
 pub use client::ep::BridgedEp;
 pub use client::evd::BridgeEvd;
 pub use client::ia::{BridgeIa, BridgeLmr, BridgePz, ClientConfig, ZipperProvider};

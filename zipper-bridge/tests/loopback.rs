@@ -31,10 +31,17 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 fn splice(net: u8, port: u16, cfg: BridgeConfig) -> (Bridge, Arc<dyn Ia>, Arc<dyn Ia>) {
     zipper_bridge::register();
     let ip = |h: u8| format!("127.0.{net}.{h}");
+    // The users live at .3 and .4 (unless the test names its own members).
+    let allow = if cfg.allow.is_empty() {
+        vec![format!("127.0.{net}.0/24").parse().unwrap()]
+    } else {
+        cfg.allow.clone()
+    };
     let bridge = Bridge::start(BridgeConfig {
         a: format!("tcp:{}", ip(1)),
         b: format!("tcp:{}", ip(2)),
         port,
+        allow,
         ..cfg
     })
     .expect("bridge");
@@ -272,4 +279,57 @@ fn a_send_at_accept_time_waits_for_the_client_side() {
     c.result().expect("the early send was delivered");
     ep_a.disconnect().unwrap();
     assert_eq!(bridge.stop(), 0);
+}
+
+/// Only the job gets in: a bridge that admits 127.0.31.3 and .4 (its two
+/// users) refuses a client naming any other target — one that listens and
+/// one that does not — with the same typed rejection, before it connects
+/// anywhere (the listening stranger sees no connection); a member target
+/// is reached. A bridge admitting nobody does not start.
+#[test]
+fn only_the_job_gets_through_the_bridge() {
+    let none = Bridge::start(BridgeConfig {
+        a: "tcp:127.0.31.1".into(),
+        b: "tcp:127.0.31.2".into(),
+        port: 7790,
+        ..BridgeConfig::default()
+    });
+    assert!(
+        matches!(none, Err(rmr_api::Error::InvalidArgument(ref w)) if w.contains("--allow")),
+        "{:?}",
+        none.err()
+    );
+    let allow = vec!["127.0.31.3".parse().unwrap(), "127.0.31.4".parse().unwrap()];
+    let (_bridge, ia_a, ia_b) = splice(31, 7790, BridgeConfig { allow, ..BridgeConfig::default() });
+    // A stranger that listens beside the bridge's side B.
+    let stranger = std::net::TcpListener::bind("127.0.31.9:7791").unwrap();
+    stranger.set_nonblocking(true).unwrap();
+    let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
+    let mut answers = Vec::new();
+    for target in ["127.0.31.9", "127.0.31.10"] {
+        let ep = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
+        match ep.connect(target, 7791, b"let me through", Duration::from_secs(10)) {
+            Err(rmr_api::Error::Rejected { private_data }) => answers.push(private_data),
+            r => panic!("{target}: {r:?}"),
+        }
+    }
+    assert_eq!(answers[0], zipper_bridge::NOT_ADMITTED);
+    assert_eq!(answers[0], answers[1], "the answer must not tell which target listens");
+    assert!(
+        matches!(stranger.accept(), Err(ref e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the bridge connected to a target outside its job"
+    );
+    // A member target (side B's user at .3) is reached.
+    let (pz_b, evd_b) = (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap());
+    let pevd = ia_b.create_evd().unwrap();
+    let _psp = ia_b.create_psp(7792, &pevd).unwrap();
+    let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
+    let server = std::thread::spawn(move || match pevd.wait(Some(Duration::from_secs(20)), 1) {
+        Ok(Event::ConnectionRequest(cr)) => cr.accept(&ep_b, b"member").unwrap(),
+        e => panic!("{e:?}"),
+    });
+    let ep = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
+    let reply = ep.connect("127.0.31.3", 7792, b"hi", Duration::from_secs(20)).unwrap();
+    server.join().unwrap();
+    assert_eq!(reply, b"member");
 }

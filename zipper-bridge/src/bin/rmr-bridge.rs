@@ -5,7 +5,7 @@ use clap::Parser;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
-use zipper_bridge::{Bridge, BridgeConfig, WorldDesc};
+use zipper_bridge::{AllowNet, Bridge, BridgeConfig, WorldDesc};
 
 /// Forwards send/recv and RDMA write/read between two clusters.
 #[derive(Parser)]
@@ -26,6 +26,12 @@ struct Cli {
     /// Index of this bridge in the world file.
     #[arg(long, default_value_t = 0)]
     bridge: usize,
+    /// Who may use the bridge (clients and the targets they name):
+    /// addresses or blocks, comma separated (`198.18.0.0/15,10.0.0.7`).
+    /// With --world, its processes' addresses are admitted too. A bridge
+    /// with neither refuses to start.
+    #[arg(long, value_delimiter = ',', value_parser = allow_arg)]
+    allow: Vec<AllowNet>,
     /// Largest chunk of a cut-through transfer (e.g. 64K).
     #[arg(long, default_value = "64K")]
     chunk: String,
@@ -47,6 +53,10 @@ struct Cli {
     status_every: u64,
 }
 
+fn allow_arg(s: &str) -> Result<AllowNet, String> {
+    s.parse()
+}
+
 fn die(msg: impl std::fmt::Display) -> ! {
     eprintln!("rmr-bridge: {msg}");
     std::process::exit(2)
@@ -64,6 +74,13 @@ fn main() {
         cfg.a = format!("{}:{}", b.backend, b.a);
         cfg.b = format!("{}:{}", b.backend, b.b);
         cfg.port = b.port;
+        // The job's members: every process of the world.
+        cfg.allow = desc
+            .processes
+            .iter()
+            .flat_map(|p| p.addrs.iter().copied())
+            .map(AllowNet::host)
+            .collect();
     }
     if let Some(a) = cli.a {
         cfg.a = a;
@@ -77,6 +94,7 @@ fn main() {
     if cfg.a.is_empty() || cfg.b.is_empty() {
         die("give --a and --b (or --world)");
     }
+    cfg.allow.extend(cli.allow.iter().copied());
     cfg.chunk = multirail::parse_size(&cli.chunk).unwrap_or_else(|e| die(e)).clamp(1024, 16 << 20);
     cfg.ring = cli.ring.clamp(2, 1024);
     cfg.store_and_forward = cli.store_and_forward;

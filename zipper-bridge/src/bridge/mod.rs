@@ -12,11 +12,16 @@
 //! Leiden Zipper's forwarder — one thread, whole messages, a handshake per
 //! message — as a baseline for benchmarks.
 
+mod allow;
 mod bind;
 mod splice;
 
 use crate::credit::{CreditConfig, Credits};
 use crate::handshake::{BridgeHello, ClientHello, Reply};
+pub use allow::AllowNet;
+
+/// What a client whose hello is refused hears (whatever it named).
+pub const NOT_ADMITTED: &[u8] = b"zipper: not admitted (not a member of this bridge's job)";
 use crate::ring::Ring;
 use crate::wire::HDR;
 use rmr_api::provider::SoftEvd;
@@ -46,6 +51,11 @@ pub struct BridgeConfig {
     pub bind: bool,
     /// How long a stop lets in-flight transfers finish.
     pub drain: Duration,
+    /// Who may use the bridge: a client's own address and the target its
+    /// hello names must both lie in one of these (the job's members: the
+    /// world file's processes, or the blocks the bridge was started with).
+    /// A bridge with none refuses to start.
+    pub allow: Vec<AllowNet>,
     /// Test hook: a pause between the target's accepting a new connection
     /// and the bridge's accepting the client's (widens the window in which
     /// the target may already send toward a client not yet connected).
@@ -64,6 +74,7 @@ impl Default for BridgeConfig {
             store_and_forward: false,
             bind: true,
             drain: Duration::from_secs(5),
+            allow: Vec::new(),
             accept_delay: Duration::ZERO,
         }
     }
@@ -223,6 +234,17 @@ impl Shared {
             let _ = cr.reject(b"zipper: not a zipper client");
             return Err(Error::Protocol("not a zipper client".into()));
         };
+        // Only between the job's members, checked before anything is
+        // opened; the answer is the same whatever the target is (it says
+        // nothing of what the bridge can reach).
+        let (from, to) = (cr.peer(), hello.target);
+        if !allow::admitted(&self.cfg.allow, &from) || !allow::admitted(&self.cfg.allow, to) {
+            let _ = cr.reject(NOT_ADMITTED);
+            return Err(Error::Protocol(format!(
+                "refused {from} -> {to}:{}: not a member of the bridge's job",
+                hello.service
+            )));
+        }
         let o = 1 - s;
         let id = self.next.fetch_add(1, Ordering::AcqRel);
         let chunk = u64::from(hello.chunk).min(self.cfg.chunk).max(1024);
@@ -333,8 +355,16 @@ impl Bridge {
     /// Opens both IAs, listens on both sides and starts forwarding.
     ///
     /// # Errors
-    /// Opening an IA, listening or spawning a thread failed.
+    /// [`Error::InvalidArgument`] for a bridge that would admit nobody (no
+    /// [`BridgeConfig::allow`]); opening an IA, listening or spawning a
+    /// thread failed.
     pub fn start(cfg: BridgeConfig) -> Result<Bridge> {
+        if cfg.allow.is_empty() {
+            return Err(Error::invalid(
+                "the bridge would admit nobody: give it its job's world file (--world) or the \
+                 members' addresses (--allow ADDR[/BITS],...; BridgeConfig::allow)",
+            ));
+        }
         crate::register();
         let side = |spec: &str| -> Result<Side> {
             let ia = rmr_api::open(spec)?;
