@@ -23,6 +23,12 @@ pub struct TcpConfig {
     /// Batch small frames into one `send` until the next frame or the next
     /// drive (`RMR_TCP_BATCH`, default on; `0` writes every frame at once).
     pub batch: bool,
+    /// How long frames may wait to go to a peer that takes nothing (no
+    /// byte leaves, none arrives) before the EP ends with
+    /// [`rmr_api::Error::PeerStalled`] (`RMR_TCP_STALL_TIMEOUT_MS`, default
+    /// 30000; 0 never). A peer that reads slowly is not cut: any byte
+    /// moving restarts the clock.
+    pub stall_timeout: Duration,
 }
 
 fn env_ms(name: &str, default: u64) -> Duration {
@@ -43,6 +49,7 @@ impl Default for TcpConfig {
                     .unwrap_or(50),
             ),
             batch: std::env::var("RMR_TCP_BATCH").map_or(true, |v| v != "0"),
+            stall_timeout: env_ms("RMR_TCP_STALL_TIMEOUT_MS", 30_000),
         }
     }
 }

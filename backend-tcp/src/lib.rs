@@ -114,6 +114,11 @@
 //! - `RMR_TCP_USER_TIMEOUT_MS` (4000): TCP_USER_TIMEOUT and keepalive
 //!   budget — how fast a dead peer or a cut link breaks the EP.
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
+//! - `RMR_TCP_STALL_TIMEOUT_MS` (30000): how long frames may wait for a
+//!   peer that takes nothing (no byte leaves, none arrives) before the EP
+//!   ends: a peer that stopped reading but still acknowledges TCP. Its
+//!   DTOs complete with `Status::Broken`, posts return
+//!   [`rmr_api::Error::PeerStalled`]; a slow reader is not cut (0: never).
 //! - `RMR_TCP_ACK_DELAY_US` (50): how long a requested acknowledgement may
 //!   wait for an outgoing frame to ride on (0: at once). A DTO posted with
 //!   [`rmr_api::DtoFlags::URGENT`] is acknowledged at once whatever this says

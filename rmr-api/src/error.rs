@@ -79,6 +79,15 @@ pub enum Error {
     /// The connection is broken (peer died, link lost, stream corrupted).
     #[error("connection broken: {0}")]
     Broken(String),
+    /// The endpoint was ended because its peer consumed nothing for
+    /// `waited` while work waited to reach it (a peer that stopped reading
+    /// but still acknowledged at the transport level); its resources are
+    /// freed, its DTOs completed with [`crate::Status::Broken`].
+    #[error("peer stalled: it consumed nothing for {waited:?} while work waited for it")]
+    PeerStalled {
+        /// How long nothing moved.
+        waited: std::time::Duration,
+    },
     /// The endpoint is not connected (never connected, or disconnected).
     #[error("endpoint not connected")]
     NotConnected,
@@ -145,7 +154,7 @@ impl Error {
             Error::RemoteAccess(_) => Status::RemoteAccess,
             Error::RecvTooSmall { .. } => Status::RecvTooSmall,
             Error::Flushed => Status::Flushed,
-            Error::Broken(_) => Status::Broken,
+            Error::Broken(_) | Error::PeerStalled { .. } => Status::Broken,
             Error::Unsupported(_) => Status::Unsupported,
             _ => return None,
         })

@@ -9,7 +9,7 @@ use rmr_api::Status;
 use rmr_api::provider::{Driver, Interest, WaitOn};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 impl EpShared {
     /// The helper's look at this EP while it stands back
@@ -62,6 +62,40 @@ impl EpShared {
                 true
             }
         }
+    }
+
+    /// The peer-stall clock (see [`crate::TcpConfig::stall_timeout`]):
+    /// runs while frames wait to be sent and no byte leaves or arrives;
+    /// ends the EP once it passes the timeout. Returns whether it did.
+    fn stall_check(&self) -> bool {
+        let limit = self.ia.cfg.stall_timeout;
+        let Some(tx) = self.tx.get() else { return false };
+        if limit.is_zero() || !tx.pending().0 {
+            // Nothing waits (the common case): no clock read.
+            if self.stuck_since.load(Ordering::Relaxed) != 0 {
+                self.stuck_since.store(0, Ordering::Relaxed);
+            }
+            return false;
+        }
+        let seen = [tx.tx_bytes.load(Ordering::Relaxed), self.frames[1].load(Ordering::Relaxed)];
+        let now = now_ns();
+        let moved =
+            seen.iter().zip(&self.stuck_seen).any(|(v, s)| s.swap(*v, Ordering::Relaxed) != *v);
+        let since = self.stuck_since.load(Ordering::Relaxed);
+        if moved || since == 0 {
+            self.stuck_since.store(now.max(1), Ordering::Relaxed);
+            return false;
+        }
+        let waited = Duration::from_nanos(now.saturating_sub(since));
+        if waited < limit || self.ended.load(Ordering::Acquire) {
+            return false;
+        }
+        let _ = self.stalled_for.set(waited);
+        let queued = tx.queued();
+        self.finish(End::Broken(format!(
+            "peer stalled: it consumed nothing for {waited:?} while {queued} frames waited to be sent"
+        )));
+        true
     }
 
     /// The IA's helper looks at this EP ([`Tended::tend`]).
@@ -163,6 +197,7 @@ impl Driver for EpShared {
         };
         moved |= self.drive_rx();
         moved |= self.ack_timer();
+        moved |= self.stall_check();
         let overdue = self.disconnect_until.passed();
         if overdue && !self.ended.load(Ordering::Acquire) {
             self.finish(End::Orderly);
@@ -195,7 +230,14 @@ impl Driver for EpShared {
         let interest = Interest { read: !stalled && !self.tx_backlogged(), write: queued || held };
         let stall = if stalled { self.stall_until.at() } else { None };
         let (disc, ack) = (self.disconnect_until.at(), self.ack_due.at());
-        let deadline = [stall, disc, ack, tx.deferred_due()].into_iter().flatten().min();
+        let stuck = match self.stuck_since.load(Ordering::Relaxed) {
+            0 => None,
+            t if !self.ia.cfg.stall_timeout.is_zero() => {
+                Some(base() + Duration::from_nanos(t) + self.ia.cfg.stall_timeout)
+            }
+            _ => None,
+        };
+        let deadline = [stall, disc, ack, tx.deferred_due(), stuck].into_iter().flatten().min();
         let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
         WaitOn { fd, deadline }
     }

@@ -154,6 +154,12 @@ pub(crate) struct EpShared {
     pub(super) deep: AtomicBool,
     /// The progress helper watches the socket (an arriving waiter kicks it).
     pub(super) bg_polling: AtomicBool,
+    /// The peer-stall clock: when frames last waited with nothing moving
+    /// (ns after [`base`], 0: nothing waits), and the byte and frame
+    /// counts last seen moving; `stalled_for` once the EP ended for it.
+    pub(super) stuck_since: AtomicU64,
+    pub(super) stuck_seen: [AtomicU64; 2],
+    pub(super) stalled_for: OnceLock<Duration>,
     /// The EP's slot in the IA's progress engine, and whether a kick of it
     /// waits for the helper.
     pub(super) slot: AtomicUsize,
@@ -217,6 +223,9 @@ impl EpShared {
     pub(super) fn check_connected(&self) -> Result<()> {
         match self.state() {
             EpState::Connected => Ok(()),
+            EpState::Broken if self.stalled_for.get().is_some() => {
+                Err(Error::PeerStalled { waited: *self.stalled_for.get().expect("set") })
+            }
             EpState::Broken => Err(Error::Broken("endpoint is broken".into())),
             _ => Err(Error::NotConnected),
         }

@@ -114,6 +114,7 @@ impl Rig {
             max_recvs: 64,
             ack_delay: Duration::from_micros(50),
             batch: true,
+            stall_timeout: Duration::from_secs(30),
         };
         let ia: Arc<dyn Ia> =
             Arc::new(TcpIa::with_config(IpAddr::V4(Ipv4Addr::LOCALHOST), cfg).unwrap());

@@ -283,7 +283,9 @@ pub(super) fn is_input_error(e: &Error) -> bool {
 /// The completion status a failed rail post turns into.
 pub(super) fn post_status(e: &Error) -> Status {
     match e {
-        Error::Broken(_) | Error::NotConnected | Error::Flushed => Status::Broken,
+        Error::Broken(_) | Error::PeerStalled { .. } | Error::NotConnected | Error::Flushed => {
+            Status::Broken
+        }
         Error::Protection(_) => Status::Protection,
         Error::Unsupported(_) => Status::Unsupported,
         Error::OutOfBounds { .. } | Error::InvalidArgument(_) => Status::OutOfBounds,

@@ -78,7 +78,9 @@ pub(crate) const CTL_SLOTS: usize = 16;
 
 fn post_status(e: &Error) -> Status {
     match e {
-        Error::Broken(_) | Error::NotConnected | Error::Flushed => Status::Broken,
+        Error::Broken(_) | Error::PeerStalled { .. } | Error::NotConnected | Error::Flushed => {
+            Status::Broken
+        }
         Error::Protection(_) => Status::Protection,
         Error::Unsupported(_) => Status::Unsupported,
         Error::Dto { status, .. } => *status,
