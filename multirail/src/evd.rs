@@ -333,6 +333,11 @@ impl MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return (false, None);
         }
+        if self.ready.on.load(Ordering::Acquire) {
+            // Many endpoints: only those with something to harvest.
+            let ready: Cores = self.ready.take().iter().filter_map(Weak::upgrade).collect();
+            return self.progress_on(&ready, take);
+        }
         self.progress_on(&self.cores().1, take)
     }
 
@@ -381,6 +386,25 @@ impl Evd for MrEvd {
 
     fn post_software(&self, value: u64) -> Result<()> {
         self.q.post_software(value)
+    }
+
+    /// One descriptor over every rail: the queue's, written when an event
+    /// is queued here or on any endpoint's rail EVD once armed.
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.q.wait_fd()
+    }
+
+    fn arm(&self) -> bool {
+        // A rail EVD that cannot wake us (a bridge's, libfabric's): the
+        // caller must poll.
+        if self.blind.load(Ordering::Acquire) {
+            return false;
+        }
+        // Armed first, then the rails harvested: an event that reaches a
+        // rail meanwhile writes the descriptor.
+        let armed = self.q.arm();
+        let (moved, _) = self.progress(false);
+        armed && !moved && self.q.is_empty()
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -47,6 +47,10 @@ pub trait Driver: Send + Sync {
     fn enter(&self) {}
     /// That thread stops driving.
     fn leave(&self) {}
+    /// Nobody will drive this driver for a while (an event loop arms the
+    /// EVD and sleeps on its descriptor): the backend's own progress takes
+    /// over now. Default: nothing.
+    fn release(&self) {}
     /// [`Driver::leave`] at `now`, read once by a waiter that leaves several
     /// drivers (a backend that stamps the time of leaving needs no clock
     /// read of its own). Default: [`Driver::leave`].

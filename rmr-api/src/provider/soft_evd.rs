@@ -100,6 +100,10 @@ pub struct SoftEvd {
     /// drivers change).
     n_drivers: AtomicUsize,
     through_by: RwLock<Vec<Weak<SoftEvd>>>,
+    /// The descriptor [`Evd::wait_fd`] gives event loops, and whether one
+    /// armed it (see [`Evd::arm`]).
+    ext_efd: OnceLock<Option<OwnedFd>>,
+    ext_armed: AtomicBool,
     /// Run when an event is queued (see [`SoftEvd::on_publish`]).
     hooks: RwLock<Vec<Box<dyn Fn() + Send + Sync>>>,
     /// Per driver (the first 8, a byte each): the waits that got something
@@ -203,6 +207,8 @@ impl SoftEvd {
             n_drivers: AtomicUsize::new(0),
             through_by: RwLock::new(Vec::new()),
             hooks: RwLock::new(Vec::new()),
+            ext_efd: OnceLock::new(),
+            ext_armed: AtomicBool::new(false),
         }
     }
 
@@ -517,7 +523,18 @@ impl SoftEvd {
         self.queued.store(q.len(), Ordering::SeqCst);
         drop(q);
         self.wake_all();
+        self.wake_armed();
         self.notify_observers();
+    }
+
+    /// Wakes an event loop sleeping on [`Evd::wait_fd`] after
+    /// [`Evd::arm`] (one write per arming).
+    pub(super) fn wake_armed(&self) {
+        if self.ext_armed.load(Ordering::SeqCst) && self.ext_armed.swap(false, Ordering::SeqCst) {
+            if let Some(fd) = Self::fd_of(&self.ext_efd) {
+                let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+            }
+        }
     }
 
     fn pop(&self, threshold: usize) -> Option<Event> {
@@ -643,7 +660,7 @@ impl Evd for SoftEvd {
     }
 
     fn wait_fd(&self) -> Option<BorrowedFd<'_>> {
-        self.efd()
+        Self::fd_of(&self.ext_efd)
     }
 
     fn progress_until(
@@ -660,15 +677,25 @@ impl Evd for SoftEvd {
     }
 
     fn arm(&self) -> bool {
-        // Armed only for EVDs that need no driving: a driven EVD's progress is
-        // on its drivers' sockets, not on this descriptor.
-        if self.has_drivers.load(Ordering::Acquire) {
+        // fi_trywait's rule: announce the sleeper first (a push from now on
+        // writes the descriptor), then look; the descriptor is drained here,
+        // so a wake-up that was consumed does not stay readable.
+        let Some(fd) = Self::fd_of(&self.ext_efd) else { return false };
+        let mut b = [0u8; 8];
+        let _ = rustix::io::read(fd, &mut b);
+        self.ext_armed.store(true, Ordering::SeqCst);
+        if self.queued.load(Ordering::SeqCst) > 0 {
             return false;
         }
-        self.poll_waiters.fetch_add(1, Ordering::SeqCst);
-        let ready = self.queued.load(Ordering::SeqCst) > 0;
-        self.poll_waiters.fetch_sub(1, Ordering::SeqCst);
-        !ready
+        // Nobody drives the endpoints while the caller sleeps: their
+        // backends' own progress (the TCP backend's per-IA helper) takes
+        // them over now, not after it notices the last waiter left.
+        if self.has_drivers.load(Ordering::Acquire) {
+            for d in &self.drivers() {
+                d.release();
+            }
+        }
+        true
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -463,6 +463,7 @@ macro_rules! conformance_suite {
             evd_wait_timeout,
             evd_wait_threshold,
             evd_software_events,
+            event_loop_arm_and_poll_loses_nothing,
             many_eps_share_one_evd,
             threads_posting_on_one_ep,
             window_backpressure_is_a_value

@@ -365,6 +365,7 @@ impl SoftEvd {
     pub fn poke(&self) {
         self.pokes.fetch_add(1, Ordering::SeqCst);
         self.wake_all();
+        self.wake_armed();
         if self.poke_waiters.load(Ordering::SeqCst) > 0 {
             if let Some(fd) = Self::fd_of(&self.poke_efd) {
                 let _ = rustix::io::write(fd, &1u64.to_ne_bytes());

@@ -177,3 +177,71 @@ pub fn window_backpressure_is_a_value(t: &Target) {
     assert_eq!(target.bytes(), vec![1; 4096]);
     println!("window {max}: {full} QueueFull answers out of {posts} posts");
 }
+
+/// An event loop on [`Evd::wait_fd`] + [`Evd::arm`] (libfabric's
+/// `fi_trywait` rule), as a service with its own loop integrates an EVD:
+/// dequeue until empty, arm, sleep in `poll` on the descriptor. Every one
+/// of 300 messages (fewer where the EP takes fewer receives), sent at varied moments (some while the loop is between
+/// its arm and its sleep), wakes it: a sleep that outlasts 10 s is a lost
+/// wake-up. The descriptor exists on every EVD.
+pub fn event_loop_arm_and_poll_loses_nothing(t: &Target) {
+    let p = Pair::new(t);
+    let total = 300.min(p.b.attr().max_recvs as u64);
+    let fd_ok = p.evd_b.wait_fd().is_some();
+    assert!(fd_ok, "{}: the EVD has no wait fd", t.name);
+    let slot = 64u64;
+    let inbox = Buf::new(&p.pz_b, (slot * total) as usize, RW, 0);
+    for i in 0..total {
+        p.b.post_recv(&[inbox.part(i * slot, slot)], Cookie(i), F0).unwrap();
+    }
+    let src = Buf::new(&p.pz_a, (slot * total) as usize, RW, 0);
+    let a = p.a.clone();
+    let sender = std::thread::spawn(move || {
+        for i in 0..total {
+            // (A full send queue is a value: wait for it to drain.)
+            loop {
+                match a.post_send(&[src.part(i * slot, 8)], Cookie(i), DtoFlags::SUPPRESS) {
+                    Ok(()) => break,
+                    Err(Error::QueueFull) => std::thread::yield_now(),
+                    Err(e) => panic!("send {i}: {e}"),
+                }
+            }
+            // Varied gaps: none, a yield, a few tens of microseconds.
+            match i % 3 {
+                0 => {}
+                1 => std::thread::yield_now(),
+                _ => std::thread::sleep(Duration::from_micros(20 * (i % 7))),
+            }
+        }
+        src
+    });
+    let mut got = vec![false; total as usize];
+    let mut n = 0u64;
+    let (mut sleeps, mut refused) = (0u64, 0u64);
+    while n < total {
+        while let Some(ev) = p.evd_b.dequeue() {
+            if let Event::Dto(c) = ev {
+                assert!(c.status.is_ok(), "{c:?}");
+                assert!(!std::mem::replace(&mut got[c.cookie.0 as usize], true), "twice");
+                n += 1;
+            }
+        }
+        if n == total {
+            break;
+        }
+        if !p.evd_b.arm() {
+            refused += 1;
+            continue;
+        }
+        sleeps += 1;
+        let fd = p.evd_b.wait_fd().expect("a wait fd");
+        let woke = crate::provider::io::poll_readable(fd, Duration::from_secs(10)).unwrap();
+        assert!(
+            woke,
+            "{}: asleep 10 s with {} of {total} messages received: a lost wake-up",
+            t.name, n
+        );
+    }
+    let _src = sender.join().unwrap();
+    println!("{}: {total} messages, {sleeps} sleeps on the fd, {refused} arms refused", t.name);
+}
