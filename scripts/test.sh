@@ -20,7 +20,7 @@ python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot be
 scripts/file-lengths.sh 800 rmr-api multirail backend-tcp rmr-dsm
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 step clippy
-cargo clippy --workspace --all-targets -q --features rmr-coll/pmix -- -D warnings
+cargo clippy --workspace --all-targets -q --features rmr-coll/pmix,rmr/tokio -- -D warnings
 # `stages`: the round-trip timeline for latency work (rmr_api::stages), off by default.
 step clippy and test with stages
 cargo clippy -p rmr-api --all-targets -q --features stages -- -D warnings
@@ -34,7 +34,7 @@ if [ "$FUZZ_SECS" != 0 ]; then
 fi
 # Every public item documented, every intra-doc link resolving (all backends' docs).
 step docs
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-coll/pmix,rmr/ofi,rmr/verbs,rmr/zipper
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-coll/pmix,rmr/ofi,rmr/verbs,rmr/zipper,rmr/tokio
 # Miri over the pure modules (memory's raw-pointer accessors, planner, codec),
 # ThreadSanitizer over the tcp and multirail conformance suites.
 step sanitizers
@@ -43,5 +43,5 @@ scripts/sanitize.sh
 step fresh crate
 scripts/fresh-crate.sh
 step tests
-cargo test --workspace --release --features rmr-coll/pmix 2>&1
+cargo test --workspace --release --features rmr-coll/pmix,rmr/tokio 2>&1
 step done

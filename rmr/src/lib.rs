@@ -70,6 +70,8 @@
 //!   `pmix` adds PMIx launchers.
 //! - `coll`: the RDMA barrier, [`coll`].
 //! - `zipper`: endpoints across two clusters through bridges, [`zipper`].
+//! - `tokio`: async completions and connections, `rmr::aio` (an EVD's
+//!   events as `.await`, cancellation-safe; async `connect`/`accept`).
 //!
 //! Backend authors implement the traits with [`provider`], the toolkit
 //! (software EVD, drivers, raw IO, the conformance suite) that
@@ -101,6 +103,9 @@ pub use rmr_coll as coll;
 /// Endpoints across two clusters through zipper bridges (feature `zipper`).
 #[cfg(feature = "zipper")]
 pub use zipper_bridge as zipper;
+
+#[cfg(feature = "tokio")]
+pub mod aio;
 
 use std::sync::Arc;
 
