@@ -31,25 +31,118 @@ pub struct TcpConfig {
     pub stall_timeout: Duration,
 }
 
-fn env_ms(name: &str, default: u64) -> Duration {
-    Duration::from_millis(std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default))
-}
+/// The variables [`TcpConfig::from_env`] reads, with what each does.
+const VARS: [(&str, &str); 7] = [
+    ("RMR_TCP_RNR_TIMEOUT_MS", "how long a send waits at the target for a posted receive (ms)"),
+    (
+        "RMR_TCP_USER_TIMEOUT_MS",
+        "TCP_USER_TIMEOUT and keepalive budget: how fast a dead peer breaks the EP (ms)",
+    ),
+    (
+        "RMR_TCP_ACK_DELAY_US",
+        "how long a requested acknowledgement may wait for a frame to ride on (us)",
+    ),
+    ("RMR_TCP_BATCH", "batch small frames until the next frame or drive (0/1)"),
+    (
+        "RMR_TCP_STALL_TIMEOUT_MS",
+        "how long frames may wait for a peer that takes nothing (ms; 0 never)",
+    ),
+    ("RMR_EVD_SPIN_US", "how long an EVD waiter spins before it sleeps (us)"),
+    ("RMR_EVD_SPIN_MAX_US", "the longest that spin grows to (us)"),
+];
 
 impl Default for TcpConfig {
+    /// The defaults, whatever the environment says (see
+    /// [`TcpConfig::from_env`]).
     fn default() -> Self {
         TcpConfig {
-            rnr_timeout: env_ms("RMR_TCP_RNR_TIMEOUT_MS", 5000),
-            user_timeout: env_ms("RMR_TCP_USER_TIMEOUT_MS", 4000),
+            rnr_timeout: Duration::from_millis(5000),
+            user_timeout: Duration::from_millis(4000),
             max_dtos: 4096,
             max_recvs: 4096,
-            ack_delay: Duration::from_micros(
-                std::env::var("RMR_TCP_ACK_DELAY_US")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(50),
-            ),
-            batch: std::env::var("RMR_TCP_BATCH").map_or(true, |v| v != "0"),
-            stall_timeout: env_ms("RMR_TCP_STALL_TIMEOUT_MS", 30_000),
+            ack_delay: Duration::from_micros(50),
+            batch: true,
+            stall_timeout: Duration::from_millis(30_000),
         }
+    }
+}
+
+impl TcpConfig {
+    /// The defaults with the `RMR_TCP_*` variables applied (what a `tcp:`
+    /// spec opens with). The EVD spin variables, which every EVD reads,
+    /// are checked here too.
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`] naming a variable whose value does
+    /// not parse: a typo is an error at `open`, never a silent default.
+    pub fn from_env() -> rmr_api::Result<TcpConfig> {
+        use rmr_api::provider::settings::{env_setting, number, switch};
+        let mut c = TcpConfig::default();
+        let ms = |v: &str| number(v).map(Duration::from_millis);
+        if let Some(v) = env_setting("RMR_TCP_RNR_TIMEOUT_MS", ms)? {
+            c.rnr_timeout = v;
+        }
+        if let Some(v) = env_setting("RMR_TCP_USER_TIMEOUT_MS", ms)? {
+            c.user_timeout = v;
+        }
+        if let Some(v) =
+            env_setting("RMR_TCP_ACK_DELAY_US", |v| number(v).map(Duration::from_micros))?
+        {
+            c.ack_delay = v;
+        }
+        if let Some(v) = env_setting("RMR_TCP_BATCH", switch)? {
+            c.batch = v;
+        }
+        if let Some(v) = env_setting("RMR_TCP_STALL_TIMEOUT_MS", ms)? {
+            c.stall_timeout = v;
+        }
+        env_setting("RMR_TCP_SOCKBUF", number)?;
+        env_setting("RMR_EVD_SPIN_US", number)?;
+        env_setting("RMR_EVD_SPIN_MAX_US", number)?;
+        Ok(c)
+    }
+
+    /// Every setting a `tcp:` IA opens with, its value and where it came
+    /// from (what `rmr-bench info` prints).
+    ///
+    /// # Errors
+    /// As [`TcpConfig::from_env`].
+    pub fn settings() -> rmr_api::Result<Vec<rmr_api::provider::settings::Setting>> {
+        use rmr_api::provider::settings::{Setting, Source};
+        let c = TcpConfig::from_env()?;
+        let values = [
+            c.rnr_timeout.as_millis().to_string(),
+            c.user_timeout.as_millis().to_string(),
+            c.ack_delay.as_micros().to_string(),
+            u8::from(c.batch).to_string(),
+            c.stall_timeout.as_millis().to_string(),
+            std::env::var("RMR_EVD_SPIN_US").unwrap_or_else(|_| "50".into()),
+            std::env::var("RMR_EVD_SPIN_MAX_US").unwrap_or_else(|_| "1000".into()),
+        ];
+        let mut out: Vec<Setting> = VARS
+            .iter()
+            .zip(values)
+            .map(|((name, doc), value)| Setting {
+                name,
+                value,
+                source: if std::env::var_os(name).is_some() {
+                    Source::Env
+                } else {
+                    Source::Default
+                },
+                doc,
+            })
+            .collect();
+        out.push(Setting {
+            name: "RMR_TCP_SOCKBUF",
+            value: std::env::var("RMR_TCP_SOCKBUF").unwrap_or_else(|_| "kernel autotuning".into()),
+            source: if std::env::var_os("RMR_TCP_SOCKBUF").is_some() {
+                Source::Env
+            } else {
+                Source::Default
+            },
+            doc: "socket buffer sizes (bytes)",
+        });
+        Ok(out)
     }
 }

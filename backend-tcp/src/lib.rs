@@ -109,6 +109,10 @@
 //! a PSP stops listening. Threads end when their connection ends.
 //!
 //! ## Runtime parameters
+//! Read when a `tcp:` spec opens ([`TcpConfig::from_env`]): a value that
+//! does not parse makes `open` fail with `rmr_api::Error::BadSetting`
+//! naming the variable, never a silent default; `rmr-bench info` lists
+//! them with their sources. [`TcpIa::with_config`] takes a config as given.
 //! - `RMR_TCP_RNR_TIMEOUT_MS` (5000): how long a send waits at the target
 //!   for a posted receive before the connection breaks (receiver not ready).
 //! - `RMR_TCP_USER_TIMEOUT_MS` (4000): TCP_USER_TIMEOUT and keepalive
@@ -170,7 +174,7 @@ impl Provider for TcpProvider {
             spec: format!("tcp:{rest}"),
             why: "expected `tcp:<local IP address>`, e.g. `tcp:127.0.0.1`".into(),
         })?;
-        Ok(Arc::new(TcpIa::with_config(ip, TcpConfig::default())?))
+        Ok(Arc::new(TcpIa::with_config(ip, TcpConfig::from_env()?)?))
     }
 }
 

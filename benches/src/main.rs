@@ -4,6 +4,7 @@
 mod barrier;
 mod cpu;
 mod demo;
+mod info;
 mod raw;
 mod row;
 mod scale;
@@ -39,6 +40,9 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// The RDMA barrier vs the same schedule over send/recv, N local processes.
     Barrier(barrier::BarrierArgs),
+    /// Every setting in effect (tcp backend, EVDs, multirail): value,
+    /// source (default or environment) and meaning; fails on a bad value.
+    Info,
     /// What many connected endpoints cost: threads, memory per endpoint,
     /// connections per second, latency among idle endpoints.
     Scale(scale::ScaleArgs),
@@ -808,6 +812,7 @@ fn main() {
         Cmd::Demo(d) => demo::run(&d),
         Cmd::Barrier(b) => barrier::run(&b),
         Cmd::Scale(s) => scale::run(&s),
+        Cmd::Info => info::run(),
         Cmd::RawTcp { cmd } => match cmd {
             RawCmd::Server { rails, port, idle } => {
                 let stop = Arc::new(AtomicBool::new(false));

@@ -135,3 +135,20 @@ fn scale_reports_threads_memory_rate_and_latency() {
     assert!(j["conn_per_s"].as_f64().unwrap() > 0.0, "{out}");
     assert_eq!(j["rounds_alone_us"].as_array().unwrap().len(), 2, "{out}");
 }
+
+/// `rmr-bench info` lists every setting with its value and source; a bad
+/// value makes it fail, naming the variable.
+#[test]
+fn info_lists_settings_and_refuses_a_bad_value() {
+    let o = bench().arg("info").env("RMR_MR_ENGINE", "inline").output().expect("run info");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().find(|l| l.starts_with("RMR_MR_ENGINE")).expect("RMR_MR_ENGINE listed");
+    assert!(line.contains("inline") && line.contains("env"), "{line}");
+    let line = out.lines().find(|l| l.starts_with("RMR_TCP_BATCH")).expect("RMR_TCP_BATCH listed");
+    assert!(line.contains("default"), "{line}");
+    let o = bench().arg("info").env("RMR_MR_THRESHOLD", "12Q").output().expect("run info");
+    assert!(!o.status.success());
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("RMR_MR_THRESHOLD") && out.contains("12Q"), "{out}");
+}

@@ -95,22 +95,94 @@ fn parse_direct(v: &str) -> std::result::Result<Option<u64>, String> {
 }
 
 impl Default for MrConfig {
+    /// The defaults, whatever the environment says (see
+    /// [`MrConfig::from_env`]).
     fn default() -> Self {
-        let env = |k: &str| std::env::var(k).ok();
         MrConfig {
-            engine: env("RMR_MR_ENGINE")
-                .and_then(|v| Engine::parse(&v).ok())
-                .unwrap_or(Engine::Pinned),
-            policy: env("RMR_MR_POLICY")
-                .and_then(|v| Policy::parse(&v).ok())
-                .unwrap_or(Policy::Even),
-            threshold: env("RMR_MR_THRESHOLD")
-                .and_then(|v| parse_size(&v).ok())
-                .unwrap_or(32 << 10),
+            engine: Engine::Pinned,
+            policy: Policy::Even,
+            threshold: 32 << 10,
             align: 4096,
-            bind: env("RMR_MR_BIND").is_none_or(|v| v != "0"),
-            direct: env("RMR_MR_DIRECT").and_then(|v| parse_direct(&v).ok()).flatten(),
+            bind: true,
+            direct: None,
         }
+    }
+}
+
+/// The variables [`MrConfig::from_env`] reads, the spec option each
+/// stands for, and what it does.
+const VARS: [(&str, &str, &str); 5] = [
+    ("RMR_MR_ENGINE", "engine", "inline, fork-join or pinned"),
+    (
+        "RMR_MR_POLICY",
+        "policy",
+        "single, round-robin, even, weighted:W0,W1,.. or adaptive[:n,b,alpha]",
+    ),
+    ("RMR_MR_THRESHOLD", "threshold", "DTOs below this size go whole to one rail (8, 4K, 1M)"),
+    ("RMR_MR_BIND", "bind", "bind pinned rail threads to cores with hwloc (0/1)"),
+    (
+        "RMR_MR_DIRECT",
+        "direct",
+        "largest stripe a pinned caller posts itself (auto, all or a size)",
+    ),
+];
+
+impl MrConfig {
+    /// The defaults with the `RMR_MR_*` variables applied (what a
+    /// `multirail:` spec starts from; its own options come after).
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`] naming a variable whose value does
+    /// not parse (`RMR_MR_THRESHOLD=12Q`): never a silent default.
+    pub fn from_env() -> rmr_api::Result<MrConfig> {
+        let mut c = MrConfig::default();
+        for (var, key, _) in VARS {
+            let v = rmr_api::provider::settings::env_setting(var, |v| {
+                let mut probe = c.clone();
+                probe.set(key, v).map(|()| v.to_string())
+            })?;
+            if let Some(v) = v {
+                c.set(key, &v).map_err(|accepted| rmr_api::Error::BadSetting {
+                    var: var.into(),
+                    value: v.clone(),
+                    accepted,
+                })?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// Every setting a `multirail:` IA starts from, its value and where it
+    /// came from (what `rmr-bench info` prints).
+    ///
+    /// # Errors
+    /// As [`MrConfig::from_env`].
+    pub fn settings() -> rmr_api::Result<Vec<rmr_api::provider::settings::Setting>> {
+        use rmr_api::provider::settings::{Setting, Source};
+        let c = MrConfig::from_env()?;
+        let values = [
+            c.engine.to_string(),
+            c.policy.to_string(),
+            c.threshold.to_string(),
+            u8::from(c.bind).to_string(),
+            c.direct.map_or("auto".into(), |d| {
+                if d == u64::MAX { "all".into() } else { d.to_string() }
+            }),
+        ];
+        Ok(VARS
+            .iter()
+            .zip(values)
+            .map(|((name, _, doc), value)| Setting {
+                name,
+                value,
+                source: if std::env::var_os(name).is_some() {
+                    Source::Env
+                } else {
+                    Source::Default
+                },
+                doc,
+            })
+            .collect())
     }
 }
 
@@ -126,7 +198,7 @@ impl MrConfig {
             "policy" => self.policy = Policy::parse(value)?,
             "threshold" => self.threshold = parse_size(value)?,
             "align" => self.align = parse_size(value)?.max(1),
-            "bind" => self.bind = value != "0" && value != "false",
+            "bind" => self.bind = rmr_api::provider::settings::switch(value)?,
             "direct" => self.direct = parse_direct(value)?,
             _ => return Err(format!("unknown multirail option `{key}`")),
         }

@@ -92,7 +92,9 @@
 //! `RMR_MR_ENGINE`, `RMR_MR_POLICY`, `RMR_MR_THRESHOLD` (bytes, `K`/`M`
 //! suffixes), `RMR_MR_BIND` (`0` disables hwloc binding), `RMR_MR_DIRECT`
 //! (`auto`, `all` or a size: the stripes a pinned caller posts itself, see
-//! [`MrConfig::direct`]) set the defaults of [`MrConfig`]; spec options
+//! [`MrConfig::direct`]) set the defaults of a `multirail:` spec
+//! ([`MrConfig::from_env`]; a value that does not parse makes `open` fail
+//! with `Error::BadSetting` naming it; `rmr-bench info` lists them); spec options
 //! (`engine=`, `policy=`, `threshold=`, `align=`, `bind=`, `direct=`)
 //! override them.
 #![deny(missing_docs)]
@@ -136,7 +138,7 @@ impl Provider for MultiRailProvider {
         let bad = |why: String| Error::BadSpec { spec: format!("multirail:{rest}"), why };
         let mut parts = rest.split(';');
         let rails_part = parts.next().unwrap_or("");
-        let mut cfg = MrConfig::default();
+        let mut cfg = MrConfig::from_env()?;
         for opt in parts.filter(|p| !p.is_empty()) {
             let (k, v) = opt
                 .split_once('=')

@@ -27,6 +27,17 @@ pub enum Error {
         /// What is wrong with it.
         why: String,
     },
+    /// A setting (an environment variable, a spec option) has a value that
+    /// does not parse: nothing falls back to a default in silence.
+    #[error("bad setting {var}={value:?}: {accepted}")]
+    BadSetting {
+        /// The variable or option.
+        var: String,
+        /// The value given.
+        value: String,
+        /// What is wrong and what is accepted.
+        accepted: String,
+    },
     /// The backend cannot run here: a library, a kernel module or a device is missing.
     #[error("no device: {what}")]
     NoDevice {

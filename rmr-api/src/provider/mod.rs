@@ -10,6 +10,9 @@
 //!   and the [`Sink`] hook a layer above uses to take events as they come.
 //! - [`io`]: moving bytes between sockets and registered memory through
 //!   raw pointers, as DMA does (the only `unsafe` a socket transport needs).
+//! - [`settings`]: a backend's settings from the environment, checked
+//!   (a bad value is a typed error naming the variable), and listed with
+//!   their sources.
 //! - [`check_local_sges`] and [`completion_result`]: the checks and mappings
 //!   every backend does the same way.
 //! - `conformance` (feature `conformance`): the suite every backend's
@@ -22,6 +25,7 @@ mod checks;
 mod cpus;
 mod driver;
 pub mod io;
+pub mod settings;
 mod soft_evd;
 
 #[cfg(feature = "conformance")]
