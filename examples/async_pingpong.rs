@@ -107,6 +107,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn main() -> Result<()> {
+    rmr_examples::init_tracing();
     let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let (rounds, iters) =
         (args.first().copied().unwrap_or(5), args.get(1).copied().unwrap_or(2000));

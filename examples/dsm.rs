@@ -213,6 +213,7 @@ fn field<'a>(line: &'a str, k: &str) -> &'a str {
 }
 
 fn main() {
+    rmr_examples::init_tracing();
     let a = parse();
     if std::env::var_os("RMR_RANK").is_some() || std::env::var_os("PMIX_RANK").is_some() {
         if let Err(e) = member(&a) {

@@ -78,6 +78,7 @@ fn client(spec: &str, host: &str, port: u16) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    rmr_examples::init_tracing();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let spec = args.get(1).cloned().unwrap_or_else(|| "tcp:127.0.0.1".into());
     match args.first().map(String::as_str) {

@@ -94,6 +94,7 @@ fn client(spec: &str, remote: &str, service: u16) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    rmr_examples::init_tracing();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("server") => {

@@ -13,6 +13,7 @@
 use rmr_examples::soak::{SoakConfig, run};
 
 fn main() {
+    rmr_examples::init_tracing();
     let a: Vec<String> = std::env::args().skip(1).collect();
     let mut cfg = SoakConfig::default();
     if let Some(v) = a.first() {

@@ -18,6 +18,12 @@ cargo fmt --all -- --check
 step layout
 python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot benches examples rmr-dsm
 scripts/file-lengths.sh 800 rmr-api multirail backend-tcp rmr-dsm
+# Library crates report through `tracing`, never straight to stderr.
+if grep -rn 'eprintln!' --include='*.rs' --exclude-dir=bin rmr-api/src backend-tcp/src \
+    backend-ofi/src backend-verbs/src multirail/src zipper-bridge/src rmr-boot/src rmr-coll/src \
+    rmr-dsm/src rmr/src; then
+  echo "eprintln! in library code (use tracing)"; exit 1
+fi
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 step clippy
 cargo clippy --workspace --all-targets -q --features rmr-coll/pmix,rmr/tokio -- -D warnings

@@ -563,15 +563,14 @@ impl EpShared {
             return Some(Event::Dto(d));
         }
         let status = tx_status(c.err);
-        if std::env::var_os("RMR_OFI_DEBUG").is_some() {
-            eprintln!(
-                "rmr-ofi: {:?} {} failed: {} (prov {})",
-                m.op,
-                m.cookie,
-                crate::ffi::strerror(c.err),
-                c.prov_errno
-            );
-        }
+        tracing::debug!(
+            target: "rmr::ofi",
+            op = ?m.op,
+            cookie = m.cookie,
+            error = %crate::ffi::strerror(c.err),
+            prov_errno = c.prov_errno,
+            "DTO failed"
+        );
         Some(Event::Dto(self.dto(m.cookie, m.op, status, 0)))
     }
 

@@ -20,9 +20,7 @@ pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
                     Ok(EqEvent::None) => {}
                     Ok(e) => dispatch(&ia, e),
                     Err(e) => {
-                        if std::env::var_os("RMR_OFI_DEBUG").is_some() {
-                            eprintln!("rmr-ofi: {e}");
-                        }
+                        tracing::debug!(target: "rmr::ofi", error = %e, "EQ read failed");
                         std::thread::sleep(Duration::from_millis(10));
                     }
                 }
@@ -33,32 +31,25 @@ pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
 }
 
 fn dispatch(ia: &Arc<IaShared>, e: EqEvent) {
-    let debug = std::env::var_os("RMR_OFI_DEBUG").is_some();
     match e {
         EqEvent::ConnReq { pep, info, data } => match ia.psp_by_fid(pep) {
             Some(psp) => psp.on_connreq(info, data),
             None => drop(info),
         },
         EqEvent::Connected { ep, data } => {
-            if debug {
-                eprintln!("rmr-ofi: FI_CONNECTED {ep:#x} ({} bytes)", data.len());
-            }
+            tracing::debug!(target: "rmr::ofi", ep = ep, bytes = data.len(), "FI_CONNECTED");
             if let Some(ep) = ia.ep_by_fid(ep) {
                 ep.on_connected(data);
             }
         }
         EqEvent::Shutdown { ep } => {
-            if debug {
-                eprintln!("rmr-ofi: FI_SHUTDOWN {ep:#x}");
-            }
+            tracing::debug!(target: "rmr::ofi", ep = ep, "FI_SHUTDOWN");
             if let Some(ep) = ia.ep_by_fid(ep) {
                 ep.on_shutdown();
             }
         }
         EqEvent::Error { fid, err, data } => {
-            if debug {
-                eprintln!("rmr-ofi: EQ error {fid:#x}: {err} ({} bytes)", data.len());
-            }
+            tracing::debug!(target: "rmr::ofi", fid = fid, error = %err, bytes = data.len(), "EQ error");
             if let Some(ep) = ia.ep_by_fid(fid) {
                 ep.on_cm_error(err, data);
             }

@@ -320,8 +320,8 @@ macro_rules! handle {
             fn drop(&mut self) {
                 // SAFETY: we own the object; children hold an Arc of us, so none is left.
                 let ret = unsafe { sys::rfi_close(self.fid()) };
-                if ret < 0 && std::env::var_os("RMR_OFI_DEBUG").is_some() {
-                    eprintln!("rmr-ofi: fi_close({}) failed: {}", $what, strerror(ret));
+                if ret < 0 {
+                    tracing::debug!(target: "rmr::ofi", what = $what, error = %strerror(ret), "fi_close failed");
                 }
             }
         }

@@ -83,7 +83,9 @@
 //! ## Runtime parameters
 //! See README.md: `RMR_OFI_DELIVERY_COMPLETE`, `RMR_OFI_BOUNCE_MAX`,
 //! `RMR_OFI_CQ_SIZE`, `RMR_OFI_TX_SIZE`, `RMR_OFI_RX_SIZE`, `RMR_OFI_CM_DATA`,
-//! `RMR_OFI_DEBUG`, `RMR_EVD_SPIN_US`, and libfabric's own `FI_*` variables.
+//! `RMR_EVD_SPIN_US`, and libfabric's own `FI_*` variables. Diagnostics
+//! (connection-manager events, failed DTOs, failed closes) are `tracing`
+//! events of target `rmr::ofi` (`RUST_LOG=rmr::ofi=debug` in the binaries).
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 // bindgen types libfabric's flag constants as u32 or u64 depending on the

@@ -218,6 +218,9 @@ impl Drop for TcpConnReq {
 
 impl ConnRequestOps for TcpConnReq {
     fn accept(&self, ep: &Arc<dyn Ep>, pd: &[u8]) -> Result<()> {
+        let _span =
+            tracing::debug_span!(target: "rmr::tcp", "accept", ep = ep.id().0, peer = %self.peer)
+                .entered();
         let tep = ep
             .as_any()
             .downcast_ref::<TcpEp>()
@@ -235,7 +238,9 @@ impl ConnRequestOps for TcpConnReq {
         tune(&s, self.ia.cfg.user_timeout).map_err(|e| Error::io("socket options", e))?;
         handshake_write(&mut s, Op::ConnAccept, pd)
             .map_err(|e| Error::Broken(format!("connector went away: {e}")))?;
-        tep.sh.start(s, self.pd.clone())
+        tep.sh.start(s, self.pd.clone())?;
+        tracing::debug!(target: "rmr::tcp", "accepted");
+        Ok(())
     }
 
     fn reject(&self, pd: &[u8]) -> Result<()> {

@@ -787,6 +787,11 @@ fn take_turns(
 }
 
 fn main() {
+    // rmr's diagnostics, filtered by RUST_LOG (e.g. RUST_LOG=rmr=debug).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Server(s) => run_server(&s.common, s.idle, s.once, Arc::new(AtomicBool::new(false))),

@@ -274,6 +274,7 @@ impl dyn Ep {
                 Err(Error::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::ConnectionRefused =>
                 {
+                    tracing::debug!(target: "rmr", remote, service, "connection refused; retrying");
                     std::thread::sleep(nap.min(left));
                     nap = (nap * 2).min(Duration::from_millis(100));
                 }

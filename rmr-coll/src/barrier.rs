@@ -167,6 +167,7 @@ impl Barrier {
     pub fn wait(&mut self) -> Result<()> {
         self.seq += 1;
         let seq = self.seq;
+        let _epoch = tracing::trace_span!(target: "rmr::coll", "barrier", epoch = seq).entered();
         if let Some(t) = &self.tree {
             if !t.is_master() {
                 return t.arrive_and_wait(seq);

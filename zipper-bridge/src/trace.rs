@@ -1,36 +1,12 @@
-//! Event tracing for diagnostics: with `RMR_ZIP_TRACE=<path>` set, the
-//! bridge and bridged endpoints append one line per protocol event to
-//! `<path>.<pid>` (microseconds since the first line, thread, text).
-//! Off (one relaxed load) otherwise.
+//! Event tracing for diagnostics: the bridge and bridged endpoints emit
+//! one `tracing` event per protocol event (target `rmr::zipper`, level
+//! trace; `RUST_LOG=rmr::zipper=trace` in the binaries). Off (a check of
+//! the subscriber's level) otherwise.
 
-use std::io::Write;
-use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
-
-struct Sink {
-    t0: Instant,
-    file: Mutex<std::fs::File>,
-}
-
-fn sink() -> Option<&'static Sink> {
-    static S: OnceLock<Option<Sink>> = OnceLock::new();
-    S.get_or_init(|| {
-        let p = std::env::var_os("RMR_ZIP_TRACE")?;
-        let mut p = std::path::PathBuf::from(p).into_os_string();
-        p.push(format!(".{}", std::process::id()));
-        let f = std::fs::OpenOptions::new().create(true).append(true).open(p).ok()?;
-        Some(Sink { t0: Instant::now(), file: Mutex::new(f) })
-    })
-    .as_ref()
-}
-
-/// Appends one line (built only when tracing is on).
+/// One protocol event (the text built only when tracing is on).
 pub(crate) fn line(f: impl FnOnce() -> String) {
-    if let Some(s) = sink() {
-        let t = s.t0.elapsed().as_micros();
-        let th = std::thread::current();
-        let l = format!("{t:>10} {:<16} {}\n", th.name().unwrap_or("?"), f());
-        let _ = s.file.lock().unwrap_or_else(|e| e.into_inner()).write_all(l.as_bytes());
+    if tracing::enabled!(target: "rmr::zipper", tracing::Level::TRACE) {
+        tracing::trace!(target: "rmr::zipper", "{}", f());
     }
 }
 

@@ -94,6 +94,9 @@ impl TcpEp {
         pd: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>> {
+        let _span =
+            tracing::debug_span!(target: "rmr::tcp", "connect", ep = self.sh.id.0, remote, service)
+                .entered();
         if pd.len() > wire::MAX_PRIVATE {
             return Err(Error::invalid(format!("private data over {} bytes", wire::MAX_PRIVATE)));
         }
@@ -143,9 +146,11 @@ impl TcpEp {
         match res {
             Ok((stream, peer_pd)) => {
                 self.sh.start(stream, peer_pd.clone())?;
+                tracing::debug!(target: "rmr::tcp", "connected");
                 Ok(peer_pd)
             }
             Err(e) => {
+                tracing::debug!(target: "rmr::tcp", error = %e, "connect failed");
                 self.sh.set_state(EpState::Unconnected);
                 Err(e)
             }

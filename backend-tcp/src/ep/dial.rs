@@ -101,6 +101,7 @@ impl Dialer {
     /// The attempt failed: the EP may connect again, its connection EVD
     /// says why.
     fn fail(&self, why: String) -> Next {
+        tracing::debug!(target: "rmr::tcp", ep = self.ep.id.0, reason = %why, "background connect failed");
         self.ep.set_state(EpState::Unconnected);
         self.ep.push_conn(Event::Broken { ep: self.ep.id, reason: why });
         Next::Gone

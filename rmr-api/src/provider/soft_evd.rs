@@ -453,6 +453,29 @@ impl SoftEvd {
     }
 }
 
+/// Every error completion and every broken connection as a `tracing`
+/// event (target `rmr`): what a user looks at when something goes wrong.
+/// A successful completion costs one comparison.
+fn trace_event(ev: &Event) {
+    match ev {
+        Event::Dto(c) if !c.status.is_ok() => tracing::debug!(
+            target: "rmr",
+            ep = c.ep.0,
+            cookie = c.cookie.0,
+            op = ?c.op,
+            status = ?c.status,
+            "error completion"
+        ),
+        Event::Broken { ep, reason } => {
+            tracing::warn!(target: "rmr", ep = ep.0, reason = %reason, "connection broken");
+        }
+        Event::AsyncError { ep, what } => {
+            tracing::warn!(target: "rmr", ep = ?ep.map(|e| e.0), what = %what, "asynchronous error");
+        }
+        _ => {}
+    }
+}
+
 impl SoftEvd {
     fn notify_observers(&self) {
         if !self.has_observers.load(Ordering::Acquire) {
@@ -496,6 +519,7 @@ impl SoftEvd {
     /// the capacity only bounds software events).
     pub fn push(&self, ev: Event) {
         crate::stages::stamp(crate::stages::Stage::Push);
+        trace_event(&ev);
         let mut q = self.q.lock().unwrap_or_else(|p| p.into_inner());
         let ev = match self.sink.get() {
             Some(sink) => match sink(ev, &q) {

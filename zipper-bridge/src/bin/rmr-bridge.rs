@@ -63,6 +63,11 @@ fn die(msg: impl std::fmt::Display) -> ! {
 }
 
 fn main() {
+    // Diagnostics, filtered by RUST_LOG (e.g. RUST_LOG=rmr::zipper=trace).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .try_init();
     let cli = Cli::parse();
     let mut cfg = BridgeConfig::default();
     if let Some(w) = &cli.world {

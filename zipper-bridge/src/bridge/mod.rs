@@ -154,6 +154,7 @@ impl Shared {
     }
 
     fn forget(&self, sp: &Arc<Splice>) {
+        tracing::info!(target: "rmr::zipper", session = sp.id, "session ended");
         self.splices.write().unwrap_or_else(|e| e.into_inner()).remove(&sp.id);
         let mut eps = self.eps.write().unwrap_or_else(|e| e.into_inner());
         for ep in &sp.eps {
@@ -230,6 +231,9 @@ impl Shared {
 
     /// Sets up one splice for a client's request arriving on side `s`.
     fn setup(&self, s: usize, cr: &ConnRequest) -> Result<()> {
+        let _span =
+            tracing::info_span!(target: "rmr::zipper", "session", side = s, from = %cr.peer())
+                .entered();
         let Some(hello) = ClientHello::decode(cr.private_data()) else {
             let _ = cr.reject(b"zipper: not a zipper client");
             return Err(Error::Protocol("not a zipper client".into()));
@@ -347,6 +351,13 @@ impl Shared {
         sp.pass_on_close(&mut st);
         drop(st);
         self.flush(s);
+        tracing::info!(
+            target: "rmr::zipper",
+            session = sp.id,
+            target_addr = %hello.target,
+            service = hello.service,
+            "session set up"
+        );
         Ok(())
     }
 }
@@ -417,7 +428,7 @@ impl Bridge {
                                 .name("rmr-bridge-setup".into())
                                 .spawn(move || {
                                     if let Err(e) = s.setup(x, &cr) {
-                                        eprintln!("rmr-bridge: connection refused: {e}");
+                                        tracing::warn!(target: "rmr::zipper", side = x, error = %e, "connection refused");
                                     }
                                 });
                         }
