@@ -133,8 +133,29 @@ impl Provider for OfiProvider {
     }
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
+        check_env()?;
         Ok(Arc::new(OfiIa::open(rest)?))
     }
+}
+
+/// Checks the `RMR_OFI_*` variables before an IA reads them: a value that
+/// does not parse is an [`rmr_api::Error::BadSetting`] naming it.
+fn check_env() -> Result<()> {
+    use rmr_api::provider::settings::{env_setting, number, switch};
+    for var in [
+        "RMR_OFI_TX_SIZE",
+        "RMR_OFI_RX_SIZE",
+        "RMR_OFI_CM_DATA",
+        "RMR_OFI_BOUNCE_MAX",
+        "RMR_OFI_CQ_SIZE",
+        "RMR_EVD_SPIN_US",
+        "RMR_EVD_SPIN_MAX_US",
+    ] {
+        env_setting(var, number)?;
+    }
+    env_setting("RMR_OFI_DELIVERY_COMPLETE", switch)?;
+    env_setting("RMR_OFI_PROGRESS_THREAD", switch)?;
+    Ok(())
 }
 
 /// Registers the `ofi` provider with [`rmr_api::provider::register`].

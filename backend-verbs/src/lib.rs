@@ -117,6 +117,7 @@ impl Provider for VerbsProvider {
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
         let spec = Spec::parse(rest)?;
+        VerbsConfig::check_env()?;
         Ok(Arc::new(VerbsIa::open(&spec, VerbsConfig::from_env())?))
     }
 }

@@ -96,7 +96,33 @@ impl Default for VerbsConfig {
 }
 
 impl VerbsConfig {
-    /// The defaults overridden by `RMR_VERBS_*` variables (unparsable values are ignored).
+    /// Checks the `RMR_VERBS_*` variables: a value that does not parse is
+    /// an [`rmr_api::Error::BadSetting`] naming it (the provider's `open`
+    /// calls this before [`VerbsConfig::from_env`]).
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`].
+    pub fn check_env() -> rmr_api::Result<()> {
+        use rmr_api::provider::settings::{env_setting, number};
+        for var in [
+            "RMR_VERBS_SQ_DEPTH",
+            "RMR_VERBS_RQ_DEPTH",
+            "RMR_VERBS_CQ_DEPTH",
+            "RMR_VERBS_MAX_SGE",
+            "RMR_VERBS_INLINE",
+            "RMR_VERBS_SIGNAL_EVERY",
+            "RMR_VERBS_RETRY_COUNT",
+            "RMR_VERBS_RNR_RETRY",
+            "RMR_VERBS_RESOLVE_MS",
+            "RMR_EVD_SPIN_US",
+        ] {
+            env_setting(var, number)?;
+        }
+        Ok(())
+    }
+
+    /// The defaults overridden by `RMR_VERBS_*` variables (values
+    /// [`VerbsConfig::check_env`] refuses are ignored here).
     pub fn from_env() -> VerbsConfig {
         Self::from_lookup(|k| std::env::var(k).ok())
     }

@@ -223,6 +223,9 @@ impl rmr_api::provider::Provider for ZipperProvider {
             }
             None => (rest, None),
         };
+        use rmr_api::provider::settings::{env_setting, number};
+        env_setting("RMR_ZIP_CHUNK", multirail::parse_size)?;
+        env_setting("RMR_ZIP_RING", number)?;
         let inner = rmr_api::open(rail)?;
         Ok(BridgeIa::new(inner, bridge, ClientConfig::default()))
     }
