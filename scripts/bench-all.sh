@@ -27,6 +27,9 @@ sed -n '/^zipper bridge, links/,$p' "$OUT/zipper.log" > "$OUT/zipper.txt"
 target/release/examples/dsm --sweep 1,2,4 | tee "$OUT/dsm.txt"
 scripts/bench-dsm.sh "$OUT/dsm.jsonl"
 scripts/bench-scale.sh "$OUT/scale.jsonl"
+cargo build --release -q -p rmr-examples --example async_pingpong
+for i in 1 2 3; do target/release/examples/async_pingpong 5 3000; done | tee "$OUT/async.txt"
+git describe --always --abbrev=7 > "$OUT/async-commit"
 target/release/rmr-bench demo | tee "$OUT/demo.txt"
 if [ "$(rev)" != "$START" ]; then
   echo "bench-all: the sources changed during the run (from ${START%% *}): its parts measured different code" >&2

@@ -163,6 +163,15 @@ for rails_ in (1, 2):
     verdict(f"scale: 8 B write+notify half round trip on one of {what} / one EP alone (medians of {len(r['rounds_alone_us'])} interleaved rounds)",
             f"{r['lat_ratio']:.3f} ({r['lat_among_us']:.2f} vs {r['lat_alone_us']:.2f} us)", r["lat_ratio"] <= 1.1, "<= 1.1")
 
+# --- async completions on tokio against the blocking path (examples/async_pingpong.rs)
+asy = [m.groups() for m in re.finditer(
+    r"blocking ([\d.]+) us, async \(tokio, one thread\) ([\d.]+) us: ([\d.]+)x", text(os.path.join(OUT, "async.txt")))]
+if asy:
+    rs = sorted(float(r[2]) for r in asy)
+    v = rs[len(rs) // 2]
+    verdict(f"async (tokio, one runtime thread) 8 B write+notify half round trip / the blocking path's, same run (median of {len(asy)} runs of 5 interleaved rounds)",
+            f"{v:.2f} (" + "; ".join(f"{a} vs {b} us" for b, a, _ in asy) + ")", v <= 1.5, "<= 1.5")
+
 # --- the model client: rmr-dsm's speed-up (scripts/bench-dsm.sh)
 dsmall = load(os.path.join(OUT, "dsm.jsonl"))
 dsmr = [r for r in dsmall if r["test"] == "dsm"]
@@ -622,6 +631,13 @@ print("\n## The zipper bridge\n")
 print("`scripts/bench-zipper.sh 1gbit 1gbit` (zipper layout: cluster A host, two zipper nodes "
       "with IP forwarding off, cluster B host):\n")
 print("```text\n" + text(os.path.join(OUT, "zipper.txt")) + "\n```")
+
+print("\n## Async completions (tokio)\n")
+if asy:
+    print(f"`target/release/examples/async_pingpong 5 3000` at {text(os.path.join(OUT, 'async-commit'))}, three runs "
+          "(one process: a blocking echo thread on one IA, the client on a current-thread tokio runtime; the "
+          "same endpoint takes turns between `Evd::wait` and `AsyncEvd::next`):\n")
+    print("```text\n" + text(os.path.join(OUT, "async.txt")) + "\n```")
 
 print("\n## Scale: many connected endpoints\n")
 if scl:
