@@ -244,19 +244,7 @@ impl MrEvd {
                 // Every rail EVD pokes us: drive the rails' sockets (spinning as
                 // long as a single-rail waiter would, then blocking) until an
                 // event or a poke.
-                let spin = self.q.spin_time().saturating_sub(waited);
-                // A receive the rails' sink translates in this thread comes
-                // straight here (see `hand_over`), older than anything queued.
-                let waiting = (threshold == 1).then(|| Waiting::new(&self.q));
-                let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
-                if let Some(h) = waiting.as_ref().and_then(Waiting::take) {
-                    if let Ok(Some(e)) = r {
-                        self.q.push_front(e);
-                    }
-                    return Ok(h);
-                }
-                drop(waiting);
-                match r? {
+                match self.sleep(left, threshold, seen, waited)? {
                     Some(e) => return Ok(e),
                     None => {
                         idle = 0;
@@ -310,20 +298,34 @@ impl MrEvd {
                 return Err(Error::Timeout);
             }
             let left = timeout.map(|t| t.saturating_sub(waited));
-            let spin = self.q.spin_time().saturating_sub(waited);
-            let waiting = (threshold == 1).then(|| Waiting::new(&self.q));
-            let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
-            if let Some(h) = waiting.as_ref().and_then(Waiting::take) {
-                if let Ok(Some(e)) = r {
-                    self.q.push_front(e);
-                }
-                return Ok(h);
-            }
-            drop(waiting);
-            if let Some(e) = r? {
+            if let Some(e) = self.sleep(left, threshold, seen, waited)? {
                 return Ok(e);
             }
         }
+    }
+
+    /// Drives the rails' sockets (spinning as long as a single-rail waiter
+    /// would, less what this wait already took, then blocking) until an
+    /// event, a poke after `seen` (`None`), or `left` passes.
+    fn sleep(
+        &self,
+        left: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+        waited: Duration,
+    ) -> Result<Option<Event>> {
+        let spin = self.q.spin_time().saturating_sub(waited);
+        // A receive the rails' sink translates in this thread comes
+        // straight here (see `hand_over`), older than anything queued.
+        let waiting = (threshold == 1).then(|| Waiting::new(&self.q));
+        let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
+        if let Some(h) = waiting.as_ref().and_then(Waiting::take) {
+            if let Ok(Some(e)) = r {
+                self.q.push_front(e);
+            }
+            return Ok(Some(h));
+        }
+        r
     }
 
     /// Polls every attached EP's rails once. Returns (anything happened,

@@ -58,6 +58,16 @@ pub(crate) fn handshake_write(stream: &mut TcpStream, op: Op, pd: &[u8]) -> std:
     stream.write_all(&buf)
 }
 
+/// The address a connect dials, once its private data is checked.
+pub(super) fn dial_target(remote: &str, pd: &[u8]) -> Result<IpAddr> {
+    if pd.len() > wire::MAX_PRIVATE {
+        return Err(Error::invalid(format!("private data over {} bytes", wire::MAX_PRIVATE)));
+    }
+    remote
+        .parse()
+        .map_err(|_| Error::BadSpec { spec: remote.into(), why: "expected an IP address".into() })
+}
+
 impl EpShared {
     /// Makes the connection live: the stream goes non-blocking, the EP
     /// registers as a driver with its EVDs and with the IA's progress
@@ -97,13 +107,7 @@ impl TcpEp {
         let _span =
             tracing::debug_span!(target: "rmr::tcp", "connect", ep = self.sh.id.0, remote, service)
                 .entered();
-        if pd.len() > wire::MAX_PRIVATE {
-            return Err(Error::invalid(format!("private data over {} bytes", wire::MAX_PRIVATE)));
-        }
-        let ip: IpAddr = remote.parse().map_err(|_| Error::BadSpec {
-            spec: remote.into(),
-            why: "expected an IP address".into(),
-        })?;
+        let ip = dial_target(remote, pd)?;
         if !self.sh.cas_state(EpState::Unconnected, EpState::Pending) {
             return Err(Error::invalid("endpoint is not in the unconnected state"));
         }

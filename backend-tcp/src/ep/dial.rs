@@ -9,7 +9,7 @@ use crate::ep::shared::*;
 use crate::wire::{self, HDR, Header, Op};
 use rmr_api::{EpState, Error, Event, Result};
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -45,13 +45,7 @@ impl Dialer {
         pd: &[u8],
         timeout: Duration,
     ) -> Result<()> {
-        if pd.len() > wire::MAX_PRIVATE {
-            return Err(Error::invalid(format!("private data over {} bytes", wire::MAX_PRIVATE)));
-        }
-        let ip: IpAddr = remote.parse().map_err(|_| Error::BadSpec {
-            spec: remote.into(),
-            why: "expected an IP address".into(),
-        })?;
+        let ip = crate::ep::connect::dial_target(remote, pd)?;
         if !ep.cas_state(EpState::Unconnected, EpState::Pending) {
             return Err(Error::invalid("endpoint is not in the unconnected state"));
         }

@@ -17,6 +17,13 @@ pub enum Source {
     Env,
 }
 
+impl Source {
+    /// [`Source::Env`] when `var` is set, else [`Source::Default`].
+    pub fn of_env(var: &str) -> Source {
+        if std::env::var_os(var).is_some() { Source::Env } else { Source::Default }
+    }
+}
+
 impl std::fmt::Display for Source {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(match self {
