@@ -365,3 +365,34 @@ fn background_connects_many_at_once_from_one_thread() {
     }
     assert_eq!(ep.state(), EpState::Unconnected);
 }
+
+/// A background connect whose endpoint is dropped before it completes
+/// gives up: the peer that accepts sees the connection end, and nothing
+/// stays connected for a handle nobody holds.
+#[test]
+fn a_background_connect_whose_endpoint_is_dropped_gives_up() {
+    backend_tcp::register();
+    let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
+    let pz = ia.create_pz().unwrap();
+    let (sevd, cevd, pevd) =
+        (ia.create_evd().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let psp = ia.create_psp(0, &pevd).unwrap();
+    let ep = ia.create_ep(&pz, &EpEvds::single(&cevd)).unwrap();
+    ep.connect_start(&psp.address(), psp.service(), b"", Duration::from_secs(10)).unwrap();
+    // The request is out (the handshake waits for the answer) when the
+    // endpoint is dropped; the answer then finds nobody to start.
+    let cr = match pevd.wait(Some(Duration::from_secs(10)), 1).expect("the request") {
+        Event::ConnectionRequest(cr) => cr,
+        e => panic!("unexpected {e:?}"),
+    };
+    drop(ep);
+    let sep = ia.create_ep(&pz, &EpEvds::single(&sevd)).unwrap();
+    let _ = cr.accept(&sep, b"");
+    loop {
+        match sevd.wait(Some(Duration::from_secs(10)), 1).expect("the end of the connection") {
+            Event::Broken { .. } | Event::Disconnected { .. } => break,
+            _ => {}
+        }
+    }
+    assert!(cevd.dequeue().is_none(), "the dropped endpoint reported an event");
+}

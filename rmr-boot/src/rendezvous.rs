@@ -13,8 +13,13 @@
 //! HMAC-SHA256 over the other side's fresh nonce, so the secret never
 //! travels and a recorded exchange answers no later challenge. The root
 //! drops a joiner whose proof is wrong without a word (it learns nothing
-//! and cannot disturb the job); a rank leaves a root that cannot prove
-//! the secret before sending it anything of its own.
+//! of the job); each joiner's handshake runs on its own short-lived
+//! thread, so a silent stranger holds up nobody. A rank leaves a root
+//! that cannot prove the secret before it sends it any of the job's data
+//! (the rank's hello, its claim and proof, goes first: give jobs random
+//! secrets, [`fresh_secret`], not guessable ones). What follows the
+//! handshake is not authenticated: a peer that can rewrite the stream
+//! between two ranks is outside what this guards.
 
 use crate::wire::{MAX_FRAME, Msg};
 use crate::{Error, Result};
@@ -27,7 +32,7 @@ use std::time::{Duration, Instant};
 
 /// Where and how to meet (what `RMR_RANK`, `RMR_SIZE`, `RMR_ROOT` and
 /// `RMR_BOOT_TIMEOUT_S` say).
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RendezvousConfig {
     /// This process's rank, `0..size`; rank 0 is the root and listens.
     pub rank: u32,
@@ -46,13 +51,34 @@ pub struct RendezvousConfig {
     pub secret: Vec<u8>,
 }
 
+impl std::fmt::Debug for RendezvousConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RendezvousConfig")
+            .field("rank", &self.rank)
+            .field("size", &self.size)
+            .field("root", &self.root)
+            .field("timeout", &self.timeout)
+            .field("node", &self.node)
+            .field("secret", &format_args!("({} bytes, not shown)", self.secret.len()))
+            .finish()
+    }
+}
+
 /// The shortest job secret accepted.
 pub const MIN_SECRET: usize = 16;
 
 /// A fresh job secret for a launcher to give every rank of a job it
 /// starts (`RMR_JOB_SECRET`): 32 hex digits from the OS's random source.
+/// Give jobs such random secrets, not passphrases: a process posing as
+/// the root sees one proof, which a guessable secret would not survive.
+///
+/// # Panics
+/// When the OS has no random source (a secret it could guess is worse
+/// than none).
 pub fn fresh_secret() -> String {
-    nonce()[..16].iter().map(|b| format!("{b:02x}")).collect()
+    let mut b = [0u8; 16];
+    getrandom::fill(&mut b).expect("the OS's random source for a job secret");
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 type HmacSha256 = Hmac<Sha256>;
@@ -156,6 +182,21 @@ fn send(s: &mut TcpStream, m: &Msg) -> std::io::Result<()> {
 
 /// Reads one frame before `deadline`. `peer` names the other side in errors.
 fn recv(s: &mut TcpStream, deadline: Instant, peer: u32, what: &'static str) -> Result<Msg> {
+    recv_frame(s, deadline, peer, what, MAX_FRAME)
+}
+
+/// A hello from an unknown peer: at most `max` bytes.
+fn recv_limited(s: &mut TcpStream, deadline: Instant, max: usize) -> Result<Msg> {
+    recv_frame(s, deadline, u32::MAX, "hello", max)
+}
+
+fn recv_frame(
+    s: &mut TcpStream,
+    deadline: Instant,
+    peer: u32,
+    what: &'static str,
+    max: usize,
+) -> Result<Msg> {
     let start = Instant::now();
     let mut read = |buf: &mut [u8]| -> Result<()> {
         let mut got = 0;
@@ -179,13 +220,41 @@ fn recv(s: &mut TcpStream, deadline: Instant, peer: u32, what: &'static str) -> 
     let mut len = [0u8; 4];
     read(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
-    if len == 0 || len > MAX_FRAME {
+    if len == 0 || len > max {
         return Err(Error::Protocol(format!("frame of {len} bytes")));
     }
     let mut body = vec![0u8; len];
     read(&mut body)?;
     Msg::decode(&body)
 }
+
+/// An authenticated hello: rank, size, node, the rank's nonce, its stream.
+type Hello = (u32, u32, String, [u8; 32], TcpStream);
+
+/// Handshakes the root runs at once (each on a short-lived thread).
+const MAX_HANDSHAKES: usize = 256;
+
+/// The root's side of one connection's handshake: a challenge, then a
+/// hello that must prove the secret before `by`. `None` for anyone else
+/// (dropped, told nothing).
+fn handshake(mut s: TcpStream, secret: &[u8], by: Instant) -> Option<Hello> {
+    s.set_nonblocking(false).ok()?;
+    let _ = s.set_nodelay(true);
+    let challenge = nonce();
+    send(&mut s, &Msg::Challenge { nonce: challenge }).ok()?;
+    match recv_limited(&mut s, by, HELLO_MAX) {
+        Ok(Msg::Hello { rank, size, node, nonce, proof }) => {
+            let claim = (rank, size, node.as_str());
+            hello_proof(secret, &challenge, claim, &nonce).verify_slice(&proof).ok()?;
+            Some((rank, size, node, nonce, s))
+        }
+        _ => None,
+    }
+}
+
+/// The largest hello accepted (before its proof is checked, a stranger
+/// must not make the root allocate much).
+const HELLO_MAX: usize = 4096;
 
 impl Rendezvous {
     /// Joins: the root gathers every rank, the others connect to it.
@@ -238,50 +307,60 @@ impl Rendezvous {
                 let _ = send(s, &Msg::Abort(why.into()));
             }
         };
+        // Each connection's handshake runs on a thread of its own (at most
+        // MAX_HANDSHAKES at once), so a stranger that connects and stays
+        // silent holds up nobody; authenticated hellos come back here.
+        let (tx, rx) = std::sync::mpsc::channel::<Hello>();
+        let busy = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         while have < n {
-            let mut s = match l.accept() {
-                Ok((s, _)) => s,
-                Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        let missing: Vec<u32> = streams
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, s)| s.is_none())
-                            .map(|(i, _)| i as u32 + 1)
-                            .collect();
-                        let err =
-                            Error::RanksMissing { missing, size: cfg.size, waited: cfg.timeout };
-                        abort(&mut streams, &err.to_string());
-                        return Err(err);
+            let (rank, size, node, their, mut s) = match rx.try_recv() {
+                Ok(h) => h,
+                Err(_) => {
+                    match l.accept() {
+                        Ok((s, _)) => {
+                            use std::sync::atomic::Ordering::AcqRel;
+                            if busy.fetch_add(1, AcqRel) >= MAX_HANDSHAKES {
+                                busy.fetch_sub(1, AcqRel);
+                                continue; // dropped: too many at once
+                            }
+                            let (tx, b2, secret) = (tx.clone(), busy.clone(), cfg.secret.clone());
+                            let hello_by = deadline.min(Instant::now() + Duration::from_secs(5));
+                            let spawned = std::thread::Builder::new()
+                                .name("rmr-boot-hello".into())
+                                .stack_size(64 << 10)
+                                .spawn(move || {
+                                    if let Some(h) = handshake(s, &secret, hello_by) {
+                                        let _ = tx.send(h);
+                                    }
+                                    b2.fetch_sub(1, AcqRel);
+                                });
+                            if spawned.is_err() {
+                                busy.fetch_sub(1, AcqRel);
+                            }
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                            if Instant::now() >= deadline {
+                                let missing: Vec<u32> = streams
+                                    .iter()
+                                    .enumerate()
+                                    .filter(|(_, s)| s.is_none())
+                                    .map(|(i, _)| i as u32 + 1)
+                                    .collect();
+                                let err = Error::RanksMissing {
+                                    missing,
+                                    size: cfg.size,
+                                    waited: cfg.timeout,
+                                };
+                                abort(&mut streams, &err.to_string());
+                                return Err(err);
+                            }
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                        Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                        Err(e) => return Err(Error::io("accept", e)),
                     }
-                    std::thread::sleep(Duration::from_millis(2));
                     continue;
                 }
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io("accept", e)),
-            };
-            s.set_nonblocking(false).map_err(|e| Error::io("set_nonblocking", e))?;
-            let _ = s.set_nodelay(true);
-            // A hello must come quickly; a stranger (or a slow half-open
-            // connection) is dropped without disturbing the others.
-            let hello_by = deadline.min(Instant::now() + Duration::from_secs(5));
-            let challenge = nonce();
-            if send(&mut s, &Msg::Challenge { nonce: challenge }).is_err() {
-                continue;
-            }
-            let (rank, size, node, their) = match recv(&mut s, hello_by, u32::MAX, "hello") {
-                Ok(Msg::Hello { rank, size, node, nonce, proof }) => {
-                    let claim = (rank, size, node.as_str());
-                    if hello_proof(&cfg.secret, &challenge, claim, &nonce)
-                        .verify_slice(&proof)
-                        .is_err()
-                    {
-                        // Not of this job: dropped, told nothing.
-                        continue;
-                    }
-                    (rank, size, node, nonce)
-                }
-                _ => continue,
             };
             let why = if size != cfg.size {
                 Some(format!("rank {rank} says the job has {size} ranks, the root {}", cfg.size))

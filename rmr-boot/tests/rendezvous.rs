@@ -259,3 +259,19 @@ fn a_replayed_hello_is_refused() {
     assert_eq!(real.rank(), 1);
     assert_eq!(root.join().unwrap().unwrap().size(), 2);
 }
+
+/// Strangers that connect to the root and stay silent hold up nobody:
+/// with ten of them (5 s of hello budget each, 50 s one after the other)
+/// a job with a 10 s limit still forms.
+#[test]
+fn silent_strangers_do_not_hold_up_the_job() {
+    let port = free_port();
+    let root = std::thread::spawn(move || Bootstrap::rendezvous(&cfg(0, 2, port, "n", 10_000)));
+    std::thread::sleep(Duration::from_millis(100));
+    let silent: Vec<TcpStream> =
+        (0..10).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    let real = Bootstrap::rendezvous(&cfg(1, 2, port, "n", 10_000)).expect("the real rank joins");
+    assert_eq!(real.size(), 2);
+    assert_eq!(root.join().unwrap().expect("the root").size(), 2);
+    drop(silent);
+}

@@ -11,7 +11,7 @@ use rmr_api::{EpState, Error, Event, Result};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,7 @@ impl Dialer {
         if !ep.cas_state(EpState::Unconnected, EpState::Pending) {
             return Err(Error::invalid("endpoint is not in the unconnected state"));
         }
+        ep.abandoned.store(false, Ordering::Release);
         let to = SocketAddr::new(ip, service);
         let sock = (|| {
             let s = socket2::Socket::new(
@@ -174,7 +175,13 @@ impl Dialer {
             self.ep.start(s, peer_pd)
         });
         match started {
-            Ok(()) => Next::Gone,
+            Ok(()) => {
+                // The handle went while this started the endpoint: end it.
+                if self.ep.abandoned.load(Ordering::Acquire) {
+                    let _ = self.ep.disconnect();
+                }
+                Next::Gone
+            }
             Err(e) => self.fail(format!("start: {e}")),
         }
     }
@@ -196,6 +203,12 @@ impl Tended for Dialer {
     fn tend(&self) -> Next {
         let mut d = self.st.lock().unwrap_or_else(|e| e.into_inner());
         if d.done {
+            return Next::Gone;
+        }
+        if self.ep.abandoned.load(Ordering::Acquire) {
+            // Nobody holds the endpoint any more: no connection for it.
+            d.done = true;
+            self.ep.set_state(EpState::Unconnected);
             return Next::Gone;
         }
         let next = self.step(&mut d);

@@ -62,6 +62,7 @@ impl TcpEp {
                 stuck_since: AtomicU64::new(0),
                 stuck_seen: [AtomicU64::new(0), AtomicU64::new(0)],
                 stalled_for: OnceLock::new(),
+                abandoned: AtomicBool::new(false),
                 slot: AtomicUsize::new(crate::engine::NO_SLOT),
                 kick_pending: AtomicBool::new(false),
             }),

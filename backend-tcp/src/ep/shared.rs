@@ -160,6 +160,9 @@ pub(crate) struct EpShared {
     pub(super) stuck_since: AtomicU64,
     pub(super) stuck_seen: [AtomicU64; 2],
     pub(super) stalled_for: OnceLock<Duration>,
+    /// The user's handle is gone: a background connect still under way
+    /// gives up instead of starting an endpoint nobody holds.
+    pub(super) abandoned: AtomicBool,
     /// The EP's slot in the IA's progress engine, and whether a kick of it
     /// waits for the helper.
     pub(super) slot: AtomicUsize,

@@ -50,6 +50,12 @@ impl EpShared {
 impl TcpEp {
     /// [`Ep::close`]: an orderly disconnect, then a wait (driving the socket) for the peer to answer it.
     pub(super) fn close_within(&self, timeout: Duration) -> Result<()> {
+        if self.sh.state() == EpState::Pending {
+            // A background connect under way: it gives up.
+            self.sh.abandoned.store(true, Ordering::Release);
+            self.sh.kick();
+            return Ok(());
+        }
         match self.sh.disconnect() {
             Ok(()) | Err(Error::NotConnected) => {}
             Err(e) => return Err(e),
@@ -94,6 +100,7 @@ impl TcpEp {
 
 impl Drop for TcpEp {
     fn drop(&mut self) {
+        self.sh.abandoned.store(true, Ordering::Release);
         let _ = self.sh.disconnect();
     }
 }

@@ -258,6 +258,11 @@ impl SoftEvd {
         if let Some(e) = self.efd() {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(e, &mut b);
+            // Another waiter asleep on the same descriptor must not miss
+            // the events this one will not take: ring it again.
+            if self.queued.load(Ordering::SeqCst) > 0 {
+                self.wake_pollers();
+            }
         }
     }
 
