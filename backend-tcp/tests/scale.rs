@@ -9,8 +9,31 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const ROLE: &str = "RMR_SCALE_CHILD";
+
+/// The tests here count the process's threads and open hundreds of
+/// sockets each: they run one at a time (another's threads would be
+/// counted, and together they would pass the open-file limit).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 const PAIRS: usize = 512;
 const CONNECTORS: usize = 8;
+
+/// The process's threads named by rmr (`rmr-…`): libtest's own come
+/// and go as it starts tests.
+fn rmr_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .map(|d| {
+            d.flatten()
+                .filter(|t| {
+                    std::fs::read_to_string(t.path().join("comm"))
+                        .is_ok_and(|n| n.starts_with("rmr-"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
 
 fn threads() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -131,6 +154,7 @@ fn child() {
 
 #[test]
 fn five_hundred_twelve_pairs_cost_the_ias_threads_not_a_thread_each() {
+    let _serial = serial();
     if std::env::var_os(ROLE).is_some() {
         child();
         return;
@@ -154,6 +178,7 @@ fn five_hundred_twelve_pairs_cost_the_ias_threads_not_a_thread_each() {
 /// accepted.
 #[test]
 fn silent_connectors_hold_no_thread_and_do_not_block_others() {
+    let _serial = serial();
     use std::io::Write;
     backend_tcp::register();
     let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
@@ -161,7 +186,7 @@ fn silent_connectors_hold_no_thread_and_do_not_block_others() {
     let (evd, pevd) = (ia.create_evd().unwrap(), ia.create_evd().unwrap());
     let psp = ia.create_psp(0, &pevd).unwrap();
     let port = psp.service();
-    let threads0 = threads();
+    let threads0 = rmr_threads();
     let mut silent = Vec::new();
     for i in 0..200 {
         let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -187,16 +212,13 @@ fn silent_connectors_hold_no_thread_and_do_not_block_others() {
     // Counted while the 200 wait on the listener (the accepting thread
     // above is the test's own).
     std::thread::sleep(Duration::from_millis(100));
-    let pending = threads();
+    let pending = rmr_threads();
     let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
     let reply = ep.connect("127.0.0.1", port, b"real", Duration::from_secs(10)).unwrap();
     assert_eq!(reply, b"welcome");
     let _sep = server.join().unwrap();
     println!("RESULT threads {threads0} -> {pending} with 200 silent connectors");
-    assert!(
-        pending <= threads0 + 1,
-        "{threads0} -> {pending} threads: a thread per pending connection"
-    );
+    assert!(pending <= 6, "{threads0} -> {pending} rmr threads: a thread per pending connection");
     drop(silent);
 }
 
@@ -206,6 +228,7 @@ fn silent_connectors_hold_no_thread_and_do_not_block_others() {
 /// (a receive side stalled for a receive is set aside, then resumed).
 #[test]
 fn many_endpoints_on_one_evd_deliver_and_a_stalled_one_resumes() {
+    let _serial = serial();
     const N: usize = 40;
     backend_tcp::register();
     let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
@@ -277,6 +300,7 @@ fn many_endpoints_on_one_evd_deliver_and_a_stalled_one_resumes() {
 /// rejected one in `Rejected`.
 #[test]
 fn background_connects_many_at_once_from_one_thread() {
+    let _serial = serial();
     const N: usize = 200;
     backend_tcp::register();
     let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
@@ -288,7 +312,7 @@ fn background_connects_many_at_once_from_one_thread() {
     let target = MemRegion::new(8 * N);
     let tlmr = pz.register_all(&target, Access::ALL).unwrap();
     let ctx = tlmr.rmr_context();
-    let threads0 = threads();
+    let threads0 = rmr_threads();
     let mut eps = Vec::new();
     for k in 0..N {
         let ep = ia.create_ep(&pz, &EpEvds::single(&cevd)).unwrap();
@@ -296,7 +320,7 @@ fn background_connects_many_at_once_from_one_thread() {
             .unwrap();
         eps.push(ep);
     }
-    let in_flight = threads();
+    let in_flight = rmr_threads();
     // Accept them all on this thread too, then collect the outcomes.
     let mut servers = Vec::new();
     while servers.len() < N {
@@ -320,10 +344,10 @@ fn background_connects_many_at_once_from_one_thread() {
         }
     }
     println!("RESULT {N} background connects: threads {threads0} -> {in_flight} while in flight");
-    assert!(
-        in_flight <= threads0 + 1,
-        "a thread per pending connection: {threads0} -> {in_flight}"
-    );
+    // This IA's helper and listener, and at most a few lingering from the
+    // tests before (a helper ends 100 ms after its IA's last endpoint):
+    // nothing like one per pending connection.
+    assert!(in_flight <= 6, "a thread per pending connection: {threads0} -> {in_flight}");
     let src = MemRegion::new(8 * N);
     let slmr = pz.register_all(&src, Access::empty()).unwrap();
     for (k, ep) in eps.iter().enumerate() {
@@ -371,6 +395,7 @@ fn background_connects_many_at_once_from_one_thread() {
 /// stays connected for a handle nobody holds.
 #[test]
 fn a_background_connect_whose_endpoint_is_dropped_gives_up() {
+    let _serial = serial();
     backend_tcp::register();
     let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
     let pz = ia.create_pz().unwrap();
@@ -387,12 +412,17 @@ fn a_background_connect_whose_endpoint_is_dropped_gives_up() {
     };
     drop(ep);
     let sep = ia.create_ep(&pz, &EpEvds::single(&sevd)).unwrap();
-    let _ = cr.accept(&sep, b"");
+    if cr.accept(&sep, b"").is_err() {
+        // The connector had already given up and closed: nothing to end.
+        assert!(cevd.dequeue().is_none());
+        return;
+    }
     loop {
         match sevd.wait(Some(Duration::from_secs(10)), 1).expect("the end of the connection") {
             Event::Broken { .. } | Event::Disconnected { .. } => break,
             _ => {}
         }
     }
-    assert!(cevd.dequeue().is_none(), "the dropped endpoint reported an event");
+    let ev = cevd.dequeue();
+    assert!(ev.is_none(), "the dropped endpoint reported an event: {ev:?}");
 }

@@ -168,6 +168,12 @@ impl Dialer {
             self.ep.push_conn(Event::Rejected { ep: self.ep.id, private_data: peer_pd });
             return Next::Gone;
         }
+        // The handle went while the answer came (perhaps within this very
+        // step): no endpoint for it.
+        if self.ep.abandoned.load(Ordering::Acquire) {
+            self.ep.set_state(EpState::Unconnected);
+            return Next::Gone;
+        }
         // The EP takes its own handle on the socket (this one leaves the
         // engine's set with the dialer).
         let started = self.stream.try_clone().map_err(|e| Error::io("socket", e)).and_then(|s| {
