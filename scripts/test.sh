@@ -26,7 +26,7 @@ if grep -rn 'eprintln!' --include='*.rs' --exclude-dir=bin rmr-api/src backend-t
 fi
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 step clippy
-cargo clippy --workspace --all-targets -q --features rmr-coll/pmix,rmr/tokio -- -D warnings
+cargo clippy --workspace --all-targets -q --features rmr-coll/pmix,rmr/tokio,rmr/ofi -- -D warnings
 # `stages`: the round-trip timeline for latency work (rmr_api::stages), off by default.
 step clippy and test with stages
 cargo clippy -p rmr-api --all-targets -q --features stages -- -D warnings
@@ -49,5 +49,5 @@ scripts/sanitize.sh
 step fresh crate
 scripts/fresh-crate.sh
 step tests
-cargo test --workspace --release --features rmr-coll/pmix,rmr/tokio 2>&1
+cargo test --workspace --release --features rmr-coll/pmix,rmr/tokio,rmr/ofi 2>&1
 step done

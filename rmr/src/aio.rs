@@ -10,8 +10,12 @@
 //! (the TCP backend's per-IA helper, libfabric's progress) moves the
 //! bytes meanwhile.
 //!
+//! [`AsyncEvd::events`] gives the same events as a [`Stream`] (the
+//! `futures` crates' trait, re-exported here), for `StreamExt` combinators
+//! and `tokio_stream`.
+//!
 //! ## Cancellation
-//! [`AsyncEvd::next`] takes an event off the EVD only in the step that
+//! [`AsyncEvd::next`] (and the stream) takes an event off the EVD only in the step that
 //! returns it: a future dropped while it waits (a `select!` that chose
 //! another branch, a timeout) has taken nothing, and the next call gets
 //! the event. Futures own no posted buffer: the buffers of posted DTOs
@@ -45,8 +49,11 @@
 //! ```
 
 use crate::{ConnRequest, Ep, Error, Evd, Event, Result};
+pub use futures_core::Stream;
 use std::os::fd::OwnedFd;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -97,17 +104,33 @@ impl AsyncEvd {
     /// [`Error::Io`] when the runtime's reactor fails.
     pub async fn next(&self) -> Result<Event> {
         let mut spun = false;
+        std::future::poll_fn(|cx| self.poll_event(cx, &mut spun)).await
+    }
+
+    /// The EVD's events as a [`Stream`] (never ending; each item is what
+    /// [`AsyncEvd::next`] returns). Dropping the stream, or a `select!`
+    /// that stops polling it, loses no event: as with [`AsyncEvd::next`],
+    /// an event leaves the EVD only in the poll that yields it.
+    pub fn events(&self) -> Events<'_> {
+        Events { evd: self, spun: false }
+    }
+
+    /// One step of [`AsyncEvd::next`]: an event when one is queued (or
+    /// arrives while the EVD is driven once, per `spun`), else the EVD
+    /// armed and this task registered to wake when its descriptor fires.
+    fn poll_event(&self, cx: &mut Context<'_>, spun: &mut bool) -> Poll<Result<Event>> {
         loop {
             if let Some(ev) = self.evd.dequeue() {
-                return Ok(ev);
+                *spun = false;
+                return Poll::Ready(Ok(ev));
             }
             // First drive the EVD's endpoints for a moment in this thread,
             // as a blocking waiter spins before it sleeps: an answer that
             // comes at once (a ping-pong) then needs no wake-up of the
             // backend's helper and of this thread. Other tasks wait at most
             // that moment.
-            if !spun {
-                spun = true;
+            if !*spun {
+                *spun = true;
                 if self.evd.progress_until(Some(SPIN), Some(SPIN), &|| false) {
                     continue;
                 }
@@ -116,11 +139,14 @@ impl AsyncEvd {
                 // Events or progress pending that a dequeue will see (or an
                 // EVD whose rails cannot wake it): look again after letting
                 // other tasks run.
-                tokio::task::yield_now().await;
-                continue;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
             }
-            let mut g = self.fd.readable().await.map_err(|e| Error::io("wait for the EVD", e))?;
-            g.clear_ready();
+            match self.fd.poll_read_ready(cx) {
+                Poll::Ready(Ok(mut g)) => g.clear_ready(),
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(Error::io("wait for the EVD", e))),
+                Poll::Pending => return Poll::Pending,
+            }
         }
     }
 
@@ -130,6 +156,22 @@ impl AsyncEvd {
     /// [`Error::Timeout`] when none came; [`AsyncEvd::next`]'s.
     pub async fn next_within(&self, timeout: Duration) -> Result<Event> {
         tokio::time::timeout(timeout, self.next()).await.map_err(|_| Error::Timeout)?
+    }
+}
+
+/// An [`AsyncEvd`]'s events as a [`Stream`] ([`AsyncEvd::events`]).
+pub struct Events<'a> {
+    evd: &'a AsyncEvd,
+    /// Whether this item's wait has driven the EVD already.
+    spun: bool,
+}
+
+impl Stream for Events<'_> {
+    type Item = Result<Event>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Event>>> {
+        let this = self.get_mut();
+        this.evd.poll_event(cx, &mut this.spun).map(Some)
     }
 }
 
