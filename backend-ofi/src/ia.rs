@@ -1,6 +1,7 @@
 //! The interface adapter: one libfabric fabric + EQ (and a default domain)
 //! for one provider on one local address.
 
+use crate::config::OfiConfig;
 use crate::ep::{EpShared, OfiEp};
 use crate::evd::OfiEvd;
 use crate::ffi::{Domain, Eq, Fabric, Hints, Info};
@@ -115,10 +116,6 @@ pub(crate) fn parse_spec(rest: &str) -> Result<Spec> {
     Ok(Spec { prov: Some(prov.to_string()), ip })
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 const ORDER_ALL: u64 = (sys::FI_ORDER_SAW
     | sys::FI_ORDER_SAS
     | sys::FI_ORDER_RAW
@@ -146,13 +143,26 @@ pub struct OfiIa {
 }
 
 impl OfiIa {
-    /// Opens an IA from the part of a spec after `ofi:`.
+    /// Opens an IA from the part of a spec after `ofi:`
+    /// (`[<provider>:]<IP>[;option=value...]`, options from
+    /// [`crate::KNOBS`]).
     ///
     /// # Errors
-    /// [`Error::BadSpec`] for a malformed spec, [`Error::NoDevice`] when
+    /// [`Error::BadSpec`] for a malformed spec, [`Error::BadSetting`] for
+    /// a bad option or `RMR_OFI_*` value, [`Error::NoDevice`] when
     /// libfabric offers no matching FI_EP_MSG provider here.
     pub fn open(rest: &str) -> Result<OfiIa> {
-        let spec = parse_spec(rest)?;
+        let (addr, given) = rmr_api::settings::Given::split("ofi", rest, &crate::KNOBS)?;
+        OfiIa::with_config(addr, OfiConfig::from_given(&given)?)
+    }
+
+    /// Opens an IA on `addr` (`[<provider>:]<IP>`, the spec after `ofi:`
+    /// without options) with `cfg` as given.
+    ///
+    /// # Errors
+    /// As [`OfiIa::open`].
+    pub fn with_config(addr: &str, cfg: OfiConfig) -> Result<OfiIa> {
+        let spec = parse_spec(addr)?;
         let src = spec.ip.filter(|i| !i.is_unspecified()).map(|i| SocketAddr::new(i, 0));
         let node = src.map(|s| s.ip().to_string());
         let mut hints = Hints {
@@ -164,8 +174,8 @@ impl OfiIa {
                 | sys::FI_MR_PROV_KEY) as i32,
             msg_order: ORDER_ALL,
             src,
-            tx_size: env_u64("RMR_OFI_TX_SIZE", 0) as usize,
-            rx_size: env_u64("RMR_OFI_RX_SIZE", 0) as usize,
+            tx_size: cfg.tx_size,
+            rx_size: cfg.rx_size,
         };
         // Ask for every ordering first; a provider without WAR/RAR ordering
         // still serves rmr (BARRIER_FENCE is then done in software).
@@ -194,7 +204,7 @@ impl OfiIa {
         let fabric = Fabric::open(&info)?;
         let eq = Eq::open(&fabric)?;
         let default_domain = Domain::open(&fabric, &info)?;
-        let feat = features(&info);
+        let feat = features(&info, &cfg);
         let ip = if node.is_some() { info.src_addr().map(|a| a.ip()).or(spec.ip) } else { spec.ip };
         let mut caps = Caps::RDMA_READ;
         if feat.cq_data >= 8 {
@@ -241,7 +251,7 @@ impl OfiIa {
     }
 }
 
-fn features(info: &Info) -> Features {
+fn features(info: &Info, cfg: &OfiConfig) -> Features {
     let d = info.domain_attr();
     let mr = d.mr_mode as u64;
     let (tx, rx, ep) = (info.tx_attr(), info.rx_attr(), info.ep_attr());
@@ -263,15 +273,11 @@ fn features(info: &Info) -> Features {
         iov_limit: tx.iov_limit.min(rx.iov_limit).min(tx.rma_iov_limit.max(1)).clamp(1, 16),
         max_msg: (ep.max_msg_size as u64).min(1 << 30),
         msg_order: tx.msg_order,
-        cm_data: env_u64("RMR_OFI_CM_DATA", cm_data as u64) as usize,
-        delivery_complete: env_u64("RMR_OFI_DELIVERY_COMPLETE", 1) != 0,
-        bounce_max: env_u64("RMR_OFI_BOUNCE_MAX", 64 << 10),
-        cq_size: env_u64("RMR_OFI_CQ_SIZE", 16384) as usize,
-        pump: match std::env::var("RMR_OFI_PROGRESS_THREAD").as_deref() {
-            Ok("1" | "on" | "yes") => true,
-            Ok("0" | "off" | "no") => false,
-            _ => matches!(prov.as_str(), "tcp" | "net" | "udp"),
-        },
+        cm_data: cfg.cm_data.unwrap_or(cm_data),
+        delivery_complete: cfg.delivery_complete,
+        bounce_max: cfg.bounce_max,
+        cq_size: cfg.cq_size,
+        pump: cfg.progress_thread.unwrap_or(matches!(prov.as_str(), "tcp" | "net" | "udp")),
         prov,
     }
 }

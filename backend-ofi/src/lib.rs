@@ -81,9 +81,14 @@
 //! (found with pkg-config; see `ofi-sys`), and a provider at run time.
 //!
 //! ## Runtime parameters
-//! See README.md: `RMR_OFI_DELIVERY_COMPLETE`, `RMR_OFI_BOUNCE_MAX`,
-//! `RMR_OFI_CQ_SIZE`, `RMR_OFI_TX_SIZE`, `RMR_OFI_RX_SIZE`, `RMR_OFI_CM_DATA`,
-//! `RMR_EVD_SPIN_US`, and libfabric's own `FI_*` variables. Diagnostics
+//! [`OfiConfig`], from the spec's options
+//! (`ofi:tcp:127.0.0.1;cq_size=4096`) over `RMR_OFI_DELIVERY_COMPLETE`,
+//! `RMR_OFI_BOUNCE_MAX`, `RMR_OFI_CQ_SIZE`, `RMR_OFI_TX_SIZE`,
+//! `RMR_OFI_RX_SIZE`, `RMR_OFI_CM_DATA` and `RMR_OFI_PROGRESS_THREAD`
+//! ([`KNOBS`]), plus `RMR_EVD_SPIN_US` and libfabric's own `FI_*`
+//! variables. A value that does not parse makes `open` fail with
+//! `Error::BadSetting` naming it; `rmr-bench info 'ofi:tcp:127.0.0.1'`
+//! lists them with their sources. Diagnostics
 //! (connection-manager events, failed DTOs, failed closes) are `tracing`
 //! events of target `rmr::ofi` (`RUST_LOG=rmr::ofi=debug` in the binaries).
 #![deny(missing_docs)]
@@ -92,6 +97,7 @@
 // header version (1.17 vs 2.x); the backend casts them all to u64.
 #![allow(clippy::unnecessary_cast)]
 
+mod config;
 mod cq;
 mod dto;
 mod ep;
@@ -104,6 +110,7 @@ mod msg;
 mod psp;
 mod pz;
 
+pub use config::{KNOBS, OfiConfig, OfiConfigBuilder};
 pub use ep::OfiEp;
 pub use evd::OfiEvd;
 #[doc(hidden)]
@@ -133,29 +140,13 @@ impl Provider for OfiProvider {
     }
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
-        check_env()?;
         Ok(Arc::new(OfiIa::open(rest)?))
     }
-}
 
-/// Checks the `RMR_OFI_*` variables before an IA reads them: a value that
-/// does not parse is an [`rmr_api::Error::BadSetting`] naming it.
-fn check_env() -> Result<()> {
-    use rmr_api::provider::settings::{env_setting, number, switch};
-    for var in [
-        "RMR_OFI_TX_SIZE",
-        "RMR_OFI_RX_SIZE",
-        "RMR_OFI_CM_DATA",
-        "RMR_OFI_BOUNCE_MAX",
-        "RMR_OFI_CQ_SIZE",
-        "RMR_EVD_SPIN_US",
-        "RMR_EVD_SPIN_MAX_US",
-    ] {
-        env_setting(var, number)?;
+    fn settings(&self, rest: &str) -> Result<Vec<rmr_api::settings::Setting>> {
+        let (_, given) = rmr_api::settings::Given::split("ofi", rest, &KNOBS)?;
+        OfiConfig::settings(&given)
     }
-    env_setting("RMR_OFI_DELIVERY_COMPLETE", switch)?;
-    env_setting("RMR_OFI_PROGRESS_THREAD", switch)?;
-    Ok(())
 }
 
 /// Registers the `ofi` provider with [`rmr_api::provider::register`].

@@ -7,9 +7,13 @@ use std::process::Command;
 const ROLE: &str = "RMR_OFI_SETTINGS_CHILD";
 
 fn run(env: &[(&str, &str)]) -> String {
+    run_spec("ofi:tcp:127.0.0.1", env)
+}
+
+fn run_spec(spec: &str, env: &[(&str, &str)]) -> String {
     let mut c = Command::new(std::env::current_exe().unwrap());
     c.args(["a_bad_ofi_setting_fails_open", "--exact", "--nocapture", "--test-threads", "1"])
-        .env(ROLE, "1");
+        .env(ROLE, spec);
     for (k, v) in env {
         c.env(k, v);
     }
@@ -22,9 +26,9 @@ fn run(env: &[(&str, &str)]) -> String {
 
 #[test]
 fn a_bad_ofi_setting_fails_open() {
-    if std::env::var_os(ROLE).is_some() {
+    if let Ok(spec) = std::env::var(ROLE) {
         backend_ofi::register();
-        match rmr_api::open("ofi:tcp:127.0.0.1") {
+        match rmr_api::open(&spec) {
             Ok(_) => println!("RESULT OPENED"),
             Err(e) => println!("RESULT ERROR {e}"),
         }
@@ -35,4 +39,18 @@ fn a_bad_ofi_setting_fails_open() {
     let r = run(&[("RMR_OFI_PROGRESS_THREAD", "sometimes")]);
     assert!(r.contains("RMR_OFI_PROGRESS_THREAD") && r.contains("0 or 1"), "{r}");
     assert_eq!(run(&[("RMR_OFI_CQ_SIZE", "8192")]), "OPENED");
+    // Spec options: checked the same way, and over the variables.
+    let r = run_spec("ofi:tcp:127.0.0.1;cq_size=8", &[]);
+    assert!(r.starts_with("ERROR") && r.contains("cq_size") && r.contains("16 to"), "{r}");
+    assert_eq!(run_spec("ofi:tcp:127.0.0.1;cq_size=4096", &[("RMR_OFI_CQ_SIZE", "9")]), "OPENED");
+}
+
+/// A config built in code is checked, and opens.
+#[test]
+fn a_built_config_opens() {
+    use backend_ofi::{OfiConfig, OfiIa};
+    assert!(OfiConfig::builder().cq_size(1).build().is_err());
+    let cfg = OfiConfig::builder().cq_size(1024).delivery_complete(false).build().unwrap();
+    let ia = OfiIa::with_config("tcp:127.0.0.1", cfg).unwrap();
+    assert_eq!(ia.fi_provider(), "tcp");
 }

@@ -1,55 +1,86 @@
 //! The IA's settings, [`TcpConfig`]: read from the spec's options and
-//! the environment once, when the IA opens.
+//! the environment once, when the IA opens, in this one place.
 
+use rmr_api::settings::{Given, Knob, Setting, check_within, micros, millis, size, switch};
 use std::time::Duration;
 
-/// Tunables of an IA, read from the spec's options and the environment.
+/// Tunables of an IA. `Default` is the plain defaults; a `tcp:` spec
+/// opens with [`TcpConfig::from_given`] (its options over the `RMR_TCP_*`
+/// variables); [`TcpConfig::builder`] builds one in code.
 #[derive(Clone, Debug)]
 pub struct TcpConfig {
     /// How long the receive path waits for a posted receive before the
-    /// connection is declared broken (`RMR_TCP_RNR_TIMEOUT_MS`, default 5000).
+    /// connection is declared broken (`rnr_timeout_ms`,
+    /// `RMR_TCP_RNR_TIMEOUT_MS`, default 5000).
     pub rnr_timeout: Duration,
     /// TCP_USER_TIMEOUT and keepalive budget: how long unacknowledged data or
-    /// a silent link may last before the EP is broken (`RMR_TCP_USER_TIMEOUT_MS`, default 4000).
+    /// a silent link may last before the EP is broken (`user_timeout_ms`,
+    /// `RMR_TCP_USER_TIMEOUT_MS`, default 4000).
     pub user_timeout: Duration,
-    /// Outstanding send-side DTOs per EP (default 4096).
+    /// Outstanding send-side DTOs per EP (`max_dtos`, `RMR_TCP_MAX_DTOS`,
+    /// default 4096).
     pub max_dtos: usize,
-    /// Posted receives per EP (default 4096).
+    /// Posted receives per EP (`max_recvs`, `RMR_TCP_MAX_RECVS`, default 4096).
     pub max_recvs: usize,
     /// How long an acknowledgement a peer asked for may wait for an
-    /// outgoing frame to ride on (`RMR_TCP_ACK_DELAY_US`, default 50; 0
-    /// acknowledges at once).
+    /// outgoing frame to ride on (`ack_delay_us`, `RMR_TCP_ACK_DELAY_US`,
+    /// default 50; 0 acknowledges at once).
     pub ack_delay: Duration,
     /// Batch small frames into one `send` until the next frame or the next
-    /// drive (`RMR_TCP_BATCH`, default on; `0` writes every frame at once).
+    /// drive (`batch`, `RMR_TCP_BATCH`, default on; `0` writes every frame
+    /// at once).
     pub batch: bool,
     /// How long frames may wait to go to a peer that takes nothing (no
     /// byte leaves, none arrives) before the EP ends with
-    /// [`rmr_api::Error::PeerStalled`] (`RMR_TCP_STALL_TIMEOUT_MS`, default
-    /// 30000; 0 never). A peer that reads slowly is not cut: any byte
-    /// moving restarts the clock.
+    /// [`rmr_api::Error::PeerStalled`] (`stall_timeout_ms`,
+    /// `RMR_TCP_STALL_TIMEOUT_MS`, default 30000; 0 never). A peer that
+    /// reads slowly is not cut: any byte moving restarts the clock.
     pub stall_timeout: Duration,
+    /// Socket send and receive buffer sizes in bytes (`sockbuf`,
+    /// `RMR_TCP_SOCKBUF`; `None`, the default, leaves the kernel's
+    /// autotuning).
+    pub sockbuf: Option<usize>,
 }
 
-/// The variables [`TcpConfig::from_env`] reads, with what each does.
-const VARS: [(&str, &str); 7] = [
-    ("RMR_TCP_RNR_TIMEOUT_MS", "how long a send waits at the target for a posted receive (ms)"),
-    (
-        "RMR_TCP_USER_TIMEOUT_MS",
-        "TCP_USER_TIMEOUT and keepalive budget: how fast a dead peer breaks the EP (ms)",
-    ),
-    (
-        "RMR_TCP_ACK_DELAY_US",
-        "how long a requested acknowledgement may wait for a frame to ride on (us)",
-    ),
-    ("RMR_TCP_BATCH", "batch small frames until the next frame or drive (0/1)"),
-    (
-        "RMR_TCP_STALL_TIMEOUT_MS",
-        "how long frames may wait for a peer that takes nothing (ms; 0 never)",
-    ),
-    ("RMR_EVD_SPIN_US", "how long an EVD waiter spins before it sleeps (us)"),
-    ("RMR_EVD_SPIN_MAX_US", "the longest that spin grows to (us)"),
+/// The knobs [`TcpConfig::from_given`] reads, in the order of
+/// [`TcpConfig::settings`].
+pub const KNOBS: [Knob; 8] = [
+    Knob {
+        option: "rnr_timeout_ms",
+        var: "RMR_TCP_RNR_TIMEOUT_MS",
+        doc: "how long a send waits at the target for a posted receive (ms)",
+    },
+    Knob {
+        option: "user_timeout_ms",
+        var: "RMR_TCP_USER_TIMEOUT_MS",
+        doc: "TCP_USER_TIMEOUT and keepalive budget: how fast a dead peer breaks the EP (ms)",
+    },
+    Knob { option: "max_dtos", var: "RMR_TCP_MAX_DTOS", doc: "outstanding send-side DTOs per EP" },
+    Knob { option: "max_recvs", var: "RMR_TCP_MAX_RECVS", doc: "posted receives per EP" },
+    Knob {
+        option: "ack_delay_us",
+        var: "RMR_TCP_ACK_DELAY_US",
+        doc: "how long a requested acknowledgement may wait for a frame to ride on (us)",
+    },
+    Knob {
+        option: "batch",
+        var: "RMR_TCP_BATCH",
+        doc: "batch small frames until the next frame or drive (0/1)",
+    },
+    Knob {
+        option: "stall_timeout_ms",
+        var: "RMR_TCP_STALL_TIMEOUT_MS",
+        doc: "how long frames may wait for a peer that takes nothing (ms; 0 never)",
+    },
+    Knob {
+        option: "sockbuf",
+        var: "RMR_TCP_SOCKBUF",
+        doc: "socket buffer sizes (bytes, e.g. 4M; unset: kernel autotuning)",
+    },
 ];
+
+/// The most DTOs or receives an EP may be given.
+const MAX_QUEUE: u64 = 1 << 20;
 
 impl Default for TcpConfig {
     /// The defaults, whatever the environment says (see
@@ -63,86 +94,100 @@ impl Default for TcpConfig {
             ack_delay: Duration::from_micros(50),
             batch: true,
             stall_timeout: Duration::from_millis(30_000),
+            sockbuf: None,
         }
     }
 }
 
+rmr_api::config_builder!(
+    /// Builds a [`TcpConfig`] from the defaults:
+    /// `TcpConfig::builder().batch(false).build()?`.
+    TcpConfigBuilder for TcpConfig {
+        rnr_timeout: Duration,
+        user_timeout: Duration,
+        max_dtos: usize,
+        max_recvs: usize,
+        ack_delay: Duration,
+        batch: bool,
+        stall_timeout: Duration,
+        sockbuf: Option<usize>,
+    }
+);
+
 impl TcpConfig {
-    /// The defaults with the `RMR_TCP_*` variables applied (what a `tcp:`
-    /// spec opens with). The EVD spin variables, which every EVD reads,
-    /// are checked here too.
+    /// The defaults with the `RMR_TCP_*` variables applied.
     ///
     /// # Errors
-    /// [`rmr_api::Error::BadSetting`] naming a variable whose value does
-    /// not parse: a typo is an error at `open`, never a silent default.
+    /// As [`TcpConfig::from_given`].
     pub fn from_env() -> rmr_api::Result<TcpConfig> {
-        use rmr_api::provider::settings::{env_setting, number, switch};
+        TcpConfig::from_given(&Given::env())
+    }
+
+    /// The defaults, the `RMR_TCP_*` variables over them and the spec's
+    /// options over those (what a `tcp:<IP>[;option=value...]` spec opens
+    /// with). The software EVDs' `RMR_EVD_SPIN_*` are checked here too.
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`] naming an option or variable whose
+    /// value does not parse or is out of range: a typo is an error at
+    /// `open`, never a silent default.
+    pub fn from_given(g: &Given) -> rmr_api::Result<TcpConfig> {
         let mut c = TcpConfig::default();
-        let ms = |v: &str| number(v).map(Duration::from_millis);
-        if let Some(v) = env_setting("RMR_TCP_RNR_TIMEOUT_MS", ms)? {
+        let queue = rmr_api::settings::within(1, MAX_QUEUE);
+        if let Some(v) = g.get(&KNOBS[0], millis)? {
             c.rnr_timeout = v;
         }
-        if let Some(v) = env_setting("RMR_TCP_USER_TIMEOUT_MS", ms)? {
+        if let Some(v) = g.get(&KNOBS[1], millis)? {
             c.user_timeout = v;
         }
-        if let Some(v) =
-            env_setting("RMR_TCP_ACK_DELAY_US", |v| number(v).map(Duration::from_micros))?
-        {
+        if let Some(v) = g.get(&KNOBS[2], &queue)? {
+            c.max_dtos = v as usize;
+        }
+        if let Some(v) = g.get(&KNOBS[3], &queue)? {
+            c.max_recvs = v as usize;
+        }
+        if let Some(v) = g.get(&KNOBS[4], micros)? {
             c.ack_delay = v;
         }
-        if let Some(v) = env_setting("RMR_TCP_BATCH", switch)? {
+        if let Some(v) = g.get(&KNOBS[5], switch)? {
             c.batch = v;
         }
-        if let Some(v) = env_setting("RMR_TCP_STALL_TIMEOUT_MS", ms)? {
+        if let Some(v) = g.get(&KNOBS[6], millis)? {
             c.stall_timeout = v;
         }
-        env_setting("RMR_TCP_SOCKBUF", number)?;
-        env_setting("RMR_EVD_SPIN_US", number)?;
-        env_setting("RMR_EVD_SPIN_MAX_US", number)?;
+        if let Some(v) = g.get(&KNOBS[7], size)? {
+            c.sockbuf = Some(v as usize);
+        }
+        rmr_api::provider::spin_settings()?;
         Ok(c)
     }
 
-    /// Every setting a `tcp:` IA opens with, its value and where it came
-    /// from (what `rmr-bench info` prints).
+    /// Checks the values a builder was given.
+    fn check(&self) -> rmr_api::Result<()> {
+        check_within("max_dtos", self.max_dtos as u64, 1, MAX_QUEUE)?;
+        check_within("max_recvs", self.max_recvs as u64, 1, MAX_QUEUE)
+    }
+
+    /// Every setting a `tcp:` IA opens with under `g`, its value and where
+    /// it came from, then the software EVDs' (what `rmr-bench info`
+    /// prints).
     ///
     /// # Errors
-    /// As [`TcpConfig::from_env`].
-    pub fn settings() -> rmr_api::Result<Vec<rmr_api::provider::settings::Setting>> {
-        use rmr_api::provider::settings::{Setting, Source};
-        let c = TcpConfig::from_env()?;
+    /// As [`TcpConfig::from_given`].
+    pub fn settings(g: &Given) -> rmr_api::Result<Vec<Setting>> {
+        let c = TcpConfig::from_given(g)?;
         let values = [
             c.rnr_timeout.as_millis().to_string(),
             c.user_timeout.as_millis().to_string(),
+            c.max_dtos.to_string(),
+            c.max_recvs.to_string(),
             c.ack_delay.as_micros().to_string(),
             u8::from(c.batch).to_string(),
             c.stall_timeout.as_millis().to_string(),
-            std::env::var("RMR_EVD_SPIN_US").unwrap_or_else(|_| "50".into()),
-            std::env::var("RMR_EVD_SPIN_MAX_US").unwrap_or_else(|_| "1000".into()),
+            c.sockbuf.map_or("kernel autotuning".into(), |b| b.to_string()),
         ];
-        let mut out: Vec<Setting> = VARS
-            .iter()
-            .zip(values)
-            .map(|((name, doc), value)| Setting {
-                name,
-                value,
-                source: if std::env::var_os(name).is_some() {
-                    Source::Env
-                } else {
-                    Source::Default
-                },
-                doc,
-            })
-            .collect();
-        out.push(Setting {
-            name: "RMR_TCP_SOCKBUF",
-            value: std::env::var("RMR_TCP_SOCKBUF").unwrap_or_else(|_| "kernel autotuning".into()),
-            source: if std::env::var_os("RMR_TCP_SOCKBUF").is_some() {
-                Source::Env
-            } else {
-                Source::Default
-            },
-            doc: "socket buffer sizes (bytes)",
-        });
+        let mut out = g.listed(&KNOBS, values);
+        out.extend(rmr_api::provider::spin_settings()?);
         Ok(out)
     }
 }

@@ -109,15 +109,21 @@
 //! a PSP stops listening. Threads end when their connection ends.
 //!
 //! ## Runtime parameters
-//! Read when a `tcp:` spec opens ([`TcpConfig::from_env`]): a value that
-//! does not parse makes `open` fail with `rmr_api::Error::BadSetting`
-//! naming the variable, never a silent default; `rmr-bench info` lists
-//! them with their sources. [`TcpIa::with_config`] takes a config as given.
+//! Read when a `tcp:` spec opens ([`TcpConfig::from_given`]), each from
+//! the spec's option (`tcp:127.0.0.1;batch=0;stall_timeout_ms=5000`) or
+//! else its variable: a value that does not parse makes `open` fail with
+//! `rmr_api::Error::BadSetting` naming it, never a silent default;
+//! `rmr-bench info 'tcp:127.0.0.1;batch=0'` lists them with their sources
+//! ([`KNOBS`] pairs each option with its variable).
+//! [`TcpIa::with_config`] takes a config as given
+//! ([`TcpConfig::builder`]).
 //! - `RMR_TCP_RNR_TIMEOUT_MS` (5000): how long a send waits at the target
 //!   for a posted receive before the connection breaks (receiver not ready).
 //! - `RMR_TCP_USER_TIMEOUT_MS` (4000): TCP_USER_TIMEOUT and keepalive
 //!   budget — how fast a dead peer or a cut link breaks the EP.
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
+//! - `RMR_TCP_MAX_DTOS`, `RMR_TCP_MAX_RECVS` (4096 each): outstanding
+//!   send-side DTOs and posted receives per EP.
 //! - `RMR_TCP_STALL_TIMEOUT_MS` (30000): how long frames may wait for a
 //!   peer that takes nothing (no byte leaves, none arrives) before the EP
 //!   ends: a peer that stopped reading but still acknowledges TCP. Its
@@ -147,13 +153,14 @@ mod psp;
 mod tx;
 pub mod wire;
 
-pub use config::TcpConfig;
+pub use config::{KNOBS, TcpConfig, TcpConfigBuilder};
 pub use domain::{TcpLmr, TcpPz};
 pub use ep::TcpEp;
 pub use ia::TcpIa;
 pub use psp::TcpPsp;
 
 use rmr_api::provider::Provider;
+use rmr_api::settings::Given;
 use rmr_api::{Error, Ia, Result};
 use std::sync::Arc;
 
@@ -170,12 +177,24 @@ impl Provider for TcpProvider {
     }
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
-        let ip = rest.trim().parse().map_err(|_| Error::BadSpec {
-            spec: format!("tcp:{rest}"),
-            why: "expected `tcp:<local IP address>`, e.g. `tcp:127.0.0.1`".into(),
-        })?;
-        Ok(Arc::new(TcpIa::with_config(ip, TcpConfig::from_env()?)?))
+        let (ip, cfg) = parse_spec(rest)?;
+        Ok(Arc::new(TcpIa::with_config(ip, cfg)?))
     }
+
+    fn settings(&self, rest: &str) -> Result<Vec<rmr_api::settings::Setting>> {
+        let (_, given) = Given::split("tcp", rest, &config::KNOBS)?;
+        TcpConfig::settings(&given)
+    }
+}
+
+/// Parses the part of a spec after `tcp:`: `<local IP>[;option=value...]`.
+fn parse_spec(rest: &str) -> Result<(std::net::IpAddr, TcpConfig)> {
+    let (addr, given) = Given::split("tcp", rest, &config::KNOBS)?;
+    let ip = addr.parse().map_err(|_| Error::BadSpec {
+        spec: format!("tcp:{rest}"),
+        why: "expected `tcp:<local IP address>[;option=value...]`, e.g. `tcp:127.0.0.1`".into(),
+    })?;
+    Ok((ip, TcpConfig::from_given(&given)?))
 }
 
 /// Registers the `tcp` provider with [`rmr_api::provider::register`].

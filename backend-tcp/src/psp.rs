@@ -235,7 +235,7 @@ impl ConnRequestOps for TcpConnReq {
             return Err(Error::invalid("private data too long"));
         }
         let mut s = self.take()?;
-        tune(&s, self.ia.cfg.user_timeout).map_err(|e| Error::io("socket options", e))?;
+        tune(&s, &self.ia.cfg).map_err(|e| Error::io("socket options", e))?;
         handshake_write(&mut s, Op::ConnAccept, pd)
             .map_err(|e| Error::Broken(format!("connector went away: {e}")))?;
         tep.sh.start(s, self.pd.clone())?;

@@ -97,7 +97,7 @@ pub use ia::VerbsIa;
 pub use lmr::VerbsLmr;
 pub use psp::VerbsPsp;
 pub use pz::VerbsPz;
-pub use spec::{Spec, VerbsConfig};
+pub use spec::{KNOBS, Spec, VerbsConfig, VerbsConfigBuilder};
 
 use rmr_api::provider::Provider;
 use rmr_api::{Ia, Result};
@@ -116,9 +116,14 @@ impl Provider for VerbsProvider {
     }
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
-        let spec = Spec::parse(rest)?;
-        VerbsConfig::check_env()?;
-        Ok(Arc::new(VerbsIa::open(&spec, VerbsConfig::from_env())?))
+        let (addr, given) = rmr_api::settings::Given::split("verbs", rest, &KNOBS)?;
+        let spec = Spec::parse(addr)?;
+        Ok(Arc::new(VerbsIa::open(&spec, VerbsConfig::from_given(&given)?)?))
+    }
+
+    fn settings(&self, rest: &str) -> Result<Vec<rmr_api::settings::Setting>> {
+        let (_, given) = rmr_api::settings::Given::split("verbs", rest, &KNOBS)?;
+        VerbsConfig::settings(&given)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Spec strings and runtime parameters (pure: no IO beyond reading the
-//! environment in [`VerbsConfig::from_env`]).
+//! environment in [`VerbsConfig::from_given`]).
 
+use rmr_api::settings::{Given, Knob, Setting, check_within, within};
 use rmr_api::{Error, Result};
 use std::net::IpAddr;
 use std::time::Duration;
@@ -95,54 +96,145 @@ impl Default for VerbsConfig {
     }
 }
 
+/// The knobs [`VerbsConfig::from_given`] reads, in the order of
+/// [`VerbsConfig::settings`], with the range each accepts.
+pub const KNOBS: [Knob; 10] = [
+    Knob {
+        option: "sq_depth",
+        var: "RMR_VERBS_SQ_DEPTH",
+        doc: "send queue depth per EP (16-65536)",
+    },
+    Knob {
+        option: "rq_depth",
+        var: "RMR_VERBS_RQ_DEPTH",
+        doc: "receive queue depth per EP (16-65536)",
+    },
+    Knob { option: "cq_depth", var: "RMR_VERBS_CQ_DEPTH", doc: "initial CQ size of an EVD" },
+    Knob { option: "max_sge", var: "RMR_VERBS_MAX_SGE", doc: "largest gather/scatter list (1-64)" },
+    Knob { option: "inline", var: "RMR_VERBS_INLINE", doc: "inline bytes per send WR (0-1024)" },
+    Knob {
+        option: "signal_every",
+        var: "RMR_VERBS_SIGNAL_EVERY",
+        doc: "signal every n-th suppressed WR (0: a quarter of the SQ)",
+    },
+    Knob { option: "retry_count", var: "RMR_VERBS_RETRY_COUNT", doc: "transport retries (0-7)" },
+    Knob {
+        option: "rnr_retry",
+        var: "RMR_VERBS_RNR_RETRY",
+        doc: "receiver-not-ready retries (0-7, 7 = forever)",
+    },
+    Knob {
+        option: "resolve_ms",
+        var: "RMR_VERBS_RESOLVE_MS",
+        doc: "address and route resolution timeout (ms)",
+    },
+    Knob {
+        option: "spin_us",
+        var: "RMR_EVD_SPIN_US",
+        doc: "how long an EVD waiter polls the CQ (us)",
+    },
+];
+
+/// The range each of [`KNOBS`] accepts.
+const RANGES: [(u64, u64); 10] = [
+    (16, 1 << 16),
+    (16, 1 << 16),
+    (64, 1 << 22),
+    (1, 64),
+    (0, 1024),
+    (0, 1 << 16),
+    (0, 7),
+    (0, 7),
+    (10, 600_000),
+    (0, 1_000_000),
+];
+
+rmr_api::config_builder!(
+    /// Builds a [`VerbsConfig`] from the defaults:
+    /// `VerbsConfig::builder().sq_depth(256).build()?`.
+    VerbsConfigBuilder for VerbsConfig {
+        sq_depth: u32,
+        rq_depth: u32,
+        cq_depth: u32,
+        max_sge: u32,
+        max_inline: u32,
+        signal_every: u32,
+        retry_count: u8,
+        rnr_retry: u8,
+        resolve_timeout: Duration,
+        spin: Duration,
+    }
+);
+
 impl VerbsConfig {
-    /// Checks the `RMR_VERBS_*` variables: a value that does not parse is
-    /// an [`rmr_api::Error::BadSetting`] naming it (the provider's `open`
-    /// calls this before [`VerbsConfig::from_env`]).
+    /// The defaults with the `RMR_VERBS_*` variables applied.
     ///
     /// # Errors
-    /// [`rmr_api::Error::BadSetting`].
-    pub fn check_env() -> rmr_api::Result<()> {
-        use rmr_api::provider::settings::{env_setting, number};
-        for var in [
-            "RMR_VERBS_SQ_DEPTH",
-            "RMR_VERBS_RQ_DEPTH",
-            "RMR_VERBS_CQ_DEPTH",
-            "RMR_VERBS_MAX_SGE",
-            "RMR_VERBS_INLINE",
-            "RMR_VERBS_SIGNAL_EVERY",
-            "RMR_VERBS_RETRY_COUNT",
-            "RMR_VERBS_RNR_RETRY",
-            "RMR_VERBS_RESOLVE_MS",
-            "RMR_EVD_SPIN_US",
-        ] {
-            env_setting(var, number)?;
+    /// As [`VerbsConfig::from_given`].
+    pub fn from_env() -> Result<VerbsConfig> {
+        VerbsConfig::from_given(&Given::env())
+    }
+
+    /// The defaults, the `RMR_VERBS_*` variables over them and the spec's
+    /// options over those (what `verbs:<device>[:<port>][;option=value...]`
+    /// opens with).
+    ///
+    /// # Errors
+    /// [`Error::BadSetting`] naming an option or variable whose value does
+    /// not parse or is out of its range.
+    pub fn from_given(g: &Given) -> Result<VerbsConfig> {
+        let mut v = VerbsConfig::default().values();
+        for (i, k) in KNOBS.iter().enumerate() {
+            if let Some(n) = g.get(k, within(RANGES[i].0, RANGES[i].1))? {
+                v[i] = n;
+            }
+        }
+        Ok(VerbsConfig {
+            sq_depth: v[0] as u32,
+            rq_depth: v[1] as u32,
+            cq_depth: v[2] as u32,
+            max_sge: v[3] as u32,
+            max_inline: v[4] as u32,
+            signal_every: v[5] as u32,
+            retry_count: v[6] as u8,
+            rnr_retry: v[7] as u8,
+            resolve_timeout: Duration::from_millis(v[8]),
+            spin: Duration::from_micros(v[9]),
+        })
+    }
+
+    /// The values in [`KNOBS`]' order and units.
+    fn values(&self) -> [u64; 10] {
+        [
+            self.sq_depth.into(),
+            self.rq_depth.into(),
+            self.cq_depth.into(),
+            self.max_sge.into(),
+            self.max_inline.into(),
+            self.signal_every.into(),
+            self.retry_count.into(),
+            self.rnr_retry.into(),
+            self.resolve_timeout.as_millis() as u64,
+            self.spin.as_micros() as u64,
+        ]
+    }
+
+    /// Checks the values a builder was given.
+    fn check(&self) -> Result<()> {
+        for ((k, (lo, hi)), v) in KNOBS.iter().zip(RANGES).zip(self.values()) {
+            check_within(k.option, v, lo, hi)?;
         }
         Ok(())
     }
 
-    /// The defaults overridden by `RMR_VERBS_*` variables (values
-    /// [`VerbsConfig::check_env`] refuses are ignored here).
-    pub fn from_env() -> VerbsConfig {
-        Self::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// As [`VerbsConfig::from_env`] with an explicit variable lookup (for tests).
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> VerbsConfig {
-        let d = VerbsConfig::default();
-        let num = |k: &str, dflt: u64| get(k).and_then(|v| v.trim().parse().ok()).unwrap_or(dflt);
-        VerbsConfig {
-            sq_depth: num("RMR_VERBS_SQ_DEPTH", d.sq_depth.into()).clamp(16, 1 << 16) as u32,
-            rq_depth: num("RMR_VERBS_RQ_DEPTH", d.rq_depth.into()).clamp(16, 1 << 16) as u32,
-            cq_depth: num("RMR_VERBS_CQ_DEPTH", d.cq_depth.into()).clamp(64, 1 << 22) as u32,
-            max_sge: num("RMR_VERBS_MAX_SGE", d.max_sge.into()).clamp(1, 64) as u32,
-            max_inline: num("RMR_VERBS_INLINE", d.max_inline.into()).min(1024) as u32,
-            signal_every: num("RMR_VERBS_SIGNAL_EVERY", 0).min(1 << 16) as u32,
-            retry_count: num("RMR_VERBS_RETRY_COUNT", d.retry_count.into()).min(7) as u8,
-            rnr_retry: num("RMR_VERBS_RNR_RETRY", d.rnr_retry.into()).min(7) as u8,
-            resolve_timeout: Duration::from_millis(num("RMR_VERBS_RESOLVE_MS", 2000).max(10)),
-            spin: Duration::from_micros(num("RMR_EVD_SPIN_US", 20)),
-        }
+    /// Every setting a `verbs:` IA opens with under `g`, its value and
+    /// where it came from (what `rmr-bench info` prints).
+    ///
+    /// # Errors
+    /// As [`VerbsConfig::from_given`].
+    pub fn settings(g: &Given) -> Result<Vec<Setting>> {
+        let c = VerbsConfig::from_given(g)?;
+        Ok(g.listed(&KNOBS, c.values().map(|v| v.to_string())))
     }
 
     /// The signalling period for an SQ of `depth` entries: never more than
@@ -181,18 +273,18 @@ mod tests {
     }
 
     #[test]
-    fn config_from_lookup_clamps() {
-        let c = VerbsConfig::from_lookup(|k| match k {
-            "RMR_VERBS_SQ_DEPTH" => Some("4".into()),
-            "RMR_VERBS_RNR_RETRY" => Some("99".into()),
-            "RMR_VERBS_INLINE" => Some("0".into()),
-            "RMR_VERBS_CQ_DEPTH" => Some("junk".into()),
-            _ => None,
-        });
-        assert_eq!(c.sq_depth, 16);
-        assert_eq!(c.rnr_retry, 7);
-        assert_eq!(c.max_inline, 0);
+    fn options_are_read_and_bad_values_refused() {
+        let given = |rest: &str| Given::split("verbs", rest, &KNOBS).unwrap().1;
+        let c = VerbsConfig::from_given(&given("mlx5_0;sq_depth=64;inline=0;rnr_retry=3")).unwrap();
+        assert_eq!((c.sq_depth, c.max_inline, c.rnr_retry), (64, 0, 3));
         assert_eq!(c.cq_depth, VerbsConfig::default().cq_depth);
+        for bad in ["sq_depth=4", "rnr_retry=99", "cq_depth=junk", "resolve_ms=-1"] {
+            let e = VerbsConfig::from_given(&given(&format!("mlx5_0;{bad}"))).unwrap_err();
+            assert!(matches!(e, Error::BadSetting { .. }), "{bad}: {e}");
+        }
+        assert!(VerbsConfig::builder().max_sge(0).build().is_err());
+        assert_eq!(VerbsConfig::builder().max_sge(4).build().unwrap().max_sge, 4);
+        assert_eq!(VerbsConfig::settings(&Given::env()).unwrap().len(), KNOBS.len());
     }
 
     #[test]

@@ -40,9 +40,10 @@ enum Cmd {
     Demo(demo::DemoArgs),
     /// The RDMA barrier vs the same schedule over send/recv, N local processes.
     Barrier(barrier::BarrierArgs),
-    /// Every setting in effect (tcp backend, EVDs, multirail): value,
-    /// source (default or environment) and meaning; fails on a bad value.
-    Info,
+    /// Every setting an IA of each spec opens with (one of each provider
+    /// when none is given): value, source (default, spec or environment)
+    /// and meaning; fails on a bad value.
+    Info(info::InfoArgs),
     /// What many connected endpoints cost: threads, memory per endpoint,
     /// connections per second, latency among idle endpoints.
     Scale(scale::ScaleArgs),
@@ -293,7 +294,7 @@ fn world_rails(c: &Common, peer: Option<u32>) -> Option<Vec<zipper_bridge::Bridg
     let desc = zipper_bridge::WorldDesc::load(w).unwrap_or_else(|e| die(e));
     let rank = c.rank.unwrap_or_else(|| die("--world needs --rank"));
     let nb = c.bridges.unwrap_or(desc.bridges.len());
-    let cfg = zipper_bridge::ClientConfig::default();
+    let cfg = zipper_bridge::ClientConfig::from_env().unwrap_or_else(|e| die(e));
     Some(zipper_bridge::bridge_rails(&desc, rank, peer, nb, &cfg).unwrap_or_else(|e| die(e)))
 }
 
@@ -817,7 +818,7 @@ fn main() {
         Cmd::Demo(d) => demo::run(&d),
         Cmd::Barrier(b) => barrier::run(&b),
         Cmd::Scale(s) => scale::run(&s),
-        Cmd::Info => info::run(),
+        Cmd::Info(a) => info::run(&a),
         Cmd::RawTcp { cmd } => match cmd {
             RawCmd::Server { rails, port, idle } => {
                 let stop = Arc::new(AtomicBool::new(false));

@@ -147,6 +147,29 @@ fn info_lists_settings_and_refuses_a_bad_value() {
     assert!(line.contains("inline") && line.contains("env"), "{line}");
     let line = out.lines().find(|l| l.starts_with("RMR_TCP_BATCH")).expect("RMR_TCP_BATCH listed");
     assert!(line.contains("default"), "{line}");
+    // Every provider lists its settings, with or without its hardware.
+    for var in ["RMR_OFI_CQ_SIZE", "RMR_VERBS_SQ_DEPTH", "RMR_ZIP_RING", "RMR_EVD_SPIN_US"] {
+        assert!(out.lines().any(|l| l.starts_with(var)), "{var} listed: {out}");
+    }
+    // A spec's options are settings too, and say so.
+    let o = bench()
+        .args(["info", "tcp:127.0.0.1;batch=0", "multirail:tcp:127.0.0.1;engine=inline"])
+        .env("RMR_TCP_BATCH", "1")
+        .output()
+        .expect("run info");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out.lines().find(|l| l.starts_with("RMR_TCP_BATCH")).expect("listed");
+    assert!(
+        line.contains(" 0 ") && line.contains("spec"),
+        "the spec wins over the variable: {line}"
+    );
+    let line = out.lines().find(|l| l.starts_with("RMR_MR_ENGINE")).expect("listed");
+    assert!(line.contains("inline") && line.contains("spec"), "{line}");
+    // An unknown option fails, naming it.
+    let o = bench().args(["info", "ofi:tcp:127.0.0.1;cq_sise=9"]).output().expect("run info");
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("cq_sise"));
     let o = bench().arg("info").env("RMR_MR_THRESHOLD", "12Q").output().expect("run info");
     assert!(!o.status.success());
     let out = String::from_utf8_lossy(&o.stdout);

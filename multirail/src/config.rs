@@ -4,6 +4,7 @@
 //! crate but the planner's policy.
 
 use crate::planner::Policy;
+use rmr_api::settings::{Given, Knob, Setting};
 use std::fmt;
 
 /// Who posts stripes and who harvests their completions.
@@ -42,20 +43,9 @@ impl fmt::Display for Engine {
     }
 }
 
-/// Parses a byte count with an optional `K`, `M` or `G` suffix (powers of two).
-///
-/// # Errors
-/// A message naming the bad text.
-pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
-    let s = s.trim();
-    let (num, mul) = match s.chars().last() {
-        Some('K' | 'k') => (&s[..s.len() - 1], 1u64 << 10),
-        Some('M' | 'm') => (&s[..s.len() - 1], 1 << 20),
-        Some('G' | 'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.parse::<u64>().map(|n| n * mul).map_err(|_| format!("bad size `{s}` (e.g. 8, 4K, 1M)"))
-}
+/// Parses a byte count with an optional `K`, `M` or `G` suffix (powers
+/// of two): [`rmr_api::settings::size`].
+pub use rmr_api::settings::size as parse_size;
 
 /// Configuration of a multirail IA.
 #[derive(Clone, Debug)]
@@ -109,80 +99,104 @@ impl Default for MrConfig {
     }
 }
 
-/// The variables [`MrConfig::from_env`] reads, the spec option each
-/// stands for, and what it does.
-const VARS: [(&str, &str, &str); 5] = [
-    ("RMR_MR_ENGINE", "engine", "inline, fork-join or pinned"),
-    (
-        "RMR_MR_POLICY",
-        "policy",
-        "single, round-robin, even, weighted:W0,W1,.. or adaptive[:n,b,alpha]",
-    ),
-    ("RMR_MR_THRESHOLD", "threshold", "DTOs below this size go whole to one rail (8, 4K, 1M)"),
-    ("RMR_MR_BIND", "bind", "bind pinned rail threads to cores with hwloc (0/1)"),
-    (
-        "RMR_MR_DIRECT",
-        "direct",
-        "largest stripe a pinned caller posts itself (auto, all or a size)",
-    ),
+/// The knobs [`MrConfig::from_given`] reads, in the order of
+/// [`MrConfig::settings`].
+pub const KNOBS: [Knob; 6] = [
+    Knob { option: "engine", var: "RMR_MR_ENGINE", doc: "inline, fork-join or pinned" },
+    Knob {
+        option: "policy",
+        var: "RMR_MR_POLICY",
+        doc: "single, round-robin, even, weighted:W0,W1,.. or adaptive[:n,b,alpha]",
+    },
+    Knob {
+        option: "threshold",
+        var: "RMR_MR_THRESHOLD",
+        doc: "DTOs below this size go whole to one rail (8, 4K, 1M)",
+    },
+    Knob {
+        option: "align",
+        var: "RMR_MR_ALIGN",
+        doc: "stripe boundaries fall on multiples of this",
+    },
+    Knob {
+        option: "bind",
+        var: "RMR_MR_BIND",
+        doc: "bind pinned rail threads to cores with hwloc (0/1)",
+    },
+    Knob {
+        option: "direct",
+        var: "RMR_MR_DIRECT",
+        doc: "largest stripe a pinned caller posts itself (auto, all or a size)",
+    },
 ];
 
+rmr_api::config_builder!(
+    /// Builds an [`MrConfig`] from the defaults:
+    /// `MrConfig::builder().engine(Engine::Inline).build()?`.
+    MrConfigBuilder for MrConfig {
+        engine: Engine,
+        policy: Policy,
+        threshold: u64,
+        align: u64,
+        bind: bool,
+        direct: Option<u64>,
+    }
+);
+
 impl MrConfig {
-    /// The defaults with the `RMR_MR_*` variables applied (what a
-    /// `multirail:` spec starts from; its own options come after).
+    /// The defaults with the `RMR_MR_*` variables applied.
     ///
     /// # Errors
-    /// [`rmr_api::Error::BadSetting`] naming a variable whose value does
-    /// not parse (`RMR_MR_THRESHOLD=12Q`): never a silent default.
+    /// As [`MrConfig::from_given`].
     pub fn from_env() -> rmr_api::Result<MrConfig> {
+        MrConfig::from_given(&Given::env())
+    }
+
+    /// The defaults, the `RMR_MR_*` variables over them and the spec's
+    /// options over those (what a `multirail:<rails>[;option=value...]`
+    /// spec opens with).
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`] naming an option or variable whose
+    /// value does not parse (`RMR_MR_THRESHOLD=12Q`): never a silent
+    /// default.
+    pub fn from_given(g: &Given) -> rmr_api::Result<MrConfig> {
         let mut c = MrConfig::default();
-        for (var, key, _) in VARS {
-            let v = rmr_api::provider::settings::env_setting(var, |v| {
-                let mut probe = c.clone();
-                probe.set(key, v).map(|()| v.to_string())
-            })?;
-            if let Some(v) = v {
-                c.set(key, &v).map_err(|accepted| rmr_api::Error::BadSetting {
-                    var: var.into(),
-                    value: v.clone(),
-                    accepted,
-                })?;
+        for k in &KNOBS {
+            let probe = c.clone();
+            if let Some(v) = g.get(k, |v| {
+                let mut p = probe.clone();
+                p.set(k.option, v).map(|()| v.to_string())
+            })? {
+                c.set(k.option, &v).expect("checked just now");
             }
         }
         Ok(c)
     }
 
-    /// Every setting a `multirail:` IA starts from, its value and where it
-    /// came from (what `rmr-bench info` prints).
+    /// Checks the values a builder was given.
+    fn check(&self) -> rmr_api::Result<()> {
+        rmr_api::settings::check_within("align", self.align, 1, 1 << 30)
+    }
+
+    /// Every setting a `multirail:` IA opens with under `g`, its value and
+    /// where it came from (what `rmr-bench info` prints).
     ///
     /// # Errors
-    /// As [`MrConfig::from_env`].
-    pub fn settings() -> rmr_api::Result<Vec<rmr_api::provider::settings::Setting>> {
-        use rmr_api::provider::settings::{Setting, Source};
-        let c = MrConfig::from_env()?;
+    /// As [`MrConfig::from_given`].
+    pub fn settings(g: &Given) -> rmr_api::Result<Vec<Setting>> {
+        let c = MrConfig::from_given(g)?;
         let values = [
             c.engine.to_string(),
             c.policy.to_string(),
             c.threshold.to_string(),
+            c.align.to_string(),
             u8::from(c.bind).to_string(),
             c.direct.map_or("auto".into(), |d| {
                 if d == u64::MAX { "all".into() } else { d.to_string() }
             }),
         ];
-        Ok(VARS
-            .iter()
-            .zip(values)
-            .map(|((name, _, doc), value)| Setting {
-                name,
-                value,
-                source: if std::env::var_os(name).is_some() {
-                    Source::Env
-                } else {
-                    Source::Default
-                },
-                doc,
-            })
-            .collect())
+        Ok(g.listed(&KNOBS, values))
     }
 }
 
@@ -198,7 +212,7 @@ impl MrConfig {
             "policy" => self.policy = Policy::parse(value)?,
             "threshold" => self.threshold = parse_size(value)?,
             "align" => self.align = parse_size(value)?.max(1),
-            "bind" => self.bind = rmr_api::provider::settings::switch(value)?,
+            "bind" => self.bind = rmr_api::settings::switch(value)?,
             "direct" => self.direct = parse_direct(value)?,
             _ => return Err(format!("unknown multirail option `{key}`")),
         }

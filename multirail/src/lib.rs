@@ -90,13 +90,14 @@
 //!
 //! ## Runtime parameters
 //! `RMR_MR_ENGINE`, `RMR_MR_POLICY`, `RMR_MR_THRESHOLD` (bytes, `K`/`M`
-//! suffixes), `RMR_MR_BIND` (`0` disables hwloc binding), `RMR_MR_DIRECT`
-//! (`auto`, `all` or a size: the stripes a pinned caller posts itself, see
-//! [`MrConfig::direct`]) set the defaults of a `multirail:` spec
-//! ([`MrConfig::from_env`]; a value that does not parse makes `open` fail
-//! with `Error::BadSetting` naming it; `rmr-bench info` lists them); spec options
-//! (`engine=`, `policy=`, `threshold=`, `align=`, `bind=`, `direct=`)
-//! override them.
+//! suffixes), `RMR_MR_ALIGN`, `RMR_MR_BIND` (`0` disables hwloc binding),
+//! `RMR_MR_DIRECT` (`auto`, `all` or a size: the stripes a pinned caller
+//! posts itself, see [`MrConfig::direct`]) set the defaults of a
+//! `multirail:` spec; its options (`engine=`, `policy=`, `threshold=`,
+//! `align=`, `bind=`, `direct=`, [`KNOBS`]) override them
+//! ([`MrConfig::from_given`]). A value that does not parse makes `open`
+//! fail with `Error::BadSetting` naming it; `rmr-bench info` lists them
+//! with their sources; [`MrConfig::builder`] builds a config in code.
 #![deny(missing_docs)]
 #![warn(unreachable_pub)]
 
@@ -111,7 +112,7 @@ pub mod planner;
 mod psp;
 
 pub use bind::bind_thread_to_core;
-pub use config::{Engine, MrConfig, parse_size};
+pub use config::{Engine, KNOBS, MrConfig, MrConfigBuilder, parse_size};
 pub use ep::MrEp;
 pub use evd::MrEvd;
 pub use objects::{MrIa, MrLmr, MrPz};
@@ -119,6 +120,7 @@ pub use planner::{Planner, Policy, Stripe};
 pub use psp::MrPsp;
 
 use rmr_api::provider::Provider;
+use rmr_api::settings::Given;
 use rmr_api::{Error, Ia, Result};
 use std::sync::Arc;
 
@@ -136,15 +138,8 @@ impl Provider for MultiRailProvider {
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
         let bad = |why: String| Error::BadSpec { spec: format!("multirail:{rest}"), why };
-        let mut parts = rest.split(';');
-        let rails_part = parts.next().unwrap_or("");
-        let mut cfg = MrConfig::from_env()?;
-        for opt in parts.filter(|p| !p.is_empty()) {
-            let (k, v) = opt
-                .split_once('=')
-                .ok_or_else(|| bad(format!("option `{opt}` is not key=value")))?;
-            cfg.set(k, v).map_err(bad)?;
-        }
+        let (rails_part, given) = Given::split("multirail", rest, &config::KNOBS)?;
+        let cfg = MrConfig::from_given(&given)?;
         let rails = rails_part
             .split(',')
             .filter(|s| !s.is_empty())
@@ -154,6 +149,11 @@ impl Provider for MultiRailProvider {
             return Err(bad("no rails; e.g. multirail:tcp:127.0.0.1,tcp:127.0.0.2".into()));
         }
         Ok(MrIa::new(rails, cfg)?)
+    }
+
+    fn settings(&self, rest: &str) -> Result<Vec<rmr_api::settings::Setting>> {
+        let (_, given) = Given::split("multirail", rest, &config::KNOBS)?;
+        MrConfig::settings(&given)
     }
 }
 

@@ -87,6 +87,7 @@ mod memory;
 pub mod provider;
 mod registry;
 mod remote;
+pub mod settings;
 pub mod stages;
 mod types;
 
@@ -97,7 +98,7 @@ pub use event::{ConnRequest, ConnRequestOps, DtoCompletion, Event};
 pub use ia::{EpEvds, Ia, Listener};
 pub use lmr::{Lmr, Pz, Sge, sge_total};
 pub use memory::{MemRegion, REGION_ALIGN};
-pub use registry::{open, providers};
+pub use registry::{open, providers, settings_for};
 pub use remote::{MAX_RAIL_KEYS, RemoteAddr, RmrContext};
 pub use types::{
     Access, Caps, CompareSwap, Cookie, DtoFlags, DtoOp, EpAttr, EpId, EpState, IaAttr, Status,

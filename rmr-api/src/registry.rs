@@ -3,6 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::ia::Ia;
+use crate::settings::Setting;
 use std::sync::{Arc, RwLock};
 
 /// A backend, registered by name.
@@ -17,6 +18,18 @@ pub trait Provider: Send + Sync {
     /// [`Error::BadSpec`] for a malformed spec; [`Error::NoDevice`] when the
     /// backend cannot run on this machine (with what is missing).
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>>;
+
+    /// Every setting an IA of the spec `name:rest` would open with, its
+    /// value and where it came from (the spec's options, the environment
+    /// or the default), checked as `open` checks them; nothing is opened.
+    /// The default lists none.
+    ///
+    /// # Errors
+    /// As [`Provider::open`] for a bad option or value.
+    fn settings(&self, rest: &str) -> Result<Vec<Setting>> {
+        let _ = rest;
+        Ok(Vec::new())
+    }
 }
 
 static REGISTRY: RwLock<Vec<Arc<dyn Provider>>> = RwLock::new(Vec::new());
@@ -52,14 +65,20 @@ pub fn split_spec(spec: &str) -> Result<(&str, &str)> {
     }
 }
 
-/// Opens an IA from a spec string through the registry.
+/// The settings an IA of `spec` would open with ([`Provider::settings`]),
+/// what `rmr-bench info` prints, as `ucx_info -c` does.
 ///
 /// # Errors
-/// [`Error::UnknownProvider`] (listing the registered ones), or the provider's own errors.
-pub fn open(spec: &str) -> Result<Arc<dyn Ia>> {
+/// [`open`]'s for an unknown provider, a bad option or a bad value.
+pub fn settings_for(spec: &str) -> Result<Vec<Setting>> {
     let (name, rest) = split_spec(spec)?;
+    with_provider(name, |p| p.settings(rest))
+}
+
+/// Runs `f` on the provider `name`.
+fn with_provider<T>(name: &str, f: impl FnOnce(&dyn Provider) -> Result<T>) -> Result<T> {
     match provider(name) {
-        Some(p) => p.open(rest),
+        Some(p) => f(&*p),
         None => Err(Error::UnknownProvider {
             name: name.into(),
             known: {
@@ -68,4 +87,13 @@ pub fn open(spec: &str) -> Result<Arc<dyn Ia>> {
             },
         }),
     }
+}
+
+/// Opens an IA from a spec string through the registry.
+///
+/// # Errors
+/// [`Error::UnknownProvider`] (listing the registered ones), or the provider's own errors.
+pub fn open(spec: &str) -> Result<Arc<dyn Ia>> {
+    let (name, rest) = split_spec(spec)?;
+    with_provider(name, |p| p.open(rest))
 }

@@ -74,10 +74,12 @@ pub mod wire;
 mod world;
 
 pub use barrier::Barrier;
-pub use bridge::{AllowNet, Bridge, BridgeConfig, NOT_ADMITTED};
+pub use bridge::{AllowNet, Bridge, BridgeConfig, BridgeConfigBuilder, NOT_ADMITTED};
 pub use client::ep::BridgedEp;
 pub use client::evd::BridgeEvd;
-pub use client::ia::{BridgeIa, BridgeLmr, BridgePz, ClientConfig, ZipperProvider};
+pub use client::ia::{
+    BridgeIa, BridgeLmr, BridgePz, CLIENT_KNOBS, ClientConfig, ClientConfigBuilder, ZipperProvider,
+};
 pub use client::psp::BridgePsp;
 pub use error::{Result, ZipperError};
 pub use join::{BridgeRail, JoinConfig, Peer, World, bridge_rails};

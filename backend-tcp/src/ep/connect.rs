@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 /// Socket options every EP stream gets: no Nagle, a bounded time to detect a
 /// dead peer or a cut link.
-pub(crate) fn tune(stream: &TcpStream, user_timeout: Duration) -> std::io::Result<()> {
+pub(crate) fn tune(stream: &TcpStream, cfg: &crate::TcpConfig) -> std::io::Result<()> {
+    let user_timeout = cfg.user_timeout;
     stream.set_nodelay(true)?;
     let s = socket2::SockRef::from(stream);
     let idle = (user_timeout / 2).max(Duration::from_secs(1));
@@ -26,7 +27,7 @@ pub(crate) fn tune(stream: &TcpStream, user_timeout: Duration) -> std::io::Resul
         .with_retries(3);
     s.set_tcp_keepalive(&ka)?;
     s.set_tcp_user_timeout(Some(user_timeout))?;
-    if let Some(sz) = std::env::var("RMR_TCP_SOCKBUF").ok().and_then(|v| v.parse::<usize>().ok()) {
+    if let Some(sz) = cfg.sockbuf {
         s.set_send_buffer_size(sz)?;
         s.set_recv_buffer_size(sz)?;
     }
@@ -127,8 +128,7 @@ impl TcpEp {
                 _ => Error::io(format!("connect {to}"), e),
             })?;
             let mut stream: TcpStream = sock.into();
-            tune(&stream, self.sh.ia.cfg.user_timeout)
-                .map_err(|e| Error::io("socket options", e))?;
+            tune(&stream, &self.sh.ia.cfg).map_err(|e| Error::io("socket options", e))?;
             handshake_write(&mut stream, Op::ConnReq, pd)
                 .map_err(|e| Error::io("send request", e))?;
             let left = timeout.saturating_sub(start.elapsed()).max(Duration::from_millis(1));

@@ -177,7 +177,7 @@ impl Dialer {
         // The EP takes its own handle on the socket (this one leaves the
         // engine's set with the dialer).
         let started = self.stream.try_clone().map_err(|e| Error::io("socket", e)).and_then(|s| {
-            tune(&s, self.ep.ia.cfg.user_timeout).map_err(|e| Error::io("socket options", e))?;
+            tune(&s, &self.ep.ia.cfg).map_err(|e| Error::io("socket options", e))?;
             self.ep.start(s, peer_pd)
         });
         match started {

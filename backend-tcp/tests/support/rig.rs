@@ -106,16 +106,14 @@ impl Default for Rig {
 
 impl Rig {
     pub fn new() -> Rig {
-        let cfg = TcpConfig {
+        let cfg = TcpConfig::builder()
             // A send with no receive posted breaks the connection quickly.
-            rnr_timeout: Duration::from_millis(20),
-            user_timeout: Duration::from_secs(2),
-            max_dtos: 64,
-            max_recvs: 64,
-            ack_delay: Duration::from_micros(50),
-            batch: true,
-            stall_timeout: Duration::from_secs(30),
-        };
+            .rnr_timeout(Duration::from_millis(20))
+            .user_timeout(Duration::from_secs(2))
+            .max_dtos(64)
+            .max_recvs(64)
+            .build()
+            .unwrap();
         let ia: Arc<dyn Ia> =
             Arc::new(TcpIa::with_config(IpAddr::V4(Ipv4Addr::LOCALHOST), cfg).unwrap());
         let pz = ia.create_pz().unwrap();

@@ -25,6 +25,7 @@ use super::driver::Driver;
 use crate::error::{Error, Result};
 use crate::evd::Evd;
 use crate::event::Event;
+use crate::settings::{Given, Knob, Setting, micros};
 use rustix::event::{EventfdFlags, eventfd};
 use smallvec::SmallVec;
 use std::any::Any;
@@ -165,19 +166,41 @@ impl Ready {
     }
 }
 
+/// The knobs of every software EVD of the process (environment only).
+pub const SPIN_KNOBS: [Knob; 2] = [
+    Knob {
+        option: "",
+        var: "RMR_EVD_SPIN_US",
+        doc: "how long an EVD waiter spins before it sleeps (us)",
+    },
+    Knob { option: "", var: "RMR_EVD_SPIN_MAX_US", doc: "the longest that spin grows to (us)" },
+];
+
+/// The spin and its cap, from the environment.
+fn spin_config() -> Result<(Duration, Duration)> {
+    let g = Given::env();
+    Ok((
+        g.get(&SPIN_KNOBS[0], micros)?.unwrap_or(DEFAULT_SPIN),
+        g.get(&SPIN_KNOBS[1], micros)?.unwrap_or(MAX_SPIN),
+    ))
+}
+
+/// The software EVDs' settings in effect, checked: a backend's `open`
+/// calls this, so a bad `RMR_EVD_SPIN_US` fails there.
+///
+/// # Errors
+/// [`crate::Error::BadSetting`] naming the variable.
+pub fn spin_settings() -> Result<Vec<Setting>> {
+    let (spin, max) = spin_config()?;
+    Ok(Given::env()
+        .listed(&SPIN_KNOBS, [spin.as_micros().to_string(), max.as_micros().to_string()]))
+}
+
 impl SoftEvd {
     /// An EVD holding at most `capacity` software events.
     pub fn new(capacity: usize) -> Self {
-        let spin = std::env::var("RMR_EVD_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_micros)
-            .unwrap_or(DEFAULT_SPIN);
-        let max_spin = std::env::var("RMR_EVD_SPIN_MAX_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(Duration::from_micros)
-            .unwrap_or(MAX_SPIN);
+        // Checked at the backend's open ([`spin_settings`]).
+        let (spin, max_spin) = spin_config().unwrap_or((DEFAULT_SPIN, MAX_SPIN));
         SoftEvd {
             q: Mutex::new(VecDeque::with_capacity(256)),
             cv: Condvar::new(),

@@ -100,8 +100,8 @@ fn main() {
         die("give --a and --b (or --world)");
     }
     cfg.allow.extend(cli.allow.iter().copied());
-    cfg.chunk = multirail::parse_size(&cli.chunk).unwrap_or_else(|e| die(e)).clamp(1024, 16 << 20);
-    cfg.ring = cli.ring.clamp(2, 1024);
+    cfg.chunk = multirail::parse_size(&cli.chunk).unwrap_or_else(|e| die(format!("--chunk: {e}")));
+    cfg.ring = cli.ring;
     cfg.store_and_forward = cli.store_and_forward;
     cfg.bind = !cli.no_bind;
     cfg.drain = Duration::from_millis(cli.drain_ms);

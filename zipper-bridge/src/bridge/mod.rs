@@ -80,6 +80,42 @@ impl Default for BridgeConfig {
     }
 }
 
+rmr_api::config_builder!(
+    /// Builds a [`BridgeConfig`] from the defaults:
+    /// `BridgeConfig::builder().a(a).b(b).allow(members).build()?`.
+    BridgeConfigBuilder for BridgeConfig {
+        a: String,
+        b: String,
+        port: u16,
+        chunk: u64,
+        ring: u16,
+        store_and_forward: bool,
+        bind: bool,
+        drain: Duration,
+        allow: Vec<AllowNet>,
+    }
+);
+
+impl BridgeConfig {
+    /// Checks the values: a chunk of 1 KiB to 16 MiB, a ring of 2 to
+    /// 1024 buffers, and someone admitted.
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`] naming the value out of range;
+    /// [`rmr_api::Error::InvalidArgument`] when `allow` is empty.
+    pub fn check(&self) -> Result<()> {
+        rmr_api::settings::check_within("chunk", self.chunk, 1024, 16 << 20)?;
+        rmr_api::settings::check_within("ring", self.ring.into(), 2, 1024)?;
+        if self.allow.is_empty() {
+            return Err(Error::invalid(
+                "the bridge would admit nobody: give it its job's world file (--world) or the \
+                 members' addresses (--allow ADDR[/BITS],...; BridgeConfig::allow)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 struct Side {
     spec: String,
     ia: Arc<dyn Ia>,
@@ -370,12 +406,7 @@ impl Bridge {
     /// [`BridgeConfig::allow`]); opening an IA, listening or spawning a
     /// thread failed.
     pub fn start(cfg: BridgeConfig) -> Result<Bridge> {
-        if cfg.allow.is_empty() {
-            return Err(Error::invalid(
-                "the bridge would admit nobody: give it its job's world file (--world) or the \
-                 members' addresses (--allow ADDR[/BITS],...; BridgeConfig::allow)",
-            ));
-        }
+        cfg.check()?;
         crate::register();
         let side = |spec: &str| -> Result<Side> {
             let ia = rmr_api::open(spec)?;

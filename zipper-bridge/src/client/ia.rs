@@ -7,35 +7,118 @@ use super::evd::BridgeEvd;
 use super::psp::BridgePsp;
 use crate::credit::CreditConfig;
 use crate::wire::HDR;
+use rmr_api::settings::{Given, Knob, Setting};
 use rmr_api::{
     Access, Caps, EpEvds, Error, Evd, Ia, IaAttr, Lmr, MemRegion, Psp, Pz, Result, RmrContext,
 };
 use std::any::Any;
 use std::sync::Arc;
 
-/// Tunables of a client's bridged endpoints.
+/// Tunables of a client's bridged endpoints. `Default` is the plain
+/// defaults; a `zipper:` spec opens with [`ClientConfig::from_given`] (its
+/// options over the `RMR_ZIP_*` variables); [`ClientConfig::builder`]
+/// builds one in code.
 #[derive(Clone, Debug)]
 pub struct ClientConfig {
     /// Largest chunk this end accepts (the bridge and the peer may lower it).
-    /// `RMR_ZIP_CHUNK` (default 64 KiB).
+    /// `chunk`, `RMR_ZIP_CHUNK` (default 64 KiB; 1 KiB to 16 MiB).
     pub chunk: u64,
-    /// Data-pool receive buffers of this end's ring. `RMR_ZIP_RING` (default 16).
+    /// Data-pool receive buffers of this end's ring. `ring`, `RMR_ZIP_RING`
+    /// (default 16; 2 to 1024).
     pub ring: u16,
     /// Operations in flight per endpoint before posts return `QueueFull`.
+    /// `max_dtos`, `RMR_ZIP_MAX_DTOS` (default 1024).
     pub max_dtos: usize,
 }
 
 impl Default for ClientConfig {
+    /// The defaults, whatever the environment says (see
+    /// [`ClientConfig::from_env`]).
     fn default() -> Self {
-        let env = |k: &str| std::env::var(k).ok();
-        ClientConfig {
-            chunk: env("RMR_ZIP_CHUNK")
-                .and_then(|v| multirail::parse_size(&v).ok())
-                .unwrap_or(64 << 10)
-                .clamp(1024, 16 << 20),
-            ring: env("RMR_ZIP_RING").and_then(|v| v.parse().ok()).unwrap_or(16).clamp(2, 1024),
-            max_dtos: 1024,
+        ClientConfig { chunk: 64 << 10, ring: 16, max_dtos: 1024 }
+    }
+}
+
+/// The knobs [`ClientConfig::from_given`] reads, in the order of
+/// [`ClientConfig::settings`].
+pub const CLIENT_KNOBS: [Knob; 3] = [
+    Knob { option: "chunk", var: "RMR_ZIP_CHUNK", doc: "largest chunk this end accepts (bytes)" },
+    Knob { option: "ring", var: "RMR_ZIP_RING", doc: "data buffers of this end's ring" },
+    Knob {
+        option: "max_dtos",
+        var: "RMR_ZIP_MAX_DTOS",
+        doc: "operations in flight per bridged endpoint",
+    },
+];
+
+/// The ranges of [`CLIENT_KNOBS`].
+const RANGES: [(u64, u64); 3] = [(1024, 16 << 20), (2, 1024), (1, 1 << 20)];
+
+rmr_api::config_builder!(
+    /// Builds a [`ClientConfig`] from the defaults:
+    /// `ClientConfig::builder().ring(32).build()?`.
+    ClientConfigBuilder for ClientConfig {
+        chunk: u64,
+        ring: u16,
+        max_dtos: usize,
+    }
+);
+
+impl ClientConfig {
+    /// The defaults with the `RMR_ZIP_*` variables applied.
+    ///
+    /// # Errors
+    /// As [`ClientConfig::from_given`].
+    pub fn from_env() -> Result<ClientConfig> {
+        ClientConfig::from_given(&Given::env())
+    }
+
+    /// The defaults, the `RMR_ZIP_*` variables over them and the spec's
+    /// options over those.
+    ///
+    /// # Errors
+    /// [`Error::BadSetting`] naming an option or variable whose value does
+    /// not parse or is out of its range.
+    pub fn from_given(g: &Given) -> Result<ClientConfig> {
+        let mut c = ClientConfig::default();
+        let ranged = |i: usize| {
+            move |v: &str| {
+                let n = rmr_api::settings::size(v)?;
+                rmr_api::settings::within(RANGES[i].0, RANGES[i].1)(&n.to_string())
+            }
+        };
+        if let Some(v) = g.get(&CLIENT_KNOBS[0], ranged(0))? {
+            c.chunk = v;
         }
+        if let Some(v) = g.get(&CLIENT_KNOBS[1], ranged(1))? {
+            c.ring = v as u16;
+        }
+        if let Some(v) = g.get(&CLIENT_KNOBS[2], ranged(2))? {
+            c.max_dtos = v as usize;
+        }
+        Ok(c)
+    }
+
+    /// Checks the values a builder was given.
+    fn check(&self) -> Result<()> {
+        let values = [self.chunk, self.ring.into(), self.max_dtos as u64];
+        for ((k, (lo, hi)), v) in CLIENT_KNOBS.iter().zip(RANGES).zip(values) {
+            rmr_api::settings::check_within(k.option, v, lo, hi)?;
+        }
+        Ok(())
+    }
+
+    /// Every setting a `zipper:` IA opens with under `g`, its value and
+    /// where it came from (what `rmr-bench info` prints).
+    ///
+    /// # Errors
+    /// As [`ClientConfig::from_given`].
+    pub fn settings(g: &Given) -> Result<Vec<Setting>> {
+        let c = ClientConfig::from_given(g)?;
+        Ok(g.listed(
+            &CLIENT_KNOBS,
+            [c.chunk.to_string(), c.ring.to_string(), c.max_dtos.to_string()],
+        ))
     }
 }
 
@@ -198,9 +281,10 @@ impl Lmr for BridgeLmr {
     }
 }
 
-/// The `zipper` provider: `zipper:<rail spec>@<bridge address>:<bridge port>`,
-/// e.g. `zipper:tcp:198.18.10.1@198.18.10.2:7700` (`@...` may be left out
-/// for an IA that only listens).
+/// The `zipper` provider:
+/// `zipper:<rail spec>@<bridge address>:<bridge port>[;option=value...]`,
+/// e.g. `zipper:tcp:198.18.10.1@198.18.10.2:7700;ring=32` (`@...` may be
+/// left out for an IA that only listens; options from [`CLIENT_KNOBS`]).
 pub struct ZipperProvider;
 
 impl rmr_api::provider::Provider for ZipperProvider {
@@ -213,20 +297,33 @@ impl rmr_api::provider::Provider for ZipperProvider {
     }
 
     fn open(&self, rest: &str) -> Result<Arc<dyn Ia>> {
-        let bad = |why: &str| Error::BadSpec { spec: format!("zipper:{rest}"), why: why.into() };
-        let (rail, bridge) = match rest.rsplit_once('@') {
-            Some((r, b)) => {
-                let (addr, port) =
-                    b.rsplit_once(':').ok_or_else(|| bad("expected `@<bridge address>:<port>`"))?;
-                let port = port.parse().map_err(|_| bad("bad bridge port"))?;
-                (r, Some((addr.to_string(), port)))
-            }
-            None => (rest, None),
-        };
-        use rmr_api::provider::settings::{env_setting, number};
-        env_setting("RMR_ZIP_CHUNK", multirail::parse_size)?;
-        env_setting("RMR_ZIP_RING", number)?;
+        let (rail, bridge, cfg) = parse_spec(rest)?;
         let inner = rmr_api::open(rail)?;
-        Ok(BridgeIa::new(inner, bridge, ClientConfig::default()))
+        Ok(BridgeIa::new(inner, bridge, cfg))
     }
+
+    fn settings(&self, rest: &str) -> Result<Vec<Setting>> {
+        let (_, given) = Given::split("zipper", rest, &CLIENT_KNOBS)?;
+        ClientConfig::settings(&given)
+    }
+}
+
+/// A bridge's address and service.
+type BridgeAddr = Option<(String, u16)>;
+
+/// Parses the part of a spec after `zipper:`:
+/// `<rail spec>[@<bridge address>:<port>][;option=value...]`.
+fn parse_spec(rest: &str) -> Result<(&str, BridgeAddr, ClientConfig)> {
+    let bad = |why: &str| Error::BadSpec { spec: format!("zipper:{rest}"), why: why.into() };
+    let (head, given) = Given::split("zipper", rest, &CLIENT_KNOBS)?;
+    let (rail, bridge) = match head.rsplit_once('@') {
+        Some((r, b)) => {
+            let (addr, port) =
+                b.rsplit_once(':').ok_or_else(|| bad("expected `@<bridge address>:<port>`"))?;
+            let port = port.parse().map_err(|_| bad("bad bridge port"))?;
+            (r, Some((addr.to_string(), port)))
+        }
+        None => (head, None),
+    };
+    Ok((rail, bridge, ClientConfig::from_given(&given)?))
 }
