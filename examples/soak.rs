@@ -8,7 +8,7 @@
 //! cargo run --release -p rmr-examples --example soak -- 300 16 32 tcp,multirail
 //! ```
 //! Defaults: 60 s, 8 EPs, 16 rounds in flight per EP, both transports.
-//! `RMR_SOAK_MAX_GROWTH_MB` (32): allowed RSS growth after the warm-up.
+//! `RMR_TEST_SOAK_MAX_GROWTH_MB` (32): allowed RSS growth after the warm-up.
 
 use rmr_examples::soak::{SoakConfig, run};
 
@@ -29,7 +29,7 @@ fn main() {
         cfg.transports = v.split(',').map(str::to_string).collect();
     }
     let max_growth: u64 =
-        std::env::var("RMR_SOAK_MAX_GROWTH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
+        std::env::var("RMR_TEST_SOAK_MAX_GROWTH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
     println!("soak: {cfg:?}");
     let r = match run(&cfg) {
         Ok(r) => r,

@@ -2,7 +2,7 @@
 # The test job: set up, check formatting and lints, a short fuzz pass, run
 # every test (hostile peers, lab fault campaign and the short soak included).
 #   FUZZ_SECS   seconds per fuzz target (default 10; 0 skips the fuzz pass)
-#   RMR_SOAK_SECS  length of the short soak test (default 20)
+#   RMR_TEST_SOAK_SECS  length of the short soak test (default 20)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each step says when it starts (seconds since the job began): the whole job

@@ -4,7 +4,7 @@
 
 use std::process::Command;
 
-const ROLE: &str = "RMR_OFI_SETTINGS_CHILD";
+const ROLE: &str = "RMR_TEST_OFI_SETTINGS_CHILD";
 
 fn run(env: &[(&str, &str)]) -> String {
     run_spec("ofi:tcp:127.0.0.1", env)

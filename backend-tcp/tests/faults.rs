@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
-const ROLE: &str = "RMR_FAULT_ROLE";
+const ROLE: &str = "RMR_TEST_FAULT_ROLE";
 const SERVICE: u16 = 7700;
 const NEPS: usize = 8;
 const CHUNK: u64 = 64 << 10;

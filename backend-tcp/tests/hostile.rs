@@ -366,7 +366,7 @@ fn out_of_descriptors_child() {
 #[test]
 fn listener_out_of_descriptors_backs_off_and_recovers() {
     const NAME: &str = "listener_out_of_descriptors_backs_off_and_recovers";
-    if std::env::var("RMR_HOSTILE_CHILD").is_ok() {
+    if std::env::var("RMR_TEST_HOSTILE_CHILD").is_ok() {
         return out_of_descriptors_child();
     }
     let _g = serial();
@@ -374,7 +374,7 @@ fn listener_out_of_descriptors_backs_off_and_recovers() {
         .args(["--nofile=96:96", "--"])
         .arg(std::env::current_exe().unwrap())
         .args([NAME, "--exact", "--nocapture", "--test-threads", "1"])
-        .env("RMR_HOSTILE_CHILD", "1")
+        .env("RMR_TEST_HOSTILE_CHILD", "1")
         .output()
         .expect("run prlimit");
     let s = String::from_utf8_lossy(&out.stdout);

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const ROLE: &str = "RMR_SCALE_CHILD";
+const ROLE: &str = "RMR_TEST_SCALE_CHILD";
 
 /// The tests here count the process's threads and open hundreds of
 /// sockets each: they run one at a time (another's threads would be

@@ -128,7 +128,7 @@ fn specs(t: &str) -> Result<(String, String)> {
     match t {
         "tcp" => Ok(("tcp:127.0.0.1".into(), "tcp:127.0.0.1".into())),
         "multirail" => {
-            let s = std::env::var("RMR_SOAK_MR_SPEC").unwrap_or_else(|_| {
+            let s = std::env::var("RMR_TEST_SOAK_MR_SPEC").unwrap_or_else(|_| {
                 "multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned;policy=even;threshold=16K"
                     .into()
             });

@@ -10,7 +10,7 @@ use rmr_examples::dsm::{Dsm, DsmConfig};
 use std::process::Command;
 use std::sync::Mutex;
 
-const ROLE: &str = "RMR_DSM_TEST_MEMBER";
+const ROLE: &str = "RMR_TEST_DSM_MEMBER";
 static SERIAL: Mutex<()> = Mutex::new(());
 const ROWS: usize = 96;
 const ITERS: usize = 12;

@@ -1,4 +1,4 @@
-//! The short soak CI runs: both transports at once for `RMR_SOAK_SECS`
+//! The short soak CI runs: both transports at once for `RMR_TEST_SOAK_SECS`
 //! (default 20 s) with 8 EPs x 16 rounds in flight each; every byte
 //! checked, nothing lost, memory flat after the warm-up.
 
@@ -6,7 +6,7 @@ use rmr_examples::soak::{SoakConfig, run};
 
 #[test]
 fn soak_short_tcp_and_multirail() {
-    let secs = std::env::var("RMR_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20.0);
+    let secs = std::env::var("RMR_TEST_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20.0);
     let cfg = SoakConfig { secs, ..SoakConfig::default() };
     let r = run(&cfg).expect("soak");
     for t in &r.reports {

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const ROLE: &str = "RMR_LAB_ROLE";
+const ROLE: &str = "RMR_TEST_LAB_ROLE";
 /// The lab tests share the CPU: run them one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -141,7 +141,7 @@ const SERVICE: u16 = 7600;
 
 /// Environment variable naming the striping policy of both roles (`even`
 /// unless set).
-const POLICY: &str = "RMR_LAB_POLICY";
+const POLICY: &str = "RMR_TEST_LAB_POLICY";
 
 fn open(rails: &str) -> Arc<dyn rmr_api::Ia> {
     backend_tcp::register();

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-const ROLE: &str = "RMR_SETTINGS_CHILD";
+const ROLE: &str = "RMR_TEST_SETTINGS_CHILD";
 
 fn child(spec: &str) -> String {
     multirail::register();

@@ -340,7 +340,7 @@ mod tests {
         assert_eq!(switch("off"), Ok(false));
         assert!(switch("maybe").unwrap_err().contains("0 or 1"));
         // An unset variable is no setting.
-        assert!(matches!(env_setting("RMR_SETTINGS_TEST_UNSET_VARIABLE", number), Ok(None)));
+        assert!(matches!(env_setting("RMR_TEST_UNSET_VARIABLE", number), Ok(None)));
         assert_eq!(size("4K"), Ok(4096));
         assert!(size("12Q").is_err());
         assert!(size("99999999999G").is_err(), "an overflow is refused");
@@ -349,8 +349,8 @@ mod tests {
     }
 
     const KNOBS: [Knob; 2] = [
-        Knob { option: "depth", var: "RMR_SETTINGS_TEST_UNSET_DEPTH", doc: "a depth" },
-        Knob { option: "mode", var: "RMR_SETTINGS_TEST_UNSET_MODE", doc: "a mode" },
+        Knob { option: "depth", var: "RMR_TEST_UNSET_DEPTH", doc: "a depth" },
+        Knob { option: "mode", var: "RMR_TEST_UNSET_MODE", doc: "a mode" },
     ];
 
     #[test]

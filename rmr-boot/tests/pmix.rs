@@ -23,7 +23,7 @@ fn pmix_job_of_three() {
     let Some(mut c) = mpirun() else { return };
     let exe = std::env::current_exe().unwrap();
     let out = c
-        .args(["-np", "3", "-x", "RMR_BOOT_TEST_ROLE=rank"])
+        .args(["-np", "3", "-x", "RMR_TEST_BOOT_ROLE=rank"])
         .arg(exe)
         .args(["pmix_rank", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
         .output()
@@ -49,9 +49,9 @@ fn pmix_job_of_three() {
 
 /// One rank of `pmix_job_of_three` (run by mpirun only).
 #[test]
-#[ignore = "worker, not a test: one rank that pmix_job_of_three starts under mpirun (RMR_BOOT_TEST_ROLE=rank)"]
+#[ignore = "worker, not a test: one rank that pmix_job_of_three starts under mpirun (RMR_TEST_BOOT_ROLE=rank)"]
 fn pmix_rank() {
-    assert_eq!(std::env::var("RMR_BOOT_TEST_ROLE").as_deref(), Ok("rank"), "run by mpirun");
+    assert_eq!(std::env::var("RMR_TEST_BOOT_ROLE").as_deref(), Ok("rank"), "run by mpirun");
     let b = rmr_boot::Bootstrap::from_env().expect("bootstrap");
     assert_eq!(b.kind(), rmr_boot::Kind::Pmix, "{}", b.describe());
     assert_eq!(b.size(), 3);

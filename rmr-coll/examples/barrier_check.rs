@@ -9,9 +9,9 @@
 //!     target/release/examples/barrier_check & done; wait
 //! ```
 //!
-//! Options (environment): `RMR_CHECK_SPEC` (IA spec, `tcp:127.0.0.1`;
-//! e.g. `ofi:tcp:127.0.0.1`), `RMR_CHECK_ALGO` (`rdma` | `sendrecv`),
-//! `RMR_CHECK_SHM` (`on` | `off`), `RMR_CHECK_ITERS` (1000). Every rank
+//! Options (environment): `RMR_TEST_CHECK_SPEC` (IA spec, `tcp:127.0.0.1`;
+//! e.g. `ofi:tcp:127.0.0.1`), `RMR_TEST_CHECK_ALGO` (`rdma` | `sendrecv`),
+//! `RMR_TEST_CHECK_SHM` (`on` | `off`), `RMR_TEST_CHECK_ITERS` (1000). Every rank
 //! prints `RANK r/n OK ...` and exits 0, or says what failed and exits 1.
 //! All ranks must run on this machine (the check's counters are in /dev/shm).
 

@@ -12,13 +12,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const ROLE: &str = "RMR_COLL_TEST_ROLE";
+const ROLE: &str = "RMR_TEST_COLL_ROLE";
 /// The jobs share two cores: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// One rank (started by the tests below, never on its own).
 #[test]
-#[ignore = "worker, not a test: one rank that the multi-process tests below start (RMR_COLL_TEST_ROLE)"]
+#[ignore = "worker, not a test: one rank that the multi-process tests below start (RMR_TEST_COLL_ROLE)"]
 fn barrier_rank() {
     assert!(std::env::var(ROLE).is_ok(), "started by the multi-process tests");
     match check::run_rank(&check::CheckConfig::from_env()) {
@@ -46,10 +46,10 @@ impl Job {
     }
     fn env(&self, c: &mut Command) {
         c.env(ROLE, "rank")
-            .env("RMR_CHECK_SPEC", self.spec)
-            .env("RMR_CHECK_ALGO", self.algo)
-            .env("RMR_CHECK_SHM", if self.shm { "on" } else { "off" })
-            .env("RMR_CHECK_ITERS", self.iters.to_string())
+            .env("RMR_TEST_CHECK_SPEC", self.spec)
+            .env("RMR_TEST_CHECK_ALGO", self.algo)
+            .env("RMR_TEST_CHECK_SHM", if self.shm { "on" } else { "off" })
+            .env("RMR_TEST_CHECK_ITERS", self.iters.to_string())
             .env("RMR_BOOT_TIMEOUT_S", "20")
             .env("RMR_JOB_SECRET", &self.secret)
             .env("FI_SOCKETS_PE_WAITTIME", "0");
@@ -255,7 +255,7 @@ fn a_rank_that_dies_mid_job_fails_the_others_quickly() {
             c.env("RMR_RANK", r.to_string())
                 .env("RMR_SIZE", "4")
                 .env("RMR_ROOT", &root)
-                .env("RMR_CHECK_DIE_AT", "2:100");
+                .env("RMR_TEST_CHECK_DIE_AT", "2:100");
             c.spawn().unwrap()
         })
         .collect();
@@ -299,7 +299,7 @@ fn barrier_under_mpirun_with_pmix() {
         let t = Instant::now();
         let mut c = mpirun().expect("mpirun");
         c.args(["-np", &job.n.to_string()]);
-        for k in [ROLE, "RMR_CHECK_SPEC", "RMR_CHECK_ALGO", "RMR_CHECK_SHM", "RMR_CHECK_ITERS"] {
+        for k in [ROLE, "RMR_TEST_CHECK_SPEC", "RMR_TEST_CHECK_ALGO", "RMR_TEST_CHECK_SHM", "RMR_TEST_CHECK_ITERS"] {
             c.args(["-x", k]);
         }
         job.env(&mut c);

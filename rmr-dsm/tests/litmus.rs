@@ -26,9 +26,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-const ROLE: &str = "RMR_DSM_LITMUS_MEMBER";
-const SPEC: &str = "RMR_DSM_LITMUS_SPEC";
-const HELPER: &str = "RMR_DSM_LITMUS_PROGRESS_THREAD";
+const ROLE: &str = "RMR_TEST_DSM_LITMUS_MEMBER";
+const SPEC: &str = "RMR_TEST_DSM_LITMUS_SPEC";
+const HELPER: &str = "RMR_TEST_DSM_LITMUS_PROGRESS_THREAD";
 static SERIAL: Mutex<()> = Mutex::new(());
 const ROUNDS: u64 = 40;
 

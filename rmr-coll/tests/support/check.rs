@@ -26,15 +26,15 @@ pub(crate) struct CheckConfig {
 }
 
 impl CheckConfig {
-    /// From `RMR_CHECK_SPEC`, `RMR_CHECK_ALGO`, `RMR_CHECK_SHM`, `RMR_CHECK_ITERS`.
+    /// From `RMR_TEST_CHECK_SPEC`, `RMR_TEST_CHECK_ALGO`, `RMR_TEST_CHECK_SHM`, `RMR_TEST_CHECK_ITERS`.
     #[allow(dead_code)]
     pub(crate) fn from_env() -> CheckConfig {
         let v = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
         CheckConfig {
-            spec: v("RMR_CHECK_SPEC", "tcp:127.0.0.1"),
-            algo: Algo::parse(&v("RMR_CHECK_ALGO", "rdma")).expect("RMR_CHECK_ALGO"),
-            shm: v("RMR_CHECK_SHM", "on") == "on",
-            iters: v("RMR_CHECK_ITERS", "1000").parse().expect("RMR_CHECK_ITERS"),
+            spec: v("RMR_TEST_CHECK_SPEC", "tcp:127.0.0.1"),
+            algo: Algo::parse(&v("RMR_TEST_CHECK_ALGO", "rdma")).expect("RMR_TEST_CHECK_ALGO"),
+            shm: v("RMR_TEST_CHECK_SHM", "on") == "on",
+            iters: v("RMR_TEST_CHECK_ITERS", "1000").parse().expect("RMR_TEST_CHECK_ITERS"),
         }
     }
 }
@@ -77,8 +77,8 @@ pub(crate) fn run_rank(cfg: &CheckConfig) -> Result<String, String> {
     let mut violations = 0u64;
     let mut first = None;
     let t1 = Instant::now();
-    // RMR_CHECK_DIE_AT=r:k: rank r dies before barrier k (a failure test).
-    let die_at = std::env::var("RMR_CHECK_DIE_AT").ok().and_then(|v| {
+    // RMR_TEST_CHECK_DIE_AT=r:k: rank r dies before barrier k (a failure test).
+    let die_at = std::env::var("RMR_TEST_CHECK_DIE_AT").ok().and_then(|v| {
         let (r, k) = v.split_once(':')?;
         (r.parse::<usize>().ok()? == rank).then_some(k.parse::<u64>().ok()?)
     });

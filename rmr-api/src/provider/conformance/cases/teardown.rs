@@ -80,7 +80,7 @@ fn peer_child(t: &Target, addr: &str, service: u16) {
 }
 
 pub fn peer_killed_broken_event(t: &Target, test_name: &str) {
-    if let Ok(v) = std::env::var("RMR_CONFORMANCE_CHILD") {
+    if let Ok(v) = std::env::var("RMR_TEST_CONFORMANCE_CHILD") {
         let (addr, svc) = v.rsplit_once('|').expect("addr|service");
         return peer_child(t, addr, svc.parse().unwrap());
     }
@@ -95,7 +95,7 @@ pub fn peer_killed_broken_event(t: &Target, test_name: &str) {
     let exe = std::env::current_exe().unwrap();
     let mut child = std::process::Command::new(exe)
         .args([test_name, "--exact", "--nocapture", "--test-threads", "1"])
-        .env("RMR_CONFORMANCE_CHILD", format!("{}|{}", psp.address(), psp.service()))
+        .env("RMR_TEST_CONFORMANCE_CHILD", format!("{}|{}", psp.address(), psp.service()))
         .stdout(std::process::Stdio::null())
         .spawn()
         .expect("spawn child");
