@@ -28,8 +28,10 @@ fn main() {
     if let Some(v) = a.get(3) {
         cfg.transports = v.split(',').map(str::to_string).collect();
     }
-    let max_growth: u64 =
-        std::env::var("RMR_TEST_SOAK_MAX_GROWTH_MB").ok().and_then(|v| v.parse().ok()).unwrap_or(32);
+    let max_growth: u64 = std::env::var("RMR_TEST_SOAK_MAX_GROWTH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(32);
     println!("soak: {cfg:?}");
     let r = match run(&cfg) {
         Ok(r) => r,

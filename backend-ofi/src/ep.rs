@@ -286,6 +286,9 @@ impl EpShared {
             let mut c = self.lock_conn();
             *c = ConnState { active: true, ..ConnState::default() };
         }
+        let _span =
+            tracing::debug_span!(target: "rmr::ofi", "connect", ep = self.id.0, remote, service)
+                .entered();
         let res = (|| {
             let info = Info::get(&self.ia.hints, Some(remote), Some(&service.to_string()), false)?;
             let ep = self.open_fid(info)?;
@@ -298,8 +301,12 @@ impl EpShared {
             }
         })();
         match res {
-            Ok(peer_pd) => Ok(peer_pd),
+            Ok(peer_pd) => {
+                tracing::debug!(target: "rmr::ofi", "connected");
+                Ok(peer_pd)
+            }
             Err(e) => {
+                tracing::debug!(target: "rmr::ofi", error = %e, "connect failed");
                 self.close_fid();
                 self.set_state(EpState::Unconnected);
                 if let Error::Rejected { private_data } = &e {
@@ -322,6 +329,8 @@ impl EpShared {
         if let Some(a) = info.dest_addr() {
             let _ = self.peer.set(a);
         }
+        let _span = tracing::debug_span!(target: "rmr::ofi", "accept", ep = self.id.0, peer = ?self.peer.get())
+            .entered();
         let res = (|| {
             let ep = self.open_fid(info)?;
             let mut b = self.my_hdr().encode().to_vec();
@@ -332,9 +341,13 @@ impl EpShared {
                 None => Err(Error::Broken("connector never completed the connection".into())),
             }
         })();
-        if res.is_err() {
-            self.close_fid();
-            self.set_state(EpState::Unconnected);
+        match &res {
+            Ok(()) => tracing::debug!(target: "rmr::ofi", "accepted"),
+            Err(e) => {
+                tracing::debug!(target: "rmr::ofi", error = %e, "accept failed");
+                self.close_fid();
+                self.set_state(EpState::Unconnected);
+            }
         }
         res
     }

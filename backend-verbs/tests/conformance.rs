@@ -22,7 +22,8 @@ fn target() -> Target {
     let register = backend_verbs::register;
     if let Some(a) = spec_from_env("RMR_TEST_VERBS_DEVICE", "RMR_TEST_VERBS_ADDR") {
         // Chosen explicitly: a failure to open must fail, not skip.
-        let b = spec_from_env("RMR_TEST_VERBS_DEVICE_B", "RMR_TEST_VERBS_ADDR_B").unwrap_or(a.clone());
+        let b =
+            spec_from_env("RMR_TEST_VERBS_DEVICE_B", "RMR_TEST_VERBS_ADDR_B").unwrap_or(a.clone());
         return Target::new("verbs", register, &a, &b);
     }
     match backend_verbs::discover() {

@@ -6,7 +6,8 @@ use rmr_examples::soak::{SoakConfig, run};
 
 #[test]
 fn soak_short_tcp_and_multirail() {
-    let secs = std::env::var("RMR_TEST_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20.0);
+    let secs =
+        std::env::var("RMR_TEST_SOAK_SECS").ok().and_then(|v| v.parse().ok()).unwrap_or(20.0);
     let cfg = SoakConfig { secs, ..SoakConfig::default() };
     let r = run(&cfg).expect("soak");
     for t in &r.reports {

@@ -417,6 +417,7 @@ impl Rendezvous {
                             source: e,
                         });
                     }
+                    tracing::trace!(target: "rmr::boot", root = %addr, error = %e, "root not reachable yet; retrying");
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }

@@ -77,10 +77,20 @@ fn post_retrying(
     mut post: impl FnMut() -> rmr_api::Result<()>,
 ) -> Result<()> {
     let deadline = Instant::now() + waiter.timeout;
+    let mut retries = 0u64;
     loop {
         match post() {
-            Ok(()) => return Ok(()),
+            Ok(()) => {
+                if retries > 0 {
+                    tracing::debug!(target: "rmr::coll", rank = links.ranks[to], retries, "post retried");
+                }
+                return Ok(());
+            }
             Err(rmr_api::Error::QueueFull) if Instant::now() < deadline => {
+                retries += 1;
+                if retries == 1 {
+                    tracing::debug!(target: "rmr::coll", rank = links.ranks[to], "send queue full; retrying");
+                }
                 waiter.progress(stash);
                 // Drive the EVD (completions free the queue), never sleep.
                 waiter.drive_for(Duration::from_micros(100));

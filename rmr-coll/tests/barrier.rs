@@ -299,7 +299,13 @@ fn barrier_under_mpirun_with_pmix() {
         let t = Instant::now();
         let mut c = mpirun().expect("mpirun");
         c.args(["-np", &job.n.to_string()]);
-        for k in [ROLE, "RMR_TEST_CHECK_SPEC", "RMR_TEST_CHECK_ALGO", "RMR_TEST_CHECK_SHM", "RMR_TEST_CHECK_ITERS"] {
+        for k in [
+            ROLE,
+            "RMR_TEST_CHECK_SPEC",
+            "RMR_TEST_CHECK_ALGO",
+            "RMR_TEST_CHECK_SHM",
+            "RMR_TEST_CHECK_ITERS",
+        ] {
             c.args(["-x", k]);
         }
         job.env(&mut c);

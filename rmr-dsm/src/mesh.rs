@@ -192,10 +192,22 @@ impl Mesh {
     /// this thread) for at most [`OP_TIMEOUT`].
     pub(crate) fn post(&self, mut post: impl FnMut() -> rmr::Result<()>) -> Result<()> {
         let deadline = Instant::now() + OP_TIMEOUT;
+        let mut retries = 0u64;
         loop {
             match post() {
-                Err(Error::QueueFull) if Instant::now() < deadline => self.router.make_room()?,
-                r => return Ok(r?),
+                Err(Error::QueueFull) if Instant::now() < deadline => {
+                    retries += 1;
+                    if retries == 1 {
+                        tracing::debug!(target: "rmr::dsm", "send queue full; making room and retrying");
+                    }
+                    self.router.make_room()?;
+                }
+                r => {
+                    if retries > 0 {
+                        tracing::debug!(target: "rmr::dsm", retries, ok = r.is_ok(), "post retried");
+                    }
+                    return Ok(r?);
+                }
             }
         }
     }

@@ -68,7 +68,9 @@ impl Core {
         evs: &mut UserEvents,
     ) -> Works {
         st.ended[rail] = true;
-        tracing::warn!(target: "rmr::multirail", ep = self.id.0, rail, reason, "rail lost; its stripes go again on the survivors");
+        let _span = tracing::warn_span!(target: "rmr::multirail", "failover", ep = self.id.0, rail)
+            .entered();
+        tracing::warn!(target: "rmr::multirail", reason, "rail lost; its stripes go again on the survivors");
         if st.conn == EpState::Connected {
             st.planner.rail_failed(rail);
             if st.planner.live() == 0 {

@@ -105,7 +105,7 @@ impl Core {
         // when the DTO was posted).
         let remote = remote
             .map(|(c, o)| (c.keys().get(rail).map(|&k| RmrContext::new(k, c.addr, c.len)), *o));
-        let mut start = None;
+        let (mut start, mut retries) = (None, 0u64);
         loop {
             let r = match (kind, &remote) {
                 (Kind::Send { solicited }, _) => {
@@ -152,9 +152,18 @@ impl Core {
                     if start.get_or_insert_with(Instant::now).elapsed()
                         < Duration::from_secs(30) =>
                 {
+                    retries += 1;
+                    if retries == 1 {
+                        tracing::debug!(target: "rmr::multirail", rail, cookie, "rail queue full; retrying the post");
+                    }
                     std::thread::yield_now();
                 }
-                other => return other,
+                other => {
+                    if retries > 0 {
+                        tracing::debug!(target: "rmr::multirail", rail, cookie, retries, ok = other.is_ok(), "post retried");
+                    }
+                    return other;
+                }
             }
         }
     }
