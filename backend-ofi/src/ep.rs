@@ -279,6 +279,21 @@ impl EpShared {
                 self.ia.attr.max_private_data
             )));
         }
+        let mut cm = self.my_hdr().encode().to_vec();
+        cm.extend_from_slice(pd);
+        self.connect_cm(remote, service, &cm, timeout)
+    }
+
+    /// Connects with `cm` as the whole CM private data (rmr's header
+    /// included): [`OfiEp::connect`] after the header is built, and
+    /// [`hostile::connect_with_cm_data`]'s way to send any bytes.
+    fn connect_cm(
+        &self,
+        remote: &str,
+        service: u16,
+        cm: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
         if !self.cas_state(EpState::Unconnected, EpState::Pending) {
             return Err(Error::invalid("endpoint is not in the unconnected state"));
         }
@@ -292,9 +307,7 @@ impl EpShared {
         let res = (|| {
             let info = Info::get(&self.ia.hints, Some(remote), Some(&service.to_string()), false)?;
             let ep = self.open_fid(info)?;
-            let mut b = self.my_hdr().encode().to_vec();
-            b.extend_from_slice(pd);
-            ep.connect(&b)?;
+            ep.connect(cm)?;
             match self.wait_setup(timeout) {
                 Some(r) => r,
                 None => Err(Error::Timeout),
@@ -475,6 +488,36 @@ impl EpShared {
 /// An endpoint of the libfabric backend. Dropping the last handle disconnects.
 pub struct OfiEp {
     pub(crate) sh: Arc<EpShared>,
+}
+
+/// What a hostile or broken peer does, for the backend's own tests: not
+/// part of the API.
+#[doc(hidden)]
+pub mod hostile {
+    use super::OfiEp;
+    use rmr_api::Result;
+    use std::time::Duration;
+
+    /// Connects `ep` sending `cm` as the whole connection private data
+    /// (rmr's header or not): what a peer that is not rmr, or a broken
+    /// one, sends.
+    ///
+    /// # Errors
+    /// As [`rmr_api::Ep::connect`].
+    pub fn connect_with_cm_data(
+        ep: &OfiEp,
+        remote: &str,
+        service: u16,
+        cm: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        ep.sh.connect_cm(remote, service, cm, timeout)
+    }
+
+    /// The CM header `ep` sends: its control word's key and address.
+    pub fn cm_header(ep: &OfiEp) -> Vec<u8> {
+        ep.sh.my_hdr().encode().to_vec()
+    }
 }
 
 impl Drop for OfiEp {

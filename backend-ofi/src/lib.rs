@@ -112,6 +112,8 @@ mod pz;
 
 pub use config::{KNOBS, OfiConfig, OfiConfigBuilder};
 pub use ep::OfiEp;
+#[doc(hidden)]
+pub use ep::hostile;
 pub use evd::OfiEvd;
 #[doc(hidden)]
 pub use evd::hooks;

@@ -110,6 +110,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                     solicited: r.solicited,
                     rail: None,
                 }));
+                rmr_api::provider::trace_event(q.back().expect("just queued"));
             }
         }
         WrQueue::Send | WrQueue::Internal => {
@@ -141,6 +142,7 @@ pub(crate) fn dispatch_wc(ctx: Ctx, wc: &Wc, q: &mut VecDeque<Event>, breaks: &m
                         solicited: false,
                         rail: None,
                     }));
+                    rmr_api::provider::trace_event(q.back().expect("just queued"));
                 }
             }
         }
@@ -345,6 +347,9 @@ impl EpCore {
     }
 
     fn connect(&self, remote: &str, service: u16, pd: &[u8], timeout: Duration) -> Result<Vec<u8>> {
+        let _span =
+            tracing::debug_span!(target: "rmr::verbs", "connect", ep = self.id.0, remote, service)
+                .entered();
         let ip: IpAddr =
             remote.trim_start_matches('[').trim_end_matches(']').parse().map_err(|_| {
                 Error::invalid(format!("`{remote}` is not an IP address (verbs connects by IP)"))
@@ -435,6 +440,7 @@ impl EpCore {
         peer_rd: (u8, u8),
         reply: &[u8],
     ) -> Result<()> {
+        let _span = tracing::debug_span!(target: "rmr::verbs", "accept", ep = self.id.0).entered();
         let hdr = private_data::encode(Kind::Accept, self.my_ctrl(), reply)?;
         let mut c = self.conn();
         if self.state() != EpState::Unconnected || c.cm.is_some() {

@@ -90,6 +90,7 @@ impl VerbsEvd {
 
     /// Appends an event (connection events) and wakes waiters.
     pub(crate) fn push(&self, ev: Event) {
+        rmr_api::provider::trace_event(&ev);
         self.lock().q.push_back(ev);
         self.wake.notify();
     }

@@ -84,11 +84,15 @@ pub struct RemoteTarget {
 /// # Errors
 /// [`Error::OutOfBounds`] when the range leaves the advertised region.
 pub fn remote_target(ctx: &RmrContext, offset: u64, len: u64) -> Result<RemoteTarget> {
+    let out = || Error::OutOfBounds { offset, len, limit: ctx.len };
     match offset.checked_add(len) {
         Some(end) if end <= ctx.len => {}
-        _ => return Err(Error::OutOfBounds { offset, len, limit: ctx.len }),
+        _ => return Err(out()),
     }
-    Ok(RemoteTarget { addr: ctx.addr + offset, rkey: fold_key(ctx.key()) })
+    // A peer's context may name any address: one whose range wraps past
+    // the top of memory is outside it too.
+    let addr = ctx.addr.checked_add(offset).filter(|a| a.checked_add(len).is_some()).ok_or_else(out)?;
+    Ok(RemoteTarget { addr, rkey: fold_key(ctx.key()) })
 }
 
 /// The target of an atomic: 8 bytes, 8-byte aligned, inside the region.

@@ -38,7 +38,7 @@ pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{check_local_sges, completion_result};
 pub use cpus::cpus_idle;
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
-pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings};
+pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
 
 /// A fresh process-unique id for protection zones and other objects.
 pub fn fresh_id() -> u64 {

@@ -478,8 +478,9 @@ impl SoftEvd {
 
 /// Every error completion and every broken connection as a `tracing`
 /// event (target `rmr`): what a user looks at when something goes wrong.
-/// A successful completion costs one comparison.
-fn trace_event(ev: &Event) {
+/// A successful completion costs one comparison. [`SoftEvd::push`] calls
+/// it; a backend with an EVD of its own calls it for each event it queues.
+pub fn trace_event(ev: &Event) {
     match ev {
         Event::Dto(c) if !c.status.is_ok() => tracing::debug!(
             target: "rmr",
