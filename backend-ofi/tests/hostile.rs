@@ -15,8 +15,8 @@
 
 use backend_ofi::{OfiEp, hostile};
 use rmr_api::{
-    Access, Cookie, DtoFlags, Ep, EpEvds, EpState, Event, Evd, Ia, MemRegion, Psp, Pz,
-    RmrContext, Sge, Status,
+    Access, Cookie, DtoFlags, Ep, EpEvds, EpState, Evd, Event, Ia, MemRegion, Psp, Pz, RmrContext,
+    Sge, Status,
 };
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -216,7 +216,10 @@ fn forged_remote_contexts_never_reach_memory_not_granted() {
             ("a valid key, across the end", RmrContext::new(good.key(), good.addr + PAGE - 4, 16)),
             ("a valid key, past the end", RmrContext::new(good.key(), good.addr + PAGE, 16)),
             ("a read-only key for a write", RmrContext::new(rkey.key(), rkey.addr, 16)),
-            ("the writable key on the read-only region", RmrContext::new(good.key(), rkey.addr, 16)),
+            (
+                "the writable key on the read-only region",
+                RmrContext::new(good.key(), rkey.addr, 16),
+            ),
         ];
         let mut x = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..8 {
@@ -232,8 +235,7 @@ fn forged_remote_contexts_never_reach_memory_not_granted() {
             }
             let (a, aevd) = &pair[0];
             let cookie = Cookie(100 + i as u64);
-            match a.post_rdma_write(&[Sge::new(&*sl, 0, 8)], ctx.at(0), cookie, DtoFlags::empty())
-            {
+            match a.post_rdma_write(&[Sge::new(&*sl, 0, 8)], ctx.at(0), cookie, DtoFlags::empty()) {
                 Err(e) => println!("{prov}: {what}: refused at post ({e})"),
                 Ok(()) => {
                     let st = status_of(aevd, a, cookie);
@@ -254,7 +256,10 @@ fn forged_remote_contexts_never_reach_memory_not_granted() {
             for part in around {
                 assert!(part.unwrap().iter().all(|&b| b == 0x11), "{prov}: {what} wrote outside");
             }
-            assert!(ro.to_vec(0, PAGE as usize).unwrap().iter().all(|&b| b == 0x22), "{prov}: {what}");
+            assert!(
+                ro.to_vec(0, PAGE as usize).unwrap().iter().all(|&b| b == 0x22),
+                "{prov}: {what}"
+            );
         }
         // The granted page still takes a proper write.
         let pair = s.pair();
@@ -307,7 +312,13 @@ fn a_peer_killed_mid_transfer_breaks_the_endpoint_in_bounded_time() {
         }
         let role = format!("{prov}:{}:{}", s.psp.address(), s.psp.service());
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["a_peer_killed_mid_transfer_breaks_the_endpoint_in_bounded_time", "--exact", "--nocapture", "--test-threads", "1"])
+            .args([
+                "a_peer_killed_mid_transfer_breaks_the_endpoint_in_bounded_time",
+                "--exact",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ])
             .env(ROLE, role)
             .stdout(Stdio::null())
             .spawn()
@@ -381,7 +392,12 @@ fn writer(role: &str) {
             ep.post_send(&[Sge::new(&*sl, 0, 64)], Cookie(i), DtoFlags::empty())
         } else {
             let off = (i * (64 << 10)) % (ctx.len - (64 << 10));
-            ep.post_rdma_write(&[Sge::new(&*sl, 0, 64 << 10)], ctx.at(off), Cookie(i), DtoFlags::empty())
+            ep.post_rdma_write(
+                &[Sge::new(&*sl, 0, 64 << 10)],
+                ctx.at(off),
+                Cookie(i),
+                DtoFlags::empty(),
+            )
         };
         if r.is_err() {
             while evd.dequeue().is_some() {}

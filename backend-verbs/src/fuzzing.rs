@@ -11,8 +11,7 @@
 use crate::completion::{Wc, breaks_qp, describe, map_status, recv_info};
 use crate::private_data::{Ctrl, HDR, Kind, MAX_USER, decode, encode};
 use crate::wr::{
-    LocalSeg, Segs, WrKind, atomic_target, decode_wr_id, encode_wr_id, plan_send,
-    remote_target,
+    LocalSeg, Segs, WrKind, atomic_target, decode_wr_id, encode_wr_id, plan_send, remote_target,
 };
 use rmr_api::{DtoFlags, DtoOp, RmrContext};
 
@@ -46,8 +45,8 @@ pub fn peer_bytes(b: &[u8]) {
     }
     // A remote context a peer sends, and the WR targets built from it.
     let mut w = Words(b, 0);
-    let ctx = RmrContext::from_bytes(b)
-        .unwrap_or_else(|_| RmrContext::new(w.u64(), w.u64(), w.u64()));
+    let ctx =
+        RmrContext::from_bytes(b).unwrap_or_else(|_| RmrContext::new(w.u64(), w.u64(), w.u64()));
     let (offset, len) = (w.u64(), w.u64() % (1 << 32));
     if let Ok(t) = remote_target(&ctx, offset, len) {
         assert!(offset.checked_add(len).is_some_and(|end| end <= ctx.len), "out of the region");

@@ -65,10 +65,10 @@
 #[forbid(unsafe_code)]
 pub mod cm_event;
 #[forbid(unsafe_code)]
+pub mod completion;
+#[forbid(unsafe_code)]
 #[doc(hidden)]
 pub mod fuzzing;
-#[forbid(unsafe_code)]
-pub mod completion;
 #[forbid(unsafe_code)]
 pub mod private_data;
 #[forbid(unsafe_code)]

@@ -91,7 +91,8 @@ pub fn remote_target(ctx: &RmrContext, offset: u64, len: u64) -> Result<RemoteTa
     }
     // A peer's context may name any address: one whose range wraps past
     // the top of memory is outside it too.
-    let addr = ctx.addr.checked_add(offset).filter(|a| a.checked_add(len).is_some()).ok_or_else(out)?;
+    let addr =
+        ctx.addr.checked_add(offset).filter(|a| a.checked_add(len).is_some()).ok_or_else(out)?;
     Ok(RemoteTarget { addr, rkey: fold_key(ctx.key()) })
 }
 

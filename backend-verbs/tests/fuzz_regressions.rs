@@ -5,10 +5,8 @@
 
 #[test]
 fn replay_verbs_wr() {
-    let files = rmr_api::provider::conformance::regression_inputs(
-        env!("CARGO_MANIFEST_DIR"),
-        "verbs_wr",
-    );
+    let files =
+        rmr_api::provider::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), "verbs_wr");
     assert!(files.len() >= 2, "the seeds are kept");
     for (path, data) in &files {
         backend_verbs::fuzzing::peer_bytes(data);
