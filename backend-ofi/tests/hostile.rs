@@ -362,7 +362,7 @@ fn a_peer_killed_mid_transfer_breaks_the_endpoint_in_bounded_time() {
                 }
                 _ => {}
             }
-            if ended && done.iter().any(|&n| n == 0) {
+            if ended && done.contains(&0) {
                 // Receives still posted on an ended EP are flushed when it
                 // is closed.
                 let _ = ep.disconnect();

@@ -333,3 +333,18 @@ fn only_the_job_gets_through_the_bridge() {
     server.join().unwrap();
     assert_eq!(reply, b"member");
 }
+
+/// An event loop on a bridged EVD's descriptor (`wait_fd` + `arm`) loses
+/// no event: rmr-api's conformance case, through a live bridge.
+#[test]
+fn an_event_loop_on_a_bridged_evd_loses_nothing() {
+    let port = 7791;
+    let (_bridge, _a, _b) = splice(9, port, BridgeConfig::default());
+    let t = rmr_api::provider::conformance::Target::new(
+        "zipper",
+        zipper_bridge::register,
+        &format!("zipper:tcp:127.0.9.4@127.0.9.1:{port}"),
+        "zipper:tcp:127.0.9.3",
+    );
+    rmr_api::provider::conformance::cases::event_loop_arm_and_poll_loses_nothing(&t);
+}

@@ -3,6 +3,8 @@
 //! events itself; while it blocks, it drives the real endpoints' sockets
 //! (`drive_through`) and wakes the moment one of their EVDs fills
 //! (`observe`), so a completion reaches it with no hand-off between threads.
+//! An event loop sleeps on its descriptor instead ([`Evd::wait_fd`] +
+//! [`Evd::arm`]): the real endpoints' EVDs poke it.
 
 use super::ep::Core;
 use rmr_api::provider::SoftEvd;
@@ -94,6 +96,24 @@ impl Evd for BridgeEvd {
 
     fn post_software(&self, value: u64) -> Result<()> {
         self.q.post_software(value)
+    }
+
+    fn wait_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.q.wait_fd()
+    }
+
+    fn arm(&self) -> bool {
+        // A real EVD underneath that cannot wake us: the caller must poll.
+        if self.blind.load(Ordering::Acquire) {
+            return false;
+        }
+        // Armed first (the real endpoints' sockets go to their backend's
+        // own progress), then the endpoints harvested: an event that
+        // reaches a real EVD meanwhile pokes ours, which writes the
+        // descriptor.
+        let armed = self.q.arm();
+        let moved = self.progress(false);
+        armed && !moved && self.q.is_empty()
     }
 
     fn as_any(&self) -> &dyn Any {
