@@ -398,15 +398,8 @@ impl Evd for MrEvd {
 
     fn arm(&self) -> bool {
         // A rail EVD that cannot wake us (a bridge's, libfabric's): the
-        // caller must poll.
-        if self.blind.load(Ordering::Acquire) {
-            return false;
-        }
-        // Armed first, then the rails harvested: an event that reaches a
-        // rail meanwhile writes the descriptor.
-        let armed = self.q.arm();
-        let (moved, _) = self.progress(false);
-        armed && !moved && self.q.is_empty()
+        // caller must poll. Else armed first, then the rails harvested.
+        self.q.arm_over(self.blind.load(Ordering::Acquire), || self.progress(false).0)
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -751,6 +751,24 @@ impl Evd for SoftEvd {
     }
 }
 
+impl SoftEvd {
+    /// [`Evd::arm`] for an EVD layered over other EVDs whose events this
+    /// queue receives only when `harvest` moves them (multirail's rails, a
+    /// bridged endpoint's real one): arms first, so an event reaching an
+    /// underlying EVD meanwhile pokes this queue and writes the
+    /// descriptor, then harvests. False (the caller must look again) when
+    /// `blind` (an underlying EVD cannot poke this one), when `harvest`
+    /// moved anything or when events are queued.
+    pub fn arm_over(&self, blind: bool, harvest: impl FnOnce() -> bool) -> bool {
+        if blind {
+            return false;
+        }
+        let armed = self.arm();
+        let moved = harvest();
+        armed && !moved && self.is_empty()
+    }
+}
+
 mod block;
 mod many;
 

@@ -104,16 +104,9 @@ impl Evd for BridgeEvd {
 
     fn arm(&self) -> bool {
         // A real EVD underneath that cannot wake us: the caller must poll.
-        if self.blind.load(Ordering::Acquire) {
-            return false;
-        }
-        // Armed first (the real endpoints' sockets go to their backend's
-        // own progress), then the endpoints harvested: an event that
-        // reaches a real EVD meanwhile pokes ours, which writes the
-        // descriptor.
-        let armed = self.q.arm();
-        let moved = self.progress(false);
-        armed && !moved && self.q.is_empty()
+        // Else armed first (the real endpoints' sockets go to their
+        // backend's own progress), then the endpoints harvested.
+        self.q.arm_over(self.blind.load(Ordering::Acquire), || self.progress(false))
     }
 
     fn as_any(&self) -> &dyn Any {

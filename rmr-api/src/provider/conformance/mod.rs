@@ -492,3 +492,32 @@ macro_rules! conformance_suite {
         )*
     };
 }
+
+/// Runs `f` with a process-wide `tracing` subscriber at `rmr=debug`
+/// (what the binaries install with `RUST_LOG=rmr=debug`) and returns what
+/// it wrote: a backend's tracing test runs a case under it and looks for
+/// its spans and events. Once per process: the subscriber is global.
+pub fn capture_tracing(f: impl FnOnce()) -> String {
+    #[derive(Clone, Default)]
+    struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap_or_else(|e| e.into_inner()).extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let cap = Captured::default();
+    let w = cap.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("rmr=debug"))
+        .with_ansi(false)
+        .with_writer(move || w.clone())
+        .finish();
+    tracing::subscriber::set_global_default(sub).expect("the first subscriber of the process");
+    f();
+    let text = cap.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    String::from_utf8_lossy(&text).into_owned()
+}
