@@ -18,6 +18,7 @@
 #   lab.sh check                        can this machine build a lab? (exit 0/1)
 #   lab.sh cut PREFIX RAIL / heal PREFIX RAIL
 #                                       take rail RAIL's link down / up again
+#   lab.sh rate PREFIX RAIL RATE        reshape rail RAIL (both ends) to RATE
 #   LAB_MTU=9000 lab.sh pair|zipper ... every veth with that MTU (default 1500;
 #                                       9000: jumbo frames, as cluster Ethernet)
 set -euo pipefail
@@ -109,6 +110,9 @@ case "$cmd" in
     [ $# -eq 2 ] || usage
     state=down; [ "$cmd" = heal ] && state=up
     ip netns exec "$1-a" ip link set "${1}a$2" "$state" ;;
+  rate)
+    [ $# -eq 3 ] || usage
+    shape "$1-a" "${1}a$2" "$3"; shape "$1-b" "${1}b$2" "$3" ;;
   status)
     [ $# -eq 1 ] || usage
     for ns in $(ip netns list | awk '{print $1}' | grep -E "^$1-" || true); do

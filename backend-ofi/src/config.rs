@@ -138,11 +138,13 @@ impl OfiConfig {
             c.progress_thread = Some(v);
         }
         rmr_api::provider::spin_settings()?;
+        c.check()?;
         Ok(c)
     }
 
-    /// Checks the values a builder was given.
-    fn check(&self) -> rmr_api::Result<()> {
+    /// Checks the values (what a builder's `build` and the constructors
+    /// taking a config as given call).
+    pub(crate) fn check(&self) -> rmr_api::Result<()> {
         check_within("tx_size", self.tx_size as u64, 0, MAX_QUEUE)?;
         check_within("rx_size", self.rx_size as u64, 0, MAX_QUEUE)?;
         check_within("cq_size", self.cq_size as u64, 16, MAX_QUEUE)?;

@@ -92,8 +92,11 @@ pub(crate) struct Spec {
     pub(crate) ip: Option<IpAddr>,
 }
 
-/// Parses the part of a spec after `ofi:`: `tcp:198.18.0.1`, `sockets:127.0.0.1`,
-/// `verbs:10.0.0.1`, `127.0.0.1` (best provider), `tcp` or `` (any address).
+/// Parses the part of a spec after `ofi:` (its options taken off):
+/// `tcp:198.18.0.1`, `sockets:127.0.0.1`, `verbs:10.0.0.1`, `127.0.0.1`
+/// (best provider), `tcp` or `` (any address). Layered provider names
+/// (`verbs;ofi_rxm`) are RDM-only and not accepted: `;` starts the spec's
+/// options, and rmr uses `FI_EP_MSG` endpoints.
 pub(crate) fn parse_spec(rest: &str) -> Result<Spec> {
     let rest = rest.trim();
     let bad = |why: &str| Error::BadSpec { spec: format!("ofi:{rest}"), why: why.into() };
@@ -104,7 +107,7 @@ pub(crate) fn parse_spec(rest: &str) -> Result<Spec> {
         return Ok(Spec { prov: None, ip: Some(ip) });
     }
     let (prov, addr) = rest.split_once(':').unwrap_or((rest, ""));
-    if prov.is_empty() || !prov.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ';') {
+    if prov.is_empty() || !prov.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
         return Err(bad("expected `ofi:[<provider>:]<local IP>`, e.g. `ofi:tcp:127.0.0.1`"));
     }
     let addr = addr.trim().trim_matches(['[', ']']);
@@ -162,6 +165,7 @@ impl OfiIa {
     /// # Errors
     /// As [`OfiIa::open`].
     pub fn with_config(addr: &str, cfg: OfiConfig) -> Result<OfiIa> {
+        cfg.check()?;
         let spec = parse_spec(addr)?;
         let src = spec.ip.filter(|i| !i.is_unspecified()).map(|i| SocketAddr::new(i, 0));
         let node = src.map(|s| s.ip().to_string());

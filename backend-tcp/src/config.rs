@@ -159,11 +159,13 @@ impl TcpConfig {
             c.sockbuf = Some(v as usize);
         }
         rmr_api::provider::spin_settings()?;
+        c.check()?;
         Ok(c)
     }
 
-    /// Checks the values a builder was given.
-    fn check(&self) -> rmr_api::Result<()> {
+    /// Checks the values (what a builder's `build` and the constructors
+    /// taking a config as given call).
+    pub(crate) fn check(&self) -> rmr_api::Result<()> {
         check_within("max_dtos", self.max_dtos as u64, 1, MAX_QUEUE)?;
         check_within("max_recvs", self.max_recvs as u64, 1, MAX_QUEUE)
     }

@@ -23,9 +23,11 @@ impl TcpIa {
     /// Opens an IA bound to `ip` with `cfg`.
     ///
     /// # Errors
+    /// [`Error::BadSetting`] for a value of `cfg` out of its range;
     /// [`Error::Io`] when the IA's progress engine (an `epoll` set and an
     /// eventfd) cannot be made: the process is out of descriptors.
     pub fn with_config(ip: IpAddr, cfg: TcpConfig) -> Result<TcpIa> {
+        cfg.check()?;
         let attr = IaAttr {
             provider: "tcp".into(),
             address: ip.to_string(),

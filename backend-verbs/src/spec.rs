@@ -219,8 +219,9 @@ impl VerbsConfig {
         ]
     }
 
-    /// Checks the values a builder was given.
-    fn check(&self) -> Result<()> {
+    /// Checks the values (what a builder's `build` and the constructors
+    /// taking a config as given call).
+    pub(crate) fn check(&self) -> Result<()> {
         for ((k, (lo, hi)), v) in KNOBS.iter().zip(RANGES).zip(self.values()) {
             check_within(k.option, v, lo, hi)?;
         }

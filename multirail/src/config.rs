@@ -162,6 +162,17 @@ impl MrConfig {
     /// default.
     pub fn from_given(g: &Given) -> rmr_api::Result<MrConfig> {
         let mut c = MrConfig::default();
+        c.apply(g)?;
+        Ok(c)
+    }
+
+    /// Applies what `g` gives (its spec options over the `RMR_MR_*`
+    /// variables) over this config's values.
+    ///
+    /// # Errors
+    /// As [`MrConfig::from_given`]; the config is then unchanged.
+    pub fn apply(&mut self, g: &Given) -> rmr_api::Result<()> {
+        let mut c = self.clone();
         for k in &KNOBS {
             let probe = c.clone();
             if let Some(v) = g.get(k, |v| {
@@ -171,11 +182,14 @@ impl MrConfig {
                 c.set(k.option, &v).expect("checked just now");
             }
         }
-        Ok(c)
+        c.check()?;
+        *self = c;
+        Ok(())
     }
 
-    /// Checks the values a builder was given.
-    fn check(&self) -> rmr_api::Result<()> {
+    /// Checks the values (what a builder's `build` and the constructors
+    /// taking a config as given call).
+    pub(crate) fn check(&self) -> rmr_api::Result<()> {
         rmr_api::settings::check_within("align", self.align, 1, 1 << 30)
     }
 
@@ -211,7 +225,12 @@ impl MrConfig {
             "engine" => self.engine = Engine::parse(value)?,
             "policy" => self.policy = Policy::parse(value)?,
             "threshold" => self.threshold = parse_size(value)?,
-            "align" => self.align = parse_size(value)?.max(1),
+            "align" => {
+                self.align = parse_size(value)?;
+                if self.align == 0 {
+                    return Err("expected an alignment of at least 1".into());
+                }
+            }
             "bind" => self.bind = rmr_api::settings::switch(value)?,
             "direct" => self.direct = parse_direct(value)?,
             _ => return Err(format!("unknown multirail option `{key}`")),

@@ -26,6 +26,7 @@ impl MrIa {
     /// # Errors
     /// [`Error::InvalidArgument`] for no rails or too many.
     pub fn new(rails: Vec<Arc<dyn Ia>>, cfg: MrConfig) -> Result<Arc<MrIa>> {
+        cfg.check()?;
         if rails.is_empty() || rails.len() > rmr_api::MAX_RAIL_KEYS {
             return Err(Error::invalid(format!(
                 "{} rails (1..={})",

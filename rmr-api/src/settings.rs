@@ -27,9 +27,12 @@ pub enum Source {
 }
 
 impl Source {
-    /// [`Source::Env`] when `var` is set, else [`Source::Default`].
+    /// [`Source::Env`] when `var` is set (to something), else
+    /// [`Source::Default`].
     pub fn of_env(var: &str) -> Source {
-        if std::env::var_os(var).is_some() { Source::Env } else { Source::Default }
+        // As `env_setting` reads it: an empty value is no setting.
+        let set = std::env::var_os(var).is_some_and(|v| !v.to_string_lossy().trim().is_empty());
+        if set { Source::Env } else { Source::Default }
     }
 }
 
@@ -91,7 +94,27 @@ impl Given {
     /// [`Error::BadSpec`] for an option that is not `key=value` or that
     /// `knobs` does not name (the message lists them).
     pub fn split<'a>(provider: &str, rest: &'a str, knobs: &[Knob]) -> Result<(&'a str, Given)> {
-        let (head, opts) = rest.split_once(';').unwrap_or((rest, ""));
+        Given::split_after(provider, rest, 0, knobs)
+    }
+
+    /// [`Given::split`], with the options starting at the first `;` at or
+    /// after byte `from` of `rest`: for a provider whose address part may
+    /// hold another spec with options of its own (zipper's rail, before
+    /// its `@`).
+    ///
+    /// # Errors
+    /// As [`Given::split`].
+    pub fn split_after<'a>(
+        provider: &str,
+        rest: &'a str,
+        from: usize,
+        knobs: &[Knob],
+    ) -> Result<(&'a str, Given)> {
+        let cut = rest.get(from..).and_then(|t| t.find(';')).map(|i| from + i);
+        let (head, opts) = match cut {
+            Some(i) => (&rest[..i], &rest[i + 1..]),
+            None => (rest, ""),
+        };
         let bad = |why: String| Error::BadSpec { spec: format!("{provider}:{rest}"), why };
         let mut options = Vec::new();
         for opt in opts.split(';').map(str::trim).filter(|o| !o.is_empty()) {
@@ -370,6 +393,14 @@ mod tests {
         assert_eq!(none, Given::env());
         assert_eq!(none.get(&KNOBS[0], number).unwrap(), None);
         assert_eq!(none.source(&KNOBS[0]), Source::Default);
+    }
+
+    #[test]
+    fn options_may_start_after_an_inner_specs_own() {
+        let rest = "multirail:tcp:a,tcp:b;engine=inline@10.0.0.2:7700;depth=4";
+        let (head, g) = Given::split_after("demo", rest, rest.rfind('@').unwrap(), &KNOBS).unwrap();
+        assert_eq!(head, "multirail:tcp:a,tcp:b;engine=inline@10.0.0.2:7700");
+        assert_eq!(g.get(&KNOBS[0], number).unwrap(), Some(4));
     }
 
     #[test]

@@ -50,6 +50,7 @@
 
 use crate::{ConnRequest, Ep, Error, Evd, Event, Result};
 pub use futures_core::Stream;
+use std::future::Future;
 use std::os::fd::OwnedFd;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -104,33 +105,17 @@ impl AsyncEvd {
     /// [`Error::Io`] when the runtime's reactor fails.
     pub async fn next(&self) -> Result<Event> {
         let mut spun = false;
-        std::future::poll_fn(|cx| self.poll_event(cx, &mut spun)).await
-    }
-
-    /// The EVD's events as a [`Stream`] (never ending; each item is what
-    /// [`AsyncEvd::next`] returns). Dropping the stream, or a `select!`
-    /// that stops polling it, loses no event: as with [`AsyncEvd::next`],
-    /// an event leaves the EVD only in the poll that yields it.
-    pub fn events(&self) -> Events<'_> {
-        Events { evd: self, spun: false }
-    }
-
-    /// One step of [`AsyncEvd::next`]: an event when one is queued (or
-    /// arrives while the EVD is driven once, per `spun`), else the EVD
-    /// armed and this task registered to wake when its descriptor fires.
-    fn poll_event(&self, cx: &mut Context<'_>, spun: &mut bool) -> Poll<Result<Event>> {
         loop {
             if let Some(ev) = self.evd.dequeue() {
-                *spun = false;
-                return Poll::Ready(Ok(ev));
+                return Ok(ev);
             }
             // First drive the EVD's endpoints for a moment in this thread,
             // as a blocking waiter spins before it sleeps: an answer that
             // comes at once (a ping-pong) then needs no wake-up of the
             // backend's helper and of this thread. Other tasks wait at most
             // that moment.
-            if !*spun {
-                *spun = true;
+            if !spun {
+                spun = true;
                 if self.evd.progress_until(Some(SPIN), Some(SPIN), &|| false) {
                     continue;
                 }
@@ -139,15 +124,23 @@ impl AsyncEvd {
                 // Events or progress pending that a dequeue will see (or an
                 // EVD whose rails cannot wake it): look again after letting
                 // other tasks run.
-                cx.waker().wake_by_ref();
-                return Poll::Pending;
+                tokio::task::yield_now().await;
+                continue;
             }
-            match self.fd.poll_read_ready(cx) {
-                Poll::Ready(Ok(mut g)) => g.clear_ready(),
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(Error::io("wait for the EVD", e))),
-                Poll::Pending => return Poll::Pending,
-            }
+            // `readable()` wakes every task waiting on the descriptor, so
+            // several tasks may share one `AsyncEvd`.
+            let mut g = self.fd.readable().await.map_err(|e| Error::io("wait for the EVD", e))?;
+            g.clear_ready();
         }
+    }
+
+    /// The EVD's events as a [`Stream`] (never ending; each item is what
+    /// [`AsyncEvd::next`] returns). Dropping the stream, or a `select!`
+    /// that stops polling it, loses no event: as with [`AsyncEvd::next`],
+    /// an event leaves the EVD only in the poll that yields it. Several
+    /// streams and `next()` calls may wait on one `AsyncEvd` at once.
+    pub fn events(&self) -> Events<'_> {
+        Events { evd: self, next: None }
     }
 
     /// [`AsyncEvd::next`] for at most `timeout`.
@@ -159,11 +152,14 @@ impl AsyncEvd {
     }
 }
 
+/// The future of one [`AsyncEvd::next`].
+type NextEvent<'a> = Pin<Box<dyn Future<Output = Result<Event>> + Send + 'a>>;
+
 /// An [`AsyncEvd`]'s events as a [`Stream`] ([`AsyncEvd::events`]).
 pub struct Events<'a> {
     evd: &'a AsyncEvd,
-    /// Whether this item's wait has driven the EVD already.
-    spun: bool,
+    /// The wait for the next item, while one is in progress.
+    next: Option<NextEvent<'a>>,
 }
 
 impl Stream for Events<'_> {
@@ -171,7 +167,15 @@ impl Stream for Events<'_> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Event>>> {
         let this = self.get_mut();
-        this.evd.poll_event(cx, &mut this.spun).map(Some)
+        let evd = this.evd;
+        let next = this.next.get_or_insert_with(|| Box::pin(evd.next()));
+        match next.as_mut().poll(cx) {
+            Poll::Ready(r) => {
+                this.next = None;
+                Poll::Ready(Some(r))
+            }
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 

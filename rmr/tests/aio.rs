@@ -245,3 +245,52 @@ async fn poll_once<F: std::future::Future>(f: F) -> Option<F::Output> {
     })
     .await
 }
+
+/// Several tasks waiting on one `AsyncEvd` at once (two `next()` futures
+/// and a stream, on one runtime thread), each for one event: all wake. A
+/// wait that woke only the last task to register would leave the others
+/// asleep for good once it had its event.
+#[tokio::test(flavor = "current_thread")]
+async fn tasks_sharing_one_evd_all_wake() {
+    let ia = rmr::open("tcp:127.0.0.1").unwrap();
+    let evd = ia.create_evd().unwrap();
+    let shared = Rc::new(AsyncEvd::new(evd.clone()).unwrap());
+    let local = tokio::task::LocalSet::new();
+    local
+        .run_until(async {
+            let mut tasks = Vec::new();
+            for kind in 0..3 {
+                let e = shared.clone();
+                tasks.push(tokio::task::spawn_local(async move {
+                    let ev = if kind == 2 {
+                        let mut stream = e.events();
+                        poll_fn(|cx| Pin::new(&mut stream).poll_next(cx)).await.expect("an item")
+                    } else {
+                        e.next().await
+                    };
+                    match ev.unwrap() {
+                        Event::Software(v) => v,
+                        other => panic!("{other:?}"),
+                    }
+                }));
+            }
+            // All three asleep on the descriptor, then one event at a time.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let poster = std::thread::spawn(move || {
+                for v in 0..3 {
+                    evd.post_software(v).unwrap();
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            });
+            let mut got = Vec::new();
+            for t in tasks {
+                got.push(
+                    tokio::time::timeout(WAIT, t).await.expect("a task slept through").unwrap(),
+                );
+            }
+            poster.join().unwrap();
+            got.sort_unstable();
+            assert_eq!(got, vec![0, 1, 2], "each event once");
+        })
+        .await;
+}

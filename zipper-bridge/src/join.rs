@@ -28,7 +28,25 @@ pub struct JoinConfig {
     pub timeout: Duration,
 }
 
+impl JoinConfig {
+    /// The defaults with the environment applied: bridged endpoints'
+    /// `RMR_ZIP_*` ([`ClientConfig::from_env`]) and the multirail layer's
+    /// `RMR_MR_*` (over this config's 64 KiB threshold). What a process
+    /// started by a job launcher joins with.
+    ///
+    /// # Errors
+    /// [`rmr_api::Error::BadSetting`] naming a variable whose value does
+    /// not parse or is out of range.
+    pub fn from_env() -> rmr_api::Result<JoinConfig> {
+        let mut multirail = MrConfig { threshold: 64 << 10, ..MrConfig::default() };
+        multirail.apply(&rmr_api::settings::Given::env())?;
+        Ok(JoinConfig { multirail, client: ClientConfig::from_env()?, ..JoinConfig::default() })
+    }
+}
+
 impl Default for JoinConfig {
+    /// The plain defaults, whatever the environment says (see
+    /// [`JoinConfig::from_env`]).
     fn default() -> Self {
         JoinConfig {
             multirail: MrConfig { threshold: 64 << 10, ..MrConfig::default() },

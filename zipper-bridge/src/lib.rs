@@ -14,7 +14,8 @@
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // world.toml names the clusters, each rank's addresses and each bridge.
 //! let desc = zipper_bridge::WorldDesc::load("world.toml")?;
-//! let world = zipper_bridge::World::join(desc, 0, Default::default())?;
+//! let cfg = zipper_bridge::JoinConfig::from_env()?; // RMR_ZIP_*, RMR_MR_*
+//! let world = zipper_bridge::World::join(desc, 0, cfg)?;
 //! let peer = world.ep(3)?; // rank 3 lives in cluster B: through the bridge(s)
 //! let buf = MemRegion::from_bytes(b"hello, cluster B");
 //! let lmr = peer.pz.register_all(&buf, Access::empty())?;

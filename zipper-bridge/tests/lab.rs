@@ -335,7 +335,7 @@ fn worker_transfers() {
     let rank: u32 = env("ZIP_RANK").parse().unwrap();
     let dir = env("ZIP_DIR");
     let desc = WorldDesc::load(env("ZIP_WORLD")).unwrap();
-    let world = World::join(desc, rank, JoinConfig::default()).expect("join");
+    let world = World::join(desc, rank, JoinConfig::from_env().unwrap()).expect("join");
     let partner = (rank + 2) % 4;
     let neighbour = rank ^ 1;
     // Cross-cluster, both directions at once.
@@ -462,7 +462,7 @@ fn worker_failover() {
     let rank: u32 = env("ZIP_RANK").parse().unwrap();
     let dir = env("ZIP_DIR");
     let desc = WorldDesc::load(env("ZIP_WORLD")).unwrap();
-    let mut cfg = JoinConfig::default();
+    let mut cfg = JoinConfig::from_env().unwrap();
     cfg.multirail.bind = false;
     let world = World::join(desc, rank, cfg).expect("join");
     let p = world.ep(1 - rank).expect("ep over two bridges");

@@ -46,6 +46,8 @@ const TARGET_PORT: u16 = 7796;
 const PROXY_A_PORT: u16 = 7797;
 const PROXY_B_PORT: u16 = 7798;
 const PAGE: u64 = 64 << 10;
+/// How long a hostile session's step may take before the harness ends it
+/// (an honest session's: ten times as long, on a busy 2-CPU machine).
 const OP_WAIT: Duration = Duration::from_secs(1);
 
 fn ip(h: u8) -> IpAddr {
@@ -109,7 +111,7 @@ fn mutate(plan: &Plan, h: &mut Header, payload: &mut [u8]) -> Option<usize> {
                 2 => h.key ^= bit,
                 3 => h.addr ^= bit,
                 4 => h.arg0 ^= bit,
-                _ => h.flags ^= bit as u8,
+                _ => h.flags ^= 1 << r.below(8),
             }
         }
         4 => return Some(0),
@@ -208,7 +210,9 @@ fn session(
     n: u64,
     rng: &mut Rng,
     cmem: &Arc<MemRegion>,
+    honest: bool,
 ) -> Result<bool, String> {
+    let op_wait = if honest { OP_WAIT * 10 } else { OP_WAIT };
     let pz = ia_a.create_pz().map_err(|e| e.to_string())?;
     let evd = ia_a.create_evd().map_err(|e| e.to_string())?;
     let ep = ia_a.create_ep(&pz, &EpEvds::single(&evd)).map_err(|e| e.to_string())?;
@@ -242,7 +246,7 @@ fn session(
     };
     let result = (|| {
         let reply = ep
-            .connect(&ip(5).to_string(), PROXY_B_PORT, &pd, Duration::from_secs(2))
+            .connect(&ip(5).to_string(), PROXY_B_PORT, &pd, op_wait * 2)
             .map_err(|e| format!("connect: {e}"))?;
         let ctx = RmrContext::from_bytes(&reply).map_err(|e| format!("reply: {e}"))?;
         let src = MemRegion::new(4096);
@@ -250,7 +254,7 @@ fn session(
         // The client's read buffer: granted page 1 of three.
         let cl = pz.register(cmem, PAGE, PAGE, Access::LOCAL_WRITE).map_err(|e| e.to_string())?;
         let wait = |cookie: u64| -> Result<(), String> {
-            let deadline = Instant::now() + OP_WAIT;
+            let deadline = Instant::now() + op_wait;
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
                 match evd.wait(Some(left), 1) {
@@ -357,6 +361,25 @@ fn a_live_bridge_fed_hostile_bytes_stays_sound() {
     let cmem = MemRegion::new(3 * PAGE as usize);
     cmem.fill(0, 3 * PAGE, CANARY).unwrap();
 
+    // A watchdog: a session that never returns (a wait that is not bounded
+    // after all) ends the run with a message instead of hanging it.
+    let beat = Arc::new(AtomicU64::new(0));
+    let b2 = beat.clone();
+    std::thread::spawn(move || {
+        let mut last = (0, Instant::now());
+        loop {
+            std::thread::sleep(Duration::from_secs(1));
+            let now = b2.load(Ordering::SeqCst);
+            if now != last.0 {
+                last = (now, Instant::now());
+            } else if last.1.elapsed() > Duration::from_secs(120) {
+                eprintln!(
+                    "live fuzz: session {now} ran over 120 s (seed {seed}): a wait is unbounded"
+                );
+                std::process::abort();
+            }
+        }
+    });
     let mut rng = Rng(seed);
     let mut tally = Tally::default();
     let mut findings = Vec::new();
@@ -366,8 +389,9 @@ fn a_live_bridge_fed_hostile_bytes_stays_sound() {
         let rate = if honest { 0 } else { [2, 4, 8, 16, 64][rng.below(5) as usize] };
         plan.rate.store(rate, Ordering::SeqCst);
         let t0 = Instant::now();
-        let r = session(&ia_a, &t, tally.sessions, &mut rng, &cmem);
+        let r = session(&ia_a, &t, tally.sessions, &mut rng, &cmem, honest);
         tally.sessions += 1;
+        beat.store(tally.sessions, Ordering::SeqCst);
         match &r {
             Ok(_) => tally.completed += 1,
             Err(e) if e.contains("TIMEOUT") => tally.timeouts += 1,
@@ -399,7 +423,7 @@ fn a_live_bridge_fed_hostile_bytes_stays_sound() {
     }
     // A last honest session, then no connection may outlive its endpoints.
     plan.rate.store(0, Ordering::SeqCst);
-    let last = session(&ia_a, &t, u64::MAX, &mut rng, &cmem);
+    let last = session(&ia_a, &t, u64::MAX, &mut rng, &cmem, true);
     let deadline = Instant::now() + Duration::from_secs(30);
     while bridge.connections() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));

@@ -165,7 +165,13 @@ impl Core {
         works
     }
 
-    pub(super) fn on_recv(&self, st: &mut State, c: &DtoCompletion, evs: &mut UserEvents) -> Works {
+    pub(super) fn on_recv(
+        &self,
+        st: &mut State,
+        rail: usize,
+        c: &DtoCompletion,
+        evs: &mut UserEvents,
+    ) -> Works {
         let id = c.cookie.0 & !RECV_BIT;
         if id < st.recv_front {
             return SmallVec::new();
@@ -174,7 +180,12 @@ impl Core {
         let lost =
             matches!(c.status, Status::Flushed | Status::Broken) && st.conn == EpState::Connected;
         if lost {
-            // The control rail died under posted receives: post them again on the new one.
+            // The control rail died under posted receives: post them again on
+            // the new one. The rail's own end may not have been handled yet
+            // (its flushed receives can come before its Broken event): it is
+            // out of the plan from now on, so the new control rail is a
+            // survivor.
+            st.planner.rail_failed(rail);
             if let (Some(nr), Some(Some(r))) = (st.planner.control_rail(), st.recvs.get(i)) {
                 if self.post_recv_on(nr, id, &r.local).is_ok() {
                     return SmallVec::new();
@@ -212,7 +223,7 @@ impl Core {
         evs: &mut UserEvents,
     ) -> Works {
         match ev {
-            Event::Dto(c) if c.cookie.0 & RECV_BIT != 0 => self.on_recv(st, &c, evs),
+            Event::Dto(c) if c.cookie.0 & RECV_BIT != 0 => self.on_recv(st, rail, &c, evs),
             Event::Dto(c) => self.on_stripe(st, rail, &c, evs),
             Event::Broken { reason, .. } => self.rail_broken(st, rail, &reason, evs),
             Event::Disconnected { .. } => self.rail_disconnected(st, rail, evs),

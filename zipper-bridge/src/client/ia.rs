@@ -96,11 +96,13 @@ impl ClientConfig {
         if let Some(v) = g.get(&CLIENT_KNOBS[2], ranged(2))? {
             c.max_dtos = v as usize;
         }
+        c.check()?;
         Ok(c)
     }
 
-    /// Checks the values a builder was given.
-    fn check(&self) -> Result<()> {
+    /// Checks the values (what a builder's `build` and the constructors
+    /// taking a config as given call).
+    pub(crate) fn check(&self) -> Result<()> {
         let values = [self.chunk, self.ring.into(), self.max_dtos as u64];
         for ((k, (lo, hi)), v) in CLIENT_KNOBS.iter().zip(RANGES).zip(values) {
             rmr_api::settings::check_within(k.option, v, lo, hi)?;
@@ -285,6 +287,8 @@ impl Lmr for BridgeLmr {
 /// `zipper:<rail spec>@<bridge address>:<bridge port>[;option=value...]`,
 /// e.g. `zipper:tcp:198.18.10.1@198.18.10.2:7700;ring=32` (`@...` may be
 /// left out for an IA that only listens; options from [`CLIENT_KNOBS`]).
+/// The rail spec keeps its own options before the `@`
+/// (`zipper:multirail:tcp:a,tcp:b;engine=inline@bridge:7700;ring=32`).
 pub struct ZipperProvider;
 
 impl rmr_api::provider::Provider for ZipperProvider {
@@ -303,9 +307,15 @@ impl rmr_api::provider::Provider for ZipperProvider {
     }
 
     fn settings(&self, rest: &str) -> Result<Vec<Setting>> {
-        let (_, given) = Given::split("zipper", rest, &CLIENT_KNOBS)?;
-        ClientConfig::settings(&given)
+        ClientConfig::settings(&split(rest)?.1)
     }
+}
+
+/// Takes a `zipper:` spec's own options off: those after the first `;`
+/// that follows the bridge's address (`@...`), so that the rail before it
+/// may carry options of its own; without an `@`, those after the first `;`.
+fn split(rest: &str) -> Result<(&str, Given)> {
+    Given::split_after("zipper", rest, rest.rfind('@').unwrap_or(0), &CLIENT_KNOBS)
 }
 
 /// A bridge's address and service.
@@ -315,7 +325,7 @@ type BridgeAddr = Option<(String, u16)>;
 /// `<rail spec>[@<bridge address>:<port>][;option=value...]`.
 fn parse_spec(rest: &str) -> Result<(&str, BridgeAddr, ClientConfig)> {
     let bad = |why: &str| Error::BadSpec { spec: format!("zipper:{rest}"), why: why.into() };
-    let (head, given) = Given::split("zipper", rest, &CLIENT_KNOBS)?;
+    let (head, given) = split(rest)?;
     let (rail, bridge) = match head.rsplit_once('@') {
         Some((r, b)) => {
             let (addr, port) =

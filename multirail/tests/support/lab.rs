@@ -1,0 +1,149 @@
+//! The lab of the multirail lab tests (`lab.rs`, `chaos.rs`): network
+//! namespaces joined by shaped veth rails (scripts/lab.sh), this test
+//! binary run as a role inside one, and their results read back.
+#![allow(dead_code)] // each test binary uses some of these
+
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+
+pub(crate) const ROLE: &str = "RMR_TEST_LAB_ROLE";
+/// The lab tests share the CPU: run them one at a time.
+pub(crate) static SERIAL: Mutex<()> = Mutex::new(());
+
+pub(crate) fn lab_script() -> String {
+    format!("{}/../scripts/lab.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A lab that removes itself when dropped.
+pub(crate) struct Lab(pub(crate) &'static str);
+
+impl Lab {
+    pub(crate) fn pair(prefix: &'static str, rates: &str) -> Option<Lab> {
+        if !is_root() {
+            println!("SKIPPED: lab tests need root for network namespaces");
+            return None;
+        }
+        let out = Command::new("bash")
+            .args([&lab_script(), "pair", prefix, rates])
+            .output()
+            .expect("run lab.sh");
+        assert!(
+            out.status.success(),
+            "lab.sh pair failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(Lab(prefix))
+    }
+
+    pub(crate) fn ns(&self, side: char) -> String {
+        format!("{}-{side}", self.0)
+    }
+
+    pub(crate) fn tx_bytes(&self, rail: usize) -> u64 {
+        let out = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &self.ns('a'),
+                "cat",
+                &format!("/sys/class/net/{}a{rail}/statistics/tx_bytes", self.0),
+            ])
+            .output()
+            .expect("read counters");
+        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap_or(0)
+    }
+
+    pub(crate) fn cut(&self, rail: usize) {
+        self.link("cut", rail);
+    }
+
+    pub(crate) fn heal(&self, rail: usize) {
+        self.link("heal", rail);
+    }
+
+    pub(crate) fn link(&self, what: &str, rail: usize) {
+        let st = Command::new("bash")
+            .args([&lab_script(), what, self.0, &rail.to_string()])
+            .status()
+            .expect("lab.sh");
+        assert!(st.success(), "lab.sh {what} failed");
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").args([&lab_script(), "down", self.0]).status();
+    }
+}
+
+pub(crate) fn is_root() -> bool {
+    Command::new("id").arg("-u").output().map(|o| o.stdout.starts_with(b"0")).unwrap_or(false)
+}
+
+/// Runs this test binary's test `name` inside namespace `ns` with a role.
+pub(crate) fn spawn_role(
+    ns: &str,
+    name: &str,
+    role: &str,
+    env: &[(&str, String)],
+) -> std::process::Child {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut c = Command::new("ip");
+    c.args(["netns", "exec", ns]).arg(exe).args([
+        name,
+        "--exact",
+        "--nocapture",
+        "--test-threads",
+        "1",
+    ]);
+    c.env(ROLE, role)
+        .env("RMR_TCP_USER_TIMEOUT_MS", "1500")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.spawn().expect("spawn role")
+}
+
+pub(crate) fn finish(child: std::process::Child, what: &str) -> String {
+    let out: Output = child.wait_with_output().expect("wait");
+    let s = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "{what} failed:\n{s}\n{}", String::from_utf8_lossy(&out.stderr));
+    s
+}
+
+pub(crate) fn result<'a>(out: &'a str, key: &str) -> &'a str {
+    let pat = format!("RESULT {key}=");
+    out.lines()
+        .find_map(|l| l.find(&pat).map(|i| l[i + pat.len()..].trim_end()))
+        .unwrap_or_else(|| panic!("no RESULT {key} in:\n{out}"))
+}
+
+pub(crate) fn checksum(b: &[u8]) -> u64 {
+    b.iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
+}
+
+pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+impl Lab {
+    /// Reshapes rail `rail` (both ends) to `rate` (tc syntax).
+    pub(crate) fn rate(&self, rail: usize, rate: &str) {
+        let st = Command::new("bash")
+            .args([&lab_script(), "rate", self.0, &rail.to_string(), rate])
+            .status()
+            .expect("lab.sh");
+        assert!(st.success(), "lab.sh rate failed");
+    }
+}
