@@ -13,7 +13,7 @@ scripts/setup.sh
 step fmt
 cargo fmt --all -- --check
 # The layout: modules inside these crates depend on each other one way only
-# (an order to read them in), and no source file in the core crates runs
+# (an order to read them in), and no source file of any crate runs
 # past 800 lines (one concern per file).
 step layout
 python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot benches examples rmr-dsm
