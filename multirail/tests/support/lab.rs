@@ -120,22 +120,7 @@ pub(crate) fn result<'a>(out: &'a str, key: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no RESULT {key} in:\n{out}"))
 }
 
-pub(crate) fn checksum(b: &[u8]) -> u64 {
-    b.iter()
-        .fold(0xcbf2_9ce4_8422_2325u64, |h, &x| (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3))
-}
-
-pub(crate) fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub(crate) use rmr_api::provider::conformance::{checksum, pattern};
 
 impl Lab {
     /// Reshapes rail `rail` (both ends) to `rate` (tc syntax).
