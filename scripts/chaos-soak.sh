@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export RMR_TEST_CHAOS_SECS=${1:-600}
-cargo test --release -q -p multirail --test chaos -- --nocapture 2>&1 | grep -E 'RESULT|chaos:|LIVE (broken|rail)|test result|panicked'
+cargo test --release -q -p multirail --test chaos -- --nocapture 2>&1 | grep -E 'RESULT|chaos:|LIVE (broken|rail|server|error|end)|test result|panicked'

@@ -416,7 +416,11 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let Some(lab) = Lab::pair("rmrch", "300mbit,300mbit,300mbit") else { return };
     let secs = secs().to_string();
-    let env = [("RMR_TEST_CHAOS_SECS", secs.clone())];
+    // A send that lands on a rail where the receiver has not moved its
+    // receives yet waits for them this long (the other side may take a few
+    // seconds to notice the rail it lost: keepalive, on an idle rail).
+    let env =
+        [("RMR_TEST_CHAOS_SECS", secs.clone()), ("RMR_TCP_RNR_TIMEOUT_MS", "15000".to_string())];
     let srv = spawn_role(&lab.ns('b'), NAME, "server", &env);
     std::thread::sleep(Duration::from_millis(500));
     let mut cli = spawn_role(&lab.ns('a'), NAME, "client", &env);
@@ -434,6 +438,13 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
     });
     let mut rng = Rng(0xc4a0_5c4a_05c4_a05d);
     let mut up = [true; 3];
+    // When each rail was cut: it is healed only once both ends must have
+    // declared it lost (the user timeout, 1.5 s, where data waits; up to
+    // about 4 s more of keepalive on a rail idle at one end). A rail healed
+    // sooner could be lost to one end only, and the two ends would then
+    // post and send on different control rails (see RELIABILITY.md).
+    let mut cut_at: [Option<Instant>; 3] = [None; 3];
+    const HEAL_AFTER: Duration = Duration::from_secs(7);
     let (mut cuts, mut heals, mut rates) = (0u64, 0u64, 0u64);
     let start = Instant::now();
     let secs_n: u64 = secs.parse().unwrap();
@@ -457,7 +468,9 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
         if Instant::now() < calm_until {
             continue;
         }
-        let down: Vec<usize> = (0..3).filter(|&r| !up[r]).collect();
+        let down: Vec<usize> = (0..3)
+            .filter(|&r| !up[r] && cut_at[r].is_some_and(|t| t.elapsed() >= HEAL_AFTER))
+            .collect();
         let live: Vec<usize> = (0..3).filter(|&r| up[r]).collect();
         match rng.below(3) {
             0 if !down.is_empty() => {
@@ -470,6 +483,7 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
                 let r = live[rng.below(live.len() as u64) as usize];
                 lab.cut(r);
                 up[r] = false;
+                cut_at[r] = Some(Instant::now());
                 cuts += 1;
             }
             _ => {
