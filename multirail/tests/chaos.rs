@@ -23,7 +23,9 @@
 //! - RSS flat after the warm-up (both processes);
 //! - the run ends by itself.
 //!
-//! `RMR_TEST_CHAOS_SECS` (default 60) sets the length;
+//! `RMR_TEST_CHAOS_SECS` (default 60) sets the length,
+//! `RMR_TEST_CHAOS_SEED` the faults' seed (printed), and
+//! `RMR_TEST_CHAOS_PREFIX` the lab's name (default `rmrch`);
 //! `scripts/chaos-soak.sh` runs the 10-minute campaign.
 
 #[path = "support/lab.rs"]
@@ -210,7 +212,15 @@ fn client() {
     let nl = pz.register_all(&notes, Access::empty()).unwrap();
     let verdicts = MemRegion::new((SLOTS * 8) as usize);
     let vl = pz.register_all(&verdicts, Access::LOCAL_WRITE).unwrap();
-    let mut rng = Rng(0x5eed_c4a0_5eed_c4a1);
+    let mut rng = Rng(std::env::var("RMR_TEST_CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+        })
+        ^ 0x5eed_c4a0_5eed_c4a1
+        | 1);
     let (mut started, mut done, mut aborted, mut dtos, mut bytes) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let (mut mismatches, mut read_mismatches, mut reconnects, mut rails_lost) =
         (0u64, 0, 0u64, 0u64);
@@ -414,7 +424,11 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
         _ => {}
     }
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(lab) = Lab::pair("rmrch", "300mbit,300mbit,300mbit") else { return };
+    // The campaign runs beside CI's 60 s run under another prefix.
+    let prefix: &'static str = Box::leak(
+        std::env::var("RMR_TEST_CHAOS_PREFIX").unwrap_or_else(|_| "rmrch".into()).into_boxed_str(),
+    );
+    let Some(lab) = Lab::pair(prefix, "300mbit,300mbit,300mbit") else { return };
     let secs = secs().to_string();
     // A send that lands on a rail where the receiver has not moved its
     // receives yet waits for them this long (the other side may take a few
@@ -436,7 +450,18 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
         }
         all
     });
-    let mut rng = Rng(0xc4a0_5c4a_05c4_a05d);
+    // The faults' seed: new each run (printed; RMR_TEST_CHAOS_SEED replays
+    // a run's choices).
+    let seed: u64 = std::env::var("RMR_TEST_CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+                as u64
+                | 1
+        });
+    println!("chaos seed {seed}");
+    let mut rng = Rng(seed);
     let mut up = [true; 3];
     // When each rail was cut: it is healed only once both ends must have
     // declared it lost (the user timeout, 1.5 s, where data waits; up to

@@ -10,8 +10,14 @@ use smallvec::SmallVec;
 
 impl Core {
     /// Failover: stripe `idx` of request `id`, lost with rail `rail`, goes
-    /// again, whole, on the least-loaded survivor (an ordered DTO's on the
-    /// new control rail); with no survivor it fails `Broken`.
+    /// again, whole, on the new control rail; with no survivor it fails
+    /// `Broken`. Every stripe of the lost rail goes to that one rail, in the
+    /// order the rail flushes them (its posting order): an ordered DTO that
+    /// followed a write's stripe on the lost rail had no fence on it (one
+    /// rail keeps its own order), so the two must stay on one rail again. A
+    /// stripe sent to another survivor could be overtaken by the notify
+    /// behind it (the chaos soak saw a notify reach the server before all of
+    /// its write's data).
     pub(super) fn reissue(
         &self,
         st: &mut State,
@@ -21,16 +27,12 @@ impl Core {
         works: &mut Works,
     ) {
         let i = (id - st.front_id) as usize;
-        let (ordered, soff, slen) = {
+        let (soff, slen) = {
             let s = &st.reqs[i].stripes[idx];
-            (st.reqs[i].kind.ordered(), s.off, s.len)
+            (s.off, s.len)
         };
         st.planner.rail_failed(rail);
-        let target = if ordered {
-            st.planner.control_rail()
-        } else {
-            st.planner.plan(0).first().map(|s| s.rail)
-        };
+        let target = st.planner.control_rail();
         match target {
             Some(nr) => {
                 let req = &mut st.reqs[(id - st.front_id) as usize];
