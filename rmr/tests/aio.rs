@@ -146,7 +146,15 @@ async fn concurrent_writes(spec: &str) {
                 tasks.push(tokio::task::spawn_local(async move {
                     src.store_u64(8 * i, 0xa000 + i).unwrap();
                     let sge = [Sge::new(&*sl, 8 * i, 8)];
-                    a.post_rdma_write(&sge, ctx.at(8 * i), Cookie(i), DtoFlags::empty()).unwrap();
+                    // A full send queue is backpressure, not an error: let
+                    // the router take completions, then post again.
+                    loop {
+                        match a.post_rdma_write(&sge, ctx.at(8 * i), Cookie(i), DtoFlags::empty()) {
+                            Ok(()) => break,
+                            Err(rmr::Error::QueueFull) => tokio::task::yield_now().await,
+                            Err(e) => panic!("write {i}: {e}"),
+                        }
+                    }
                     rx.await.expect("routed")
                 }));
             }
