@@ -1,0 +1,206 @@
+//! What one IA's objects share ([`IaShared`]): its settings, its region
+//! table (published to peers, [`crate::table`]) and the regions behind it,
+//! [`ShmPz`] and [`ShmLmr`], and the progress helper.
+
+use crate::config::ShmConfig;
+use crate::helper::Helper;
+use crate::table::{SLOTS, Table};
+use rmr_api::provider::SoftEvd;
+use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext, Status};
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// A registered region as the target side of the rings sees it.
+pub(crate) struct LmrInner {
+    pub(crate) key: u64,
+    pub(crate) region: Arc<MemRegion>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    pub(crate) access: Access,
+    pub(crate) pz_id: u64,
+    pub(crate) registered: AtomicBool,
+}
+
+impl LmrInner {
+    /// The target-side check of a remote access: right, PZ and bounds.
+    /// Returns the offset within the region.
+    pub(crate) fn check_remote(
+        &self,
+        pz_id: u64,
+        need: Access,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<u64, Status> {
+        if !self.registered.load(Ordering::Acquire) {
+            return Err(Status::RemoteAccess);
+        }
+        if self.pz_id != pz_id {
+            return Err(Status::Protection);
+        }
+        if !self.access.contains(need) {
+            return Err(Status::RemoteAccess);
+        }
+        let base = self.region.addr() + self.offset;
+        let off = addr.checked_sub(base).ok_or(Status::OutOfBounds)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(self.offset + off),
+            _ => Err(Status::OutOfBounds),
+        }
+    }
+}
+
+pub(crate) struct IaShared {
+    pub(crate) attr: IaAttr,
+    /// The namespace of this IA's service points (`shm:<name>`).
+    pub(crate) name: String,
+    pub(crate) cfg: ShmConfig,
+    /// What peers check their cross-memory accesses against.
+    pub(crate) table: Table,
+    /// The regions behind the table's slots (for the ring path).
+    regions: RwLock<Vec<Option<Arc<LmrInner>>>>,
+    pub(crate) helper: Helper,
+}
+
+impl IaShared {
+    pub(crate) fn new(name: String, cfg: ShmConfig, attr: IaAttr) -> Result<IaShared> {
+        let table = Table::new().map_err(|e| Error::io("create the shm region table", e))?;
+        Ok(IaShared {
+            attr,
+            name,
+            cfg,
+            table,
+            regions: RwLock::new(Vec::new()),
+            helper: Helper::new(),
+        })
+    }
+
+    /// The region of `key`, if registered on this IA.
+    pub(crate) fn lookup(&self, key: u64) -> Option<Arc<LmrInner>> {
+        let slot = (key & 0xffff_ffff).checked_sub(1)? as usize;
+        let r = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        r.get(slot)?.as_ref().filter(|l| l.key == key).cloned()
+    }
+
+    fn insert(&self, inner: LmrInner) -> Arc<LmrInner> {
+        let slot = (inner.key & 0xffff_ffff) as usize - 1;
+        let inner = Arc::new(inner);
+        let mut r = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        if r.len() <= slot {
+            r.resize(slot + 1, None);
+        }
+        debug_assert!(slot < SLOTS);
+        r[slot] = Some(inner.clone());
+        inner
+    }
+
+    fn remove(&self, key: u64) {
+        let slot = (key & 0xffff_ffff) as usize - 1;
+        let mut r = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        if r.get(slot).and_then(|l| l.as_ref()).is_some_and(|l| l.key == key) {
+            r[slot] = None;
+        }
+        drop(r);
+        self.table.remove(key);
+    }
+}
+
+impl Drop for IaShared {
+    fn drop(&mut self) {
+        self.helper.stop();
+    }
+}
+
+/// The EVD as the software queue every shm EVD is.
+pub(crate) fn soft(evd: &Arc<dyn Evd>) -> Result<&SoftEvd> {
+    evd.as_any()
+        .downcast_ref::<SoftEvd>()
+        .ok_or_else(|| Error::invalid("the shm backend needs EVDs created by an shm IA"))
+}
+
+/// A protection zone of the shm backend.
+pub struct ShmPz {
+    pub(crate) id: u64,
+    pub(crate) ia: Arc<IaShared>,
+}
+
+impl Pz for ShmPz {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn register(
+        &self,
+        region: &Arc<MemRegion>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Arc<dyn Lmr>> {
+        region.check(offset, len)?;
+        let addr = region.addr() + offset;
+        let key = self.ia.table.insert(addr, len, access, self.id)?;
+        let inner = self.ia.insert(LmrInner {
+            key,
+            region: region.clone(),
+            offset,
+            len,
+            access,
+            pz_id: self.id,
+            registered: AtomicBool::new(true),
+        });
+        Ok(Arc::new(ShmLmr { inner, ia: self.ia.clone() }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A registered region of the shm backend. Dropping it deregisters.
+pub struct ShmLmr {
+    inner: Arc<LmrInner>,
+    ia: Arc<IaShared>,
+}
+
+impl Lmr for ShmLmr {
+    fn region(&self) -> &Arc<MemRegion> {
+        &self.inner.region
+    }
+    fn offset(&self) -> u64 {
+        self.inner.offset
+    }
+    fn len(&self) -> u64 {
+        self.inner.len
+    }
+    fn access(&self) -> Access {
+        self.inner.access
+    }
+    fn pz_id(&self) -> u64 {
+        self.inner.pz_id
+    }
+    fn rmr_context(&self) -> RmrContext {
+        RmrContext::new(
+            self.inner.key,
+            self.inner.region.addr() + self.inner.offset,
+            self.inner.len,
+        )
+    }
+    fn is_registered(&self) -> bool {
+        self.inner.registered.load(Ordering::Acquire)
+    }
+    fn deregister(&self) -> Result<()> {
+        if self.inner.registered.swap(false, Ordering::AcqRel) {
+            self.ia.remove(self.inner.key);
+        }
+        Ok(())
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl Drop for ShmLmr {
+    fn drop(&mut self) {
+        let _ = self.deregister();
+    }
+}

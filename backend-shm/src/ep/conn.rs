@@ -1,0 +1,520 @@
+//! Connections: the set-up exchange over a Unix-domain socket (private
+//! data, the rings' memfd, the doorbells and the region tables, passed as
+//! file descriptors), making the link live, the ends of a connection
+//! (orderly, or broken), and the [`Driver`] a waiting thread runs.
+
+use super::shared::*;
+use crate::ring::{CTL, Ring};
+use crate::sys::{Dir, Mapping, Piece, cross};
+use crate::table::PeerTable;
+use crate::wire::{Hdr, Op};
+use rmr_api::provider::{Driver, Interest, WaitOn};
+use rmr_api::{DtoOp, EpState, Error, Event, Result, Status};
+use rustix::event::{EventfdFlags, PollFd, PollFlags, eventfd};
+use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer};
+use rustix::net::{SendAncillaryMessage, SendFlags};
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+const MAGIC: [u8; 8] = *b"rmr-shm1";
+/// Bytes of a set-up message before its private data.
+const FIXED: usize = 8 + 4 + 4 + 8 + 8 + 8;
+/// The most private data a set-up message carries.
+pub(crate) const MAX_PRIVATE: usize = 4096;
+
+/// What a set-up message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Hello = 1,
+    Accept = 2,
+    Reject = 3,
+}
+
+/// A set-up message.
+#[derive(Debug)]
+pub(crate) struct Msg {
+    pub(crate) kind: Kind,
+    pub(crate) pid: i32,
+    pub(crate) pz: u64,
+    pub(crate) ring: u64,
+    pub(crate) probe: u64,
+    pub(crate) pd: Vec<u8>,
+}
+
+/// A word every process of this library has, which a peer reads once by
+/// cross-memory attach to learn whether the kernel lets it.
+static PROBE: AtomicU64 = AtomicU64::new(0x726d_722d_7368_6d21);
+
+fn probe_addr() -> u64 {
+    PROBE.as_ptr() as u64
+}
+
+pub(crate) fn send_msg(
+    sock: BorrowedFd<'_>,
+    m: &Msg,
+    fds: &[BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    let mut b = Vec::with_capacity(FIXED + m.pd.len());
+    b.extend_from_slice(&MAGIC);
+    b.extend_from_slice(&(m.kind as u32).to_le_bytes());
+    b.extend_from_slice(&m.pid.to_le_bytes());
+    b.extend_from_slice(&m.pz.to_le_bytes());
+    b.extend_from_slice(&m.ring.to_le_bytes());
+    b.extend_from_slice(&m.probe.to_le_bytes());
+    b.extend_from_slice(&m.pd);
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut anc = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(std::io::Error::other("too many descriptors"));
+    }
+    rustix::net::sendmsg(sock, &[IoSlice::new(&b)], &mut anc, SendFlags::NOSIGNAL)?;
+    Ok(())
+}
+
+/// Waits up to `timeout` for a set-up message (`Ok(None)`: none came).
+pub(crate) fn recv_msg(
+    sock: BorrowedFd<'_>,
+    timeout: Duration,
+) -> Result<Option<(Msg, Vec<OwnedFd>)>> {
+    let ts = rustix::time::Timespec::try_from(timeout)
+        .unwrap_or(rustix::time::Timespec { tv_sec: 60, tv_nsec: 0 });
+    let mut pfd = [PollFd::new(&sock, PollFlags::IN)];
+    match rustix::event::poll(&mut pfd, Some(&ts)) {
+        Ok(0) => return Ok(None),
+        Ok(_) => {}
+        Err(e) => return Err(Error::io("poll the set-up socket", e.into())),
+    }
+    let mut buf = vec![0u8; FIXED + MAX_PRIVATE];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut anc = RecvAncillaryBuffer::new(&mut space);
+    let r = rustix::net::recvmsg(
+        sock,
+        &mut [IoSliceMut::new(&mut buf)],
+        &mut anc,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| Error::io("receive a set-up message", e.into()))?;
+    let mut fds = Vec::new();
+    for m in anc.drain() {
+        if let RecvAncillaryMessage::ScmRights(f) = m {
+            fds.extend(f);
+        }
+    }
+    let b = &buf[..r.bytes];
+    if r.bytes == 0 {
+        return Err(Error::Broken("the peer closed the set-up socket".into()));
+    }
+    if b.len() < FIXED || b[..8] != MAGIC {
+        return Err(Error::Protocol("not an rmr shm set-up message".into()));
+    }
+    let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"));
+    let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"));
+    let kind = match u32_at(8) {
+        1 => Kind::Hello,
+        2 => Kind::Accept,
+        3 => Kind::Reject,
+        k => return Err(Error::Protocol(format!("set-up message of kind {k}"))),
+    };
+    let m = Msg {
+        kind,
+        pid: u32_at(12) as i32,
+        pz: u64_at(16),
+        ring: u64_at(24),
+        probe: u64_at(32),
+        pd: b[FIXED..].to_vec(),
+    };
+    Ok(Some((m, fds)))
+}
+
+/// The abstract socket name of service `service` in namespace `name`.
+pub(crate) fn socket_name(name: &str, service: u16) -> Vec<u8> {
+    format!("rmr-shm/{}/{name}/{service}", rustix::process::getuid().as_raw()).into_bytes()
+}
+
+/// Whether cross-memory attach reaches process `pid` (its probe word).
+fn probe_cma(enabled: bool, pid: i32, addr: u64) -> std::result::Result<(), String> {
+    if !enabled {
+        return Err("off (cma=0)".into());
+    }
+    let mut v = 0u64;
+    let piece = Piece { ptr: (&raw mut v).cast(), len: 8 };
+    match cross(pid, Dir::Read, &[piece], addr, 8) {
+        Ok(()) if v == PROBE.load(Ordering::Relaxed) => Ok(()),
+        Ok(()) => Err("the peer's probe word reads wrong".into()),
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            Err(format!("the kernel refuses it ({e}; see kernel.yama.ptrace_scope)"))
+        }
+        Err(e) => Err(format!("the kernel refuses it ({e})")),
+    }
+}
+
+fn new_efd() -> Result<OwnedFd> {
+    eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+        .map_err(|e| Error::io("eventfd", e.into()))
+}
+
+/// What both sides need to make a link.
+pub(crate) struct Parts {
+    pub(crate) map: Arc<Mapping>,
+    pub(crate) ring: usize,
+    /// This side produces on ring 0 (the connecting side) or ring 1.
+    pub(crate) client: bool,
+    pub(crate) my_efd: OwnedFd,
+    pub(crate) peer_efd: OwnedFd,
+    pub(crate) sock: OwnedFd,
+    pub(crate) peer: Msg,
+    pub(crate) peer_table: OwnedFd,
+}
+
+impl EpShared {
+    /// Makes the connection live: the link is set, the EP joins its EVDs'
+    /// drivers and the IA's helper, and `Established` is posted.
+    pub(crate) fn start(self: &Arc<Self>, p: Parts) -> Result<()> {
+        let ring0 = Ring::new(p.map.clone(), 0, p.ring);
+        let ring1 = Ring::new(p.map.clone(), CTL + p.ring, p.ring);
+        let (out, inc) = if p.client { (ring0, ring1) } else { (ring1, ring0) };
+        let peer_table = PeerTable::map(&p.peer_table)
+            .map_err(|e| Error::io("map the peer's region table", e))?;
+        let cma = probe_cma(self.ia.cfg.cma, p.peer.pid, p.peer.probe);
+        if let Err(why) = &cma {
+            tracing::info!(target: "rmr::shm", ep = self.id.0, why = %why, "RDMA through the rings, not cross-memory attach");
+        }
+        let link = Link {
+            _map: p.map,
+            out,
+            inc,
+            my_efd: p.my_efd,
+            peer_efd: p.peer_efd,
+            sock: p.sock,
+            peer_pid: p.peer.pid,
+            peer_pz: p.peer.pz,
+            peer_table,
+            cma,
+            peer_name: format!("{} (pid {})", self.ia.name, p.peer.pid),
+        };
+        if self.link.set(link).is_err() {
+            return Err(Error::invalid("endpoint already connected"));
+        }
+        self.set_state(EpState::Connected);
+        let me: Arc<dyn Driver> = self.clone();
+        for evd in self.distinct_evds() {
+            crate::domain::soft(evd)?.add_driver(&me);
+        }
+        self.ia
+            .helper
+            .register(self.clone())
+            .map_err(|e| Error::io("start the IA's progress helper", e))?;
+        self.push_conn(Event::Established { ep: self.id, private_data: p.peer.pd });
+        Ok(())
+    }
+
+    /// [`rmr_api::Ep::connect`].
+    pub(crate) fn connect(
+        self: &Arc<Self>,
+        remote: &str,
+        service: u16,
+        pd: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        if pd.len() > MAX_PRIVATE {
+            return Err(Error::invalid(format!(
+                "{} bytes of private data, at most {MAX_PRIVATE}",
+                pd.len()
+            )));
+        }
+        if !self.cas_state(EpState::Unconnected, EpState::Pending) {
+            return Err(Error::invalid("endpoint is not in the unconnected state"));
+        }
+        let r = self.dial(remote, service, pd, timeout);
+        if r.is_err() && self.state() == EpState::Pending {
+            self.set_state(EpState::Unconnected);
+        }
+        r
+    }
+
+    fn dial(
+        self: &Arc<Self>,
+        remote: &str,
+        service: u16,
+        pd: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>> {
+        let _span =
+            tracing::debug_span!(target: "rmr::shm", "connect", ep = self.id.0, remote, service)
+                .entered();
+        let start = Instant::now();
+        let sock = rustix::net::socket_with(
+            rustix::net::AddressFamily::UNIX,
+            rustix::net::SocketType::SEQPACKET,
+            rustix::net::SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| Error::io("socket", e.into()))?;
+        let addr = rustix::net::SocketAddrUnix::new_abstract_name(&socket_name(remote, service))
+            .map_err(|e| Error::io("socket name", e.into()))?;
+        rustix::net::connect(&sock, &addr).map_err(|e| {
+            Error::io(format!("connect to shm service {remote}/{service}"), e.into())
+        })?;
+        let ring = self.ia.cfg.ring;
+        let (map, memfd) = Mapping::create("rmr-shm-rings", 2 * (CTL + ring))
+            .map_err(|e| Error::io("create the rings", e))?;
+        let my_efd = new_efd()?;
+        let hello = Msg {
+            kind: Kind::Hello,
+            pid: rustix::process::getpid().as_raw_nonzero().get(),
+            pz: self.pz_id,
+            ring: ring as u64,
+            probe: probe_addr(),
+            pd: pd.to_vec(),
+        };
+        send_msg(
+            sock.as_fd(),
+            &hello,
+            &[memfd.as_fd(), my_efd.as_fd(), self.ia.table.fd().as_fd()],
+        )
+        .map_err(|e| Error::io("send the set-up message", e))?;
+        let left = timeout.saturating_sub(start.elapsed());
+        let Some((reply, mut fds)) = recv_msg(sock.as_fd(), left)? else {
+            return Err(Error::Timeout);
+        };
+        match reply.kind {
+            Kind::Accept if fds.len() == 2 => {
+                let peer_table = fds.pop().expect("2 fds");
+                let peer_efd = fds.pop().expect("2 fds");
+                let pd = reply.pd.clone();
+                let parts = Parts {
+                    map: Arc::new(map),
+                    ring,
+                    client: true,
+                    my_efd,
+                    peer_efd,
+                    sock,
+                    peer: reply,
+                    peer_table,
+                };
+                self.start(parts)?;
+                Ok(pd)
+            }
+            Kind::Reject => Err(Error::Rejected { private_data: reply.pd }),
+            k => {
+                Err(Error::Protocol(format!("set-up answer {k:?} with {} descriptors", fds.len())))
+            }
+        }
+    }
+
+    /// The passive side's half of [`EpShared::start`], from a peer's hello.
+    pub(crate) fn accept_from(
+        self: &Arc<Self>,
+        sock: OwnedFd,
+        hello: Msg,
+        mut fds: Vec<OwnedFd>,
+        pd: &[u8],
+    ) -> Result<()> {
+        if pd.len() > MAX_PRIVATE {
+            return Err(Error::invalid(format!(
+                "{} bytes of private data, at most {MAX_PRIVATE}",
+                pd.len()
+            )));
+        }
+        let ring = hello.ring as usize;
+        if fds.len() != 3 || !ring.is_power_of_two() || !(64 << 10..=1 << 30).contains(&ring) {
+            return Err(Error::Protocol("a malformed connection request".into()));
+        }
+        if !self.cas_state(EpState::Unconnected, EpState::Pending) {
+            return Err(Error::invalid("endpoint is not in the unconnected state"));
+        }
+        let r = (|| {
+            let peer_table = fds.pop().expect("3 fds");
+            let peer_efd = fds.pop().expect("3 fds");
+            let memfd = fds.pop().expect("3 fds");
+            let map = Mapping::map(&memfd, 2 * (CTL + ring), true)
+                .map_err(|e| Error::io("map the rings", e))?;
+            let my_efd = new_efd()?;
+            let accept = Msg {
+                kind: Kind::Accept,
+                pid: rustix::process::getpid().as_raw_nonzero().get(),
+                pz: self.pz_id,
+                ring: ring as u64,
+                probe: probe_addr(),
+                pd: pd.to_vec(),
+            };
+            send_msg(sock.as_fd(), &accept, &[my_efd.as_fd(), self.ia.table.fd().as_fd()])
+                .map_err(|e| Error::io("send the acceptance", e))?;
+            let parts = Parts {
+                map: Arc::new(map),
+                ring,
+                client: false,
+                my_efd,
+                peer_efd,
+                sock,
+                peer: hello,
+                peer_table,
+            };
+            self.start(parts)
+        })();
+        if r.is_err() && self.state() == EpState::Pending {
+            self.set_state(EpState::Unconnected);
+        }
+        r
+    }
+
+    /// Leaves the EVDs (the connection ended).
+    pub(crate) fn detach(&self) {
+        if !self.detached.swap(true, Ordering::AcqRel) {
+            for evd in self.distinct_evds() {
+                if let Ok(s) = crate::domain::soft(evd) {
+                    s.remove_driver(self);
+                }
+            }
+        }
+    }
+
+    fn flush_recvs(&self, rx: &mut Rx) {
+        rx.cur = None;
+        rx.ack = None;
+        rx.rnr_since = None;
+        for r in rx.recvs.drain(..) {
+            let c = self.recv_done(&r, DtoOp::Recv, Status::Flushed, 0);
+            self.push_recv(Event::Dto(c));
+        }
+    }
+
+    /// An orderly disconnect from this side: everything not done is
+    /// flushed, and the peer learns it after every frame already sent.
+    pub(crate) fn disconnect(&self) -> Result<()> {
+        if !self.cas_state(EpState::Connected, EpState::Disconnected) {
+            return Err(Error::NotConnected);
+        }
+        let link = self.link.get().expect("a connected EP has a link");
+        self.flush_requests(Status::Flushed);
+        self.answer(link, Hdr::new(Op::Disconnect), Segs::new());
+        self.flush_recvs(&mut self.rx());
+        self.detach();
+        self.push_conn(Event::Disconnected { ep: self.id });
+        self.ia.helper.kick();
+        Ok(())
+    }
+
+    /// The peer disconnected (its frame arrived).
+    pub(crate) fn remote_disconnect(&self, rx: &mut Rx) {
+        if self.cas_state(EpState::Connected, EpState::Disconnected) {
+            self.flush_requests(Status::Flushed);
+            self.flush_recvs(rx);
+            self.detach();
+            self.push_conn(Event::Disconnected { ep: self.id });
+        }
+    }
+
+    /// The connection broke.
+    pub(crate) fn broken(&self, rx: &mut Rx, reason: String) {
+        if self.cas_state(EpState::Connected, EpState::Broken) {
+            tracing::warn!(target: "rmr::shm", ep = self.id.0, %reason, "connection broken");
+            self.flush_requests(Status::Broken);
+            self.flush_recvs(rx);
+            self.tx().pending.clear();
+            self.detach();
+            self.push_conn(Event::Broken { ep: self.id, reason });
+        }
+    }
+
+    /// The set-up socket hung up: the peer's EP or process is gone. What it
+    /// sent before is still taken in; without an orderly disconnect among
+    /// it, the connection is broken.
+    pub(crate) fn peer_gone(&self) {
+        let Some(link) = self.link.get() else { return };
+        let mut rx = self.rx();
+        self.take_in(&mut rx, link);
+        if self.state() == EpState::Connected {
+            if link.inc.has_data() {
+                // More than one batch: the helper comes back for the rest.
+                return;
+            }
+            self.broken(&mut rx, "the peer's process or endpoint is gone".into());
+        } else {
+            self.tx().pending.clear();
+        }
+    }
+
+    /// Everything ready now, on the caller's thread; true when anything moved.
+    pub(crate) fn drive_now(&self) -> bool {
+        let Some(link) = self.link.get() else { return false };
+        if self.efd_armed.swap(false, Ordering::AcqRel) {
+            let mut b = [0u8; 8];
+            let _ = rustix::io::read(&link.my_efd, &mut b);
+        }
+        let mut moved = false;
+        if let Ok(mut rx) = self.rx.try_lock() {
+            moved |= self.take_in(&mut rx, link);
+        }
+        let mut tx = self.tx();
+        if !tx.pending.is_empty() {
+            moved |= self.pump(&mut tx, link);
+        }
+        moved
+    }
+
+    /// Before sleeping on the doorbell: asks the peer to ring it, then looks
+    /// once more. False when there is work after all (do not sleep).
+    pub(crate) fn arm(&self) -> bool {
+        let Some(link) = self.link.get() else { return true };
+        self.efd_armed.store(true, Ordering::SeqCst);
+        link.inc.want_data().store(1, Ordering::SeqCst);
+        !link.inc.has_data()
+    }
+
+    /// When a message waiting for a receive times out.
+    pub(crate) fn rnr_deadline(&self) -> Option<Instant> {
+        self.rx.try_lock().ok()?.rnr_since.map(|t| t + self.ia.cfg.rnr_timeout)
+    }
+
+    /// The connection ended and nothing is left to send.
+    pub(crate) fn finished(&self) -> bool {
+        self.state() != EpState::Connected && self.tx().pending.is_empty()
+    }
+}
+
+impl Driver for EpShared {
+    fn drive(&self) -> bool {
+        self.drive_now()
+    }
+
+    fn wait_on(&self) -> WaitOn<'_> {
+        let Some(link) = self.link.get().filter(|_| self.state() == EpState::Connected) else {
+            return WaitOn { fd: None, deadline: None };
+        };
+        if !self.arm() {
+            return WaitOn { fd: None, deadline: Some(Instant::now()) };
+        }
+        WaitOn {
+            fd: Some((link.my_efd.as_fd(), Interest { read: true, write: false })),
+            deadline: self.rnr_deadline(),
+        }
+    }
+
+    fn look_on(&self) -> WaitOn<'_> {
+        WaitOn { fd: None, deadline: Some(Instant::now()) }
+    }
+
+    fn enter(&self) {
+        self.drivers.fetch_add(1, Ordering::SeqCst);
+        if self.helper_armed.load(Ordering::SeqCst)
+            && self.helper_armed.swap(false, Ordering::SeqCst)
+        {
+            // The helper sleeps on the doorbell this thread may now drain:
+            // it must watch instead.
+            self.ia.helper.kick();
+        }
+    }
+
+    fn leave(&self) {
+        self.drivers.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    fn release(&self) {
+        self.ia.helper.kick();
+    }
+}

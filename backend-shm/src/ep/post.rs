@@ -1,0 +1,343 @@
+//! The send side: requests into frames (or straight into the peer's memory
+//! by cross-memory attach), frames into the ring as room allows, and the
+//! answers that complete requests in posting order.
+
+use super::shared::*;
+use crate::sys::{Dir, Piece, cross};
+use crate::wire::{Hdr, IMM, Op, SOLICITED};
+use rmr_api::provider::check_local_sges;
+use rmr_api::{
+    Access, DtoCompletion, DtoFlags, DtoOp, EpState, Error, Event, RemoteAddr, Result, Sge, Status,
+};
+use std::sync::atomic::Ordering;
+
+/// The segments of a checked segment list.
+pub(crate) fn segs_of(sges: &[Sge<'_>]) -> Segs {
+    sges.iter()
+        .map(|s| Seg { region: s.lmr.region().clone(), off: s.lmr.offset() + s.offset, len: s.len })
+        .collect()
+}
+
+/// What a request is, for [`EpShared::post`].
+pub(crate) struct Req<'a> {
+    pub(crate) op: DtoOp,
+    pub(crate) local: &'a [Sge<'a>],
+    pub(crate) remote: Option<RemoteAddr<'a>>,
+    pub(crate) cookie: rmr_api::Cookie,
+    pub(crate) flags: DtoFlags,
+    pub(crate) imm: Option<u32>,
+    /// Addend, or compare and swap.
+    pub(crate) args: (u64, u64),
+}
+
+impl EpShared {
+    pub(crate) fn link(&self) -> Result<&Link> {
+        match (self.state(), self.link.get()) {
+            (EpState::Connected, Some(l)) => Ok(l),
+            _ => Err(Error::NotConnected),
+        }
+    }
+
+    /// Posts a request of the send side.
+    pub(crate) fn post(&self, r: Req<'_>) -> Result<()> {
+        let link = self.link()?;
+        let atomic = matches!(r.op, DtoOp::FetchAdd | DtoOp::CmpSwap);
+        let need = match r.op {
+            DtoOp::RdmaRead => Access::LOCAL_WRITE,
+            _ if atomic => Access::LOCAL_WRITE,
+            _ => Access::empty(),
+        };
+        let total = check_local_sges(r.local, self.pz_id, need, self.ia.attr.max_sges)?;
+        if total > self.ia.attr.max_msg_size {
+            return Err(Error::invalid(format!(
+                "{total} bytes, at most {}",
+                self.ia.attr.max_msg_size
+            )));
+        }
+        if atomic && total != 8 {
+            return Err(Error::invalid("an atomic's result segment must be 8 bytes"));
+        }
+        let (key, addr) = match &r.remote {
+            Some(ra) => {
+                let len = if atomic { 8 } else { total };
+                match ra.offset.checked_add(len) {
+                    Some(end) if end <= ra.ctx.len => {}
+                    _ => {
+                        return Err(Error::OutOfBounds {
+                            offset: ra.offset,
+                            len,
+                            limit: ra.ctx.len,
+                        });
+                    }
+                }
+                let addr = ra.ctx.addr.checked_add(ra.offset).ok_or(Error::OutOfBounds {
+                    offset: ra.offset,
+                    len: total,
+                    limit: ra.ctx.len,
+                })?;
+                (ra.ctx.key(), addr)
+            }
+            None => (0, 0),
+        };
+        let mut tx = self.tx();
+        if tx.outstanding.len() >= self.ia.cfg.max_dtos {
+            drop(tx);
+            // Answers may be waiting in the ring: take them, then look again.
+            self.drive_now();
+            tx = self.tx();
+            if tx.outstanding.len() >= self.ia.cfg.max_dtos {
+                return Err(Error::QueueFull);
+            }
+        }
+        let segs = segs_of(r.local);
+        let cma = self.ia.cfg.cma
+            && link.cma.is_ok()
+            && matches!(r.op, DtoOp::RdmaWrite | DtoOp::RdmaRead)
+            && r.imm.is_none()
+            && total >= self.ia.cfg.cma_min as u64
+            && tx.unapplied == 0;
+        let mut out = Out {
+            cookie: r.cookie,
+            op: r.op,
+            flags: r.flags,
+            bytes: total,
+            seq: None,
+            memop: !matches!(r.op, DtoOp::Send),
+            local: Segs::new(),
+            done: None,
+            old: None,
+        };
+        if cma {
+            out.done = Some(self.cross(link, r.op, &segs, key, addr, total));
+            tx.outstanding.push_back(out);
+            let evs = self.complete_front(&mut tx);
+            drop(tx);
+            self.publish(evs);
+            return Ok(());
+        }
+        let seq = tx.next_seq;
+        tx.next_seq += 1;
+        out.seq = Some(seq);
+        let mut h = Hdr::new(Op::Send);
+        h.seq = seq;
+        h.key = key;
+        h.addr = addr;
+        h.total = total;
+        let payload = match r.op {
+            DtoOp::Send => {
+                if r.flags.contains(DtoFlags::SOLICITED) {
+                    h.flags |= SOLICITED;
+                }
+                segs
+            }
+            DtoOp::RdmaWrite => {
+                h.op = Op::Write as u8;
+                if let Some(imm) = r.imm {
+                    h.flags |= IMM;
+                    h.arg = u64::from(imm);
+                }
+                segs
+            }
+            DtoOp::RdmaRead => {
+                h.op = Op::ReadReq as u8;
+                out.local = segs;
+                Segs::new()
+            }
+            _ => {
+                h.op = if r.op == DtoOp::FetchAdd { Op::FetchAdd } else { Op::CmpSwap } as u8;
+                (h.arg, h.arg2) = r.args;
+                h.total = 0;
+                out.local = segs;
+                Segs::new()
+            }
+        };
+        if out.memop {
+            tx.unapplied += 1;
+        }
+        tx.outstanding.push_back(out);
+        tx.pending.push_back(OutFrame { h, segs: payload });
+        self.pump(&mut tx, link);
+        Ok(())
+    }
+
+    /// A write or read by cross-memory attach, after the checks the target
+    /// would make, against the table it publishes.
+    fn cross(
+        &self,
+        link: &Link,
+        op: DtoOp,
+        segs: &Segs,
+        key: u64,
+        addr: u64,
+        total: u64,
+    ) -> Status {
+        let Some(e) = link.peer_table.lookup(key) else { return Status::BadKey };
+        let need = if op == DtoOp::RdmaRead { Access::REMOTE_READ } else { Access::REMOTE_WRITE };
+        if let Err(s) = e.check(link.peer_pz, need, addr, total) {
+            return s;
+        }
+        let pieces: smallvec::SmallVec<[Piece; 4]> = segs.iter().map(Seg::piece).collect();
+        let dir = if op == DtoOp::RdmaRead { Dir::Read } else { Dir::Write };
+        match cross(link.peer_pid, dir, &pieces, addr, total as usize) {
+            Ok(()) => Status::Success,
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Status::RemoteAccess,
+            Err(e) => {
+                tracing::warn!(target: "rmr::shm", ep = self.id.0, error = %e, "cross-memory access failed");
+                Status::Broken
+            }
+        }
+    }
+
+    /// Moves pending frames into the ring while it has room; true when any went.
+    pub(crate) fn pump(&self, tx: &mut Tx, link: &Link) -> bool {
+        let mut moved = false;
+        let max = link.out.max_chunk() as u64;
+        while let Some(f) = tx.pending.front() {
+            let payload = matches!(Op::from_u8(f.h.op), Some(Op::Send | Op::Write | Op::ReadResp));
+            let total = if payload { f.h.total } else { 0 };
+            let at = tx.sent;
+            let chunk = (total - at).min(max);
+            let mut h = if at == 0 {
+                f.h
+            } else {
+                let mut c = Hdr::new(Op::Cont);
+                c.seq = f.h.seq;
+                c
+            };
+            h.len = chunk as u32;
+            let segs = &f.segs;
+            let mut fill = |dst: *mut u8| gather(segs, at, dst, chunk as usize);
+            if !link.out.push(&h, &mut fill) {
+                // Full: ask the consumer to ring when it frees room, then
+                // look once more (it may have freed room meanwhile).
+                link.out.want_space().store(1, Ordering::SeqCst);
+                self.efd_armed.store(true, Ordering::SeqCst);
+                if !link.out.push(&h, &mut fill) {
+                    break;
+                }
+            }
+            moved = true;
+            tx.sent += chunk;
+            if tx.sent == total {
+                tx.sent = 0;
+                tx.pending.pop_front();
+            }
+        }
+        if moved {
+            link.wake_consumer();
+        }
+        moved
+    }
+
+    /// Queues a frame of this side's own (an answer) and pumps.
+    pub(crate) fn answer(&self, link: &Link, h: Hdr, segs: Segs) {
+        let mut tx = self.tx();
+        tx.pending.push_back(OutFrame { h, segs });
+        self.pump(&mut tx, link);
+    }
+
+    /// Completes the requests at the front that are done, in order; returns
+    /// their events (published once the lock is released).
+    pub(crate) fn complete_front(&self, tx: &mut Tx) -> Vec<Event> {
+        let mut evs = Vec::new();
+        while tx.outstanding.front().is_some_and(|o| o.done.is_some()) {
+            let o = tx.outstanding.pop_front().expect("a front");
+            let status = o.done.expect("done");
+            if o.memop && o.seq.is_some() {
+                tx.unapplied -= 1;
+            }
+            if !status.is_ok() || !o.flags.contains(DtoFlags::SUPPRESS) {
+                let bytes = if status.is_ok() { o.bytes } else { 0 };
+                let mut c = DtoCompletion::new(self.id, o.cookie, o.op, status, bytes);
+                c.imm = o.old;
+                evs.push(Event::Dto(c));
+            }
+        }
+        evs
+    }
+
+    pub(crate) fn publish(&self, evs: Vec<Event>) {
+        for e in evs {
+            self.push_request(e);
+        }
+    }
+
+    /// The answer to ring request `seq` (`AckUpTo`: every one up to it).
+    pub(crate) fn answered(&self, op: Op, seq: u64, status: Status) {
+        let mut tx = self.tx();
+        for o in tx.outstanding.iter_mut() {
+            let Some(s) = o.seq else { continue };
+            if s > seq {
+                break;
+            }
+            if op == Op::AckUpTo {
+                if o.done.is_none() {
+                    o.done = Some(Status::Success);
+                }
+            } else if s == seq {
+                o.done = Some(status);
+                break;
+            }
+        }
+        let evs = self.complete_front(&mut tx);
+        drop(tx);
+        self.publish(evs);
+    }
+
+    /// Queues the answer to a read. When the ring cannot take all of it now,
+    /// what is left is copied aside at once: a write the peer posted after
+    /// the read must not change what the read returns.
+    pub(crate) fn answer_read(&self, link: &Link, h: Hdr, segs: Segs) {
+        let mut tx = self.tx();
+        tx.pending.push_back(OutFrame { h, segs });
+        self.pump(&mut tx, link);
+        if let Some(f) = tx.pending.back_mut() {
+            if f.h.op == Op::ReadResp as u8 && f.h.seq == h.seq && f.h.total > 0 {
+                let copy = rmr_api::MemRegion::new(f.h.total as usize);
+                let mut at = 0;
+                for s in &f.segs {
+                    let _ = copy.copy_from(at, &s.region, s.off, s.len);
+                    at += s.len;
+                }
+                f.segs = std::iter::once(Seg { region: copy, off: 0, len: f.h.total }).collect();
+            }
+        }
+    }
+
+    /// An atomic's answer: its old value, or its failure.
+    pub(crate) fn atomic_answered(&self, seq: u64, status: Status, old: u64) {
+        let mut tx = self.tx();
+        if let Some(o) = tx.outstanding.iter_mut().find(|o| o.seq == Some(seq)) {
+            if status.is_ok() {
+                let v = old.to_le_bytes();
+                scatter(&o.local, 0, v.as_ptr(), 8);
+                o.old = Some(old);
+            }
+            o.done = Some(status);
+        }
+        let evs = self.complete_front(&mut tx);
+        drop(tx);
+        self.publish(evs);
+    }
+
+    /// The local segments of request `seq` (a read's or an atomic's).
+    pub(crate) fn local_of(&self, seq: u64) -> Option<Segs> {
+        self.tx().outstanding.iter().find(|o| o.seq == Some(seq)).map(|o| o.local.clone())
+    }
+
+    /// Every request not answered yet ends with `status`; frames not yet in
+    /// the ring are dropped.
+    pub(crate) fn flush_requests(&self, status: Status) {
+        let mut tx = self.tx();
+        tx.pending.clear();
+        tx.sent = 0;
+        for o in tx.outstanding.iter_mut() {
+            if o.done.is_none() {
+                o.done = Some(status);
+            }
+        }
+        let evs = self.complete_front(&mut tx);
+        drop(tx);
+        self.publish(evs);
+    }
+}

@@ -1,0 +1,309 @@
+//! The state of one endpoint that every thread works on ([`EpShared`]):
+//! the link to the peer once connected, the send side ([`Tx`]: frames
+//! waiting for ring space and requests waiting for their answers) and the
+//! receive side ([`Rx`]: posted receives and the frame being taken in).
+
+use crate::domain::{IaShared, soft};
+use crate::ring::Ring;
+use crate::sys::{Mapping, Piece};
+use crate::table::PeerTable;
+use crate::wire::Hdr;
+use rmr_api::{
+    Cookie, DtoCompletion, DtoFlags, DtoOp, EpEvds, EpId, EpState, Event, MemRegion, Status,
+};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// A piece of registered memory a DTO reads or writes.
+#[derive(Clone)]
+pub(crate) struct Seg {
+    pub(crate) region: Arc<MemRegion>,
+    pub(crate) off: u64,
+    pub(crate) len: u64,
+}
+
+pub(crate) type Segs = SmallVec<[Seg; 2]>;
+
+impl Seg {
+    pub(crate) fn piece(&self) -> Piece {
+        Piece { ptr: self.region.as_ptr().wrapping_add(self.off as usize), len: self.len as usize }
+    }
+}
+
+/// Copies `len` bytes of the segments' bytes from `at` on to `dst`.
+pub(crate) fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize) {
+    for s in segs {
+        if len == 0 {
+            break;
+        }
+        if at >= s.len {
+            at -= s.len;
+            continue;
+        }
+        let n = ((s.len - at) as usize).min(len);
+        debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
+        // SAFETY: the segment was checked against its LMR's bounds at post
+        // and the DTO holds its region; `dst` is ring space of `len` bytes
+        // this side owns until it publishes the frame.
+        unsafe { crate::sys::copy(s.region.as_ptr().add((s.off + at) as usize), dst, n) };
+        dst = dst.wrapping_add(n);
+        len -= n;
+        at = 0;
+    }
+}
+
+/// Copies `len` bytes at `src` into the segments from byte `at` on.
+pub(crate) fn scatter(segs: &[Seg], mut at: u64, mut src: *const u8, mut len: usize) {
+    for s in segs {
+        if len == 0 {
+            break;
+        }
+        if at >= s.len {
+            at -= s.len;
+            continue;
+        }
+        let n = ((s.len - at) as usize).min(len);
+        debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
+        // SAFETY: as in `gather`, the other way: `src` is a frame's payload
+        // the consumer owns until it moves the ring's tail.
+        unsafe { crate::sys::copy(src, s.region.as_ptr().add((s.off + at) as usize), n) };
+        src = src.wrapping_add(n);
+        len -= n;
+        at = 0;
+    }
+}
+
+/// The connection to the peer, fixed once connected.
+pub(crate) struct Link {
+    /// Keeps the rings' memory mapped.
+    pub(crate) _map: Arc<Mapping>,
+    /// What this side produces.
+    pub(crate) out: Ring,
+    /// What the peer produces.
+    pub(crate) inc: Ring,
+    /// This side's doorbell (the peer writes it).
+    pub(crate) my_efd: OwnedFd,
+    /// The peer's doorbell.
+    pub(crate) peer_efd: OwnedFd,
+    /// The set-up socket, kept only to learn that the peer is gone.
+    pub(crate) sock: OwnedFd,
+    pub(crate) peer_pid: i32,
+    /// The protection zone of the peer's EP.
+    pub(crate) peer_pz: u64,
+    pub(crate) peer_table: PeerTable,
+    /// Cross-memory attach works to the peer (else: why not).
+    pub(crate) cma: Result<(), String>,
+    pub(crate) peer_name: String,
+}
+
+impl Link {
+    /// Rings the peer's doorbell if it sleeps on data this side produced.
+    pub(crate) fn wake_consumer(&self) {
+        let w = self.out.want_data();
+        if w.load(Ordering::SeqCst) != 0 && w.swap(0, Ordering::SeqCst) != 0 {
+            let _ = rustix::io::write(&self.peer_efd, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Rings the peer's doorbell if it waits for room this side freed.
+    pub(crate) fn wake_producer(&self) {
+        let w = self.inc.want_space();
+        if w.load(Ordering::SeqCst) != 0 && w.swap(0, Ordering::SeqCst) != 0 {
+            let _ = rustix::io::write(&self.peer_efd, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+/// A frame (and its `Cont`s) waiting for ring space.
+pub(crate) struct OutFrame {
+    pub(crate) h: Hdr,
+    pub(crate) segs: Segs,
+}
+
+/// A request waiting for its completion, in posting order.
+pub(crate) struct Out {
+    pub(crate) cookie: Cookie,
+    pub(crate) op: DtoOp,
+    pub(crate) flags: DtoFlags,
+    pub(crate) bytes: u64,
+    /// Its sequence number on the ring (`None`: done by cross-memory attach).
+    pub(crate) seq: Option<u64>,
+    /// It touches the target's memory through the ring (write, read, atomic).
+    pub(crate) memop: bool,
+    /// Where a read's data or an atomic's old value goes.
+    pub(crate) local: Segs,
+    pub(crate) done: Option<Status>,
+    /// An atomic's old value (the completion's `imm`).
+    pub(crate) old: Option<u64>,
+}
+
+/// The send side.
+#[derive(Default)]
+pub(crate) struct Tx {
+    pub(crate) pending: VecDeque<OutFrame>,
+    /// Payload bytes of `pending`'s first frame already in the ring.
+    pub(crate) sent: u64,
+    pub(crate) outstanding: VecDeque<Out>,
+    pub(crate) next_seq: u64,
+    /// Ring requests touching the target's memory not answered yet: a
+    /// cross-memory access may not overtake them.
+    pub(crate) unapplied: usize,
+}
+
+/// A posted receive.
+pub(crate) struct Recv {
+    pub(crate) cookie: Cookie,
+    pub(crate) segs: Segs,
+    pub(crate) cap: u64,
+}
+
+/// The request whose payload is being taken in.
+pub(crate) enum Cur {
+    /// A message into a receive.
+    Recv { recv: Recv, seq: u64, total: u64, got: u64, solicited: bool },
+    /// A write into a region; with immediate: the receive it completes.
+    Write { seg: Seg, seq: u64, total: u64, got: u64, imm: Option<(u64, Recv)> },
+    /// A read's answer into the request's local segments.
+    ReadResp { segs: Segs, seq: u64, total: u64, got: u64 },
+    /// Payload of a refused request: skipped.
+    Discard { left: u64 },
+}
+
+/// The receive side.
+#[derive(Default)]
+pub(crate) struct Rx {
+    pub(crate) recvs: VecDeque<Recv>,
+    pub(crate) cur: Option<Cur>,
+    /// The last request handled that needs only "it worked" as its answer.
+    pub(crate) ack: Option<u64>,
+    /// Since when the frame at the head waits for a receive.
+    pub(crate) rnr_since: Option<Instant>,
+}
+
+pub(crate) struct EpShared {
+    pub(crate) id: EpId,
+    pub(crate) ia: Arc<IaShared>,
+    pub(crate) pz_id: u64,
+    pub(crate) evds: EpEvds,
+    state: AtomicU8,
+    pub(crate) link: OnceLock<Link>,
+    pub(crate) tx: Mutex<Tx>,
+    pub(crate) rx: Mutex<Rx>,
+    /// Application threads driving this EP now (the helper stands back).
+    pub(crate) drivers: AtomicUsize,
+    /// A sleeper armed the doorbell: the next drive drains it.
+    pub(crate) efd_armed: AtomicBool,
+    /// The IA's helper sleeps on this EP's doorbell: a thread that starts
+    /// driving tells it (the wake-up may now go to that thread instead).
+    pub(crate) helper_armed: AtomicBool,
+    /// The connection ended and the EP left its EVDs.
+    pub(crate) detached: AtomicBool,
+}
+
+fn state_of(b: u8) -> EpState {
+    match b {
+        0 => EpState::Unconnected,
+        1 => EpState::Pending,
+        2 => EpState::Connected,
+        3 => EpState::Disconnected,
+        _ => EpState::Broken,
+    }
+}
+
+fn byte_of(s: EpState) -> u8 {
+    match s {
+        EpState::Unconnected => 0,
+        EpState::Pending => 1,
+        EpState::Connected => 2,
+        EpState::Disconnected => 3,
+        EpState::Broken => 4,
+    }
+}
+
+impl EpShared {
+    pub(crate) fn new(ia: Arc<IaShared>, pz_id: u64, evds: EpEvds) -> EpShared {
+        EpShared {
+            id: EpId::fresh(),
+            ia,
+            pz_id,
+            evds,
+            state: AtomicU8::new(0),
+            link: OnceLock::new(),
+            tx: Mutex::new(Tx::default()),
+            rx: Mutex::new(Rx::default()),
+            drivers: AtomicUsize::new(0),
+            efd_armed: AtomicBool::new(false),
+            helper_armed: AtomicBool::new(false),
+            detached: AtomicBool::new(false),
+        }
+    }
+
+    pub(crate) fn state(&self) -> EpState {
+        state_of(self.state.load(Ordering::Acquire))
+    }
+
+    pub(crate) fn set_state(&self, s: EpState) {
+        self.state.store(byte_of(s), Ordering::Release);
+    }
+
+    pub(crate) fn cas_state(&self, from: EpState, to: EpState) -> bool {
+        self.state
+            .compare_exchange(byte_of(from), byte_of(to), Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    pub(crate) fn tx(&self) -> std::sync::MutexGuard<'_, Tx> {
+        self.tx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn rx(&self) -> std::sync::MutexGuard<'_, Rx> {
+        self.rx.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push_to(&self, evd: &Arc<dyn rmr_api::Evd>, ev: Event) {
+        if let Ok(s) = soft(evd) {
+            s.push(ev);
+        }
+    }
+
+    pub(crate) fn push_request(&self, ev: Event) {
+        self.push_to(&self.evds.request, ev);
+    }
+
+    pub(crate) fn push_recv(&self, ev: Event) {
+        self.push_to(&self.evds.recv, ev);
+    }
+
+    pub(crate) fn push_conn(&self, ev: Event) {
+        self.push_to(&self.evds.conn, ev);
+    }
+
+    /// A receive's completion.
+    pub(crate) fn recv_done(
+        &self,
+        r: &Recv,
+        op: DtoOp,
+        status: Status,
+        bytes: u64,
+    ) -> DtoCompletion {
+        DtoCompletion::new(self.id, r.cookie, op, status, bytes)
+    }
+
+    /// The EVDs, each once.
+    pub(crate) fn distinct_evds(&self) -> Vec<&SoftEvdRef> {
+        let mut v: Vec<&Arc<dyn rmr_api::Evd>> = Vec::new();
+        for e in [&self.evds.request, &self.evds.recv, &self.evds.conn] {
+            if !v.iter().any(|x| Arc::ptr_eq(x, e)) {
+                v.push(e);
+            }
+        }
+        v
+    }
+}
+
+/// An EVD handle (every one a `SoftEvd`, checked when the EP is made).
+pub(crate) type SoftEvdRef = Arc<dyn rmr_api::Evd>;

@@ -1,0 +1,202 @@
+//! The IA's progress helper: one thread, started with the first
+//! connection, that drives the endpoints no application thread drives
+//! (RDMA into a passive target, answers to reads and atomics, frames
+//! waiting for ring space) and learns when a peer's set-up socket hangs up.
+//!
+//! It stands back from an endpoint while an application thread drives it
+//! (looking every [`WATCH_EVERY`] whether it has left) and otherwise
+//! sleeps in `epoll` on the endpoints' doorbells, armed as a sleeping
+//! waiter arms them: the peer rings only a doorbell someone sleeps on.
+
+use crate::ep::EpShared;
+use rustix::buffer::spare_capacity;
+use rustix::event::{EventfdFlags, epoll, eventfd};
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How often the helper looks at endpoints application threads drive.
+const WATCH_EVERY: Duration = Duration::from_millis(2);
+
+/// The `epoll` datum of the helper's own wake-up.
+const WAKE: u64 = u64::MAX;
+
+struct Inner {
+    epoll: OwnedFd,
+    wake: OwnedFd,
+    new: Mutex<Vec<Arc<EpShared>>>,
+    stop: AtomicBool,
+}
+
+/// An IA's helper (its thread runs from the first connection on).
+pub(crate) struct Helper {
+    inner: Mutex<Option<Arc<Inner>>>,
+}
+
+impl Helper {
+    pub(crate) fn new() -> Helper {
+        Helper { inner: Mutex::new(None) }
+    }
+
+    /// Takes `ep` into the helper's care, starting the thread if needed.
+    pub(crate) fn register(&self, ep: Arc<EpShared>) -> std::io::Result<()> {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.is_none() {
+            let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+            let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
+            epoll::add(&epoll, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
+            let inner = Arc::new(Inner {
+                epoll,
+                wake,
+                new: Mutex::new(Vec::new()),
+                stop: AtomicBool::new(false),
+            });
+            let i2 = inner.clone();
+            std::thread::Builder::new().name("rmr-shm-helper".into()).spawn(move || run(&i2))?;
+            *g = Some(inner);
+        }
+        let inner = g.as_ref().expect("started");
+        inner.new.lock().unwrap_or_else(|e| e.into_inner()).push(ep);
+        let _ = rustix::io::write(&inner.wake, &1u64.to_ne_bytes());
+        Ok(())
+    }
+
+    /// Wakes the helper to look at every endpoint now.
+    pub(crate) fn kick(&self) {
+        if let Some(i) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            let _ = rustix::io::write(&i.wake, &1u64.to_ne_bytes());
+        }
+    }
+
+    /// Ends the thread (the IA is gone).
+    pub(crate) fn stop(&self) {
+        if let Some(i) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            i.stop.store(true, Ordering::Release);
+            let _ = rustix::io::write(&i.wake, &1u64.to_ne_bytes());
+        }
+    }
+}
+
+/// What the helper does next about one endpoint.
+enum Look {
+    /// Asleep on its doorbell.
+    Armed,
+    /// An application thread drives it, or a timer runs: look again soon.
+    Watch,
+    /// Work is ready: look again at once.
+    Again,
+    /// The connection ended: forget it.
+    Gone,
+}
+
+fn look(ep: &EpShared) -> Look {
+    if ep.finished() {
+        return Look::Gone;
+    }
+    if ep.drivers.load(Ordering::Acquire) > 0 {
+        return Look::Watch;
+    }
+    let moved = ep.drive_now();
+    if moved || !ep.arm() {
+        return Look::Again;
+    }
+    if ep.rnr_deadline().is_some() || !ep.tx().pending.is_empty() {
+        return Look::Watch;
+    }
+    // Dekker with `enter`: either a thread that starts driving sees the
+    // flag (and kicks the helper), or the helper sees it driving.
+    ep.helper_armed.store(true, Ordering::SeqCst);
+    if ep.drivers.load(Ordering::SeqCst) > 0 {
+        ep.helper_armed.store(false, Ordering::SeqCst);
+        return Look::Watch;
+    }
+    Look::Armed
+}
+
+fn run(inner: &Inner) {
+    let mut eps: Vec<Arc<EpShared>> = Vec::new();
+    let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
+    loop {
+        if inner.stop.load(Ordering::Acquire) {
+            // The IA is gone; endpoints still in care end with it.
+            return;
+        }
+        for ep in inner.new.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+            if let Some(link) = ep.link.get() {
+                let id = ep.id.0 << 1;
+                let _ = epoll::add(
+                    &inner.epoll,
+                    link.my_efd.as_fd(),
+                    epoll::EventData::new_u64(id),
+                    epoll::EventFlags::IN | epoll::EventFlags::ONESHOT,
+                );
+                let _ = epoll::add(
+                    &inner.epoll,
+                    link.sock.as_fd(),
+                    epoll::EventData::new_u64(id | 1),
+                    epoll::EventFlags::RDHUP,
+                );
+                eps.push(ep);
+            }
+        }
+        let (mut watch, mut again) = (false, false);
+        eps.retain(|ep| match look(ep) {
+            Look::Armed => {
+                // One-shot: the doorbell is the helper's only while armed;
+                // an application thread that drives the EP drains it.
+                if let Some(link) = ep.link.get() {
+                    let _ = epoll::modify(
+                        &inner.epoll,
+                        link.my_efd.as_fd(),
+                        epoll::EventData::new_u64(ep.id.0 << 1),
+                        epoll::EventFlags::IN | epoll::EventFlags::ONESHOT,
+                    );
+                }
+                true
+            }
+            Look::Watch => {
+                watch = true;
+                true
+            }
+            Look::Again => {
+                again = true;
+                true
+            }
+            Look::Gone => {
+                if let Some(link) = ep.link.get() {
+                    let _ = epoll::delete(&inner.epoll, link.my_efd.as_fd());
+                    let _ = epoll::delete(&inner.epoll, link.sock.as_fd());
+                }
+                false
+            }
+        });
+        let timeout = if again {
+            Some(Duration::ZERO)
+        } else if watch {
+            Some(WATCH_EVERY)
+        } else {
+            None
+        };
+        let ts =
+            timeout.map(|t| rustix::time::Timespec { tv_sec: 0, tv_nsec: t.as_nanos() as i64 });
+        events.clear();
+        if epoll::wait(&inner.epoll, spare_capacity(&mut events), ts.as_ref()).is_err() {
+            continue;
+        }
+        for ev in &events {
+            let d = ev.data.u64();
+            if d == WAKE {
+                let mut b = [0u8; 8];
+                let _ = rustix::io::read(&inner.wake, &mut b);
+                continue;
+            }
+            // A doorbell: the next round's look drives the EP (and drains it).
+            if d & 1 == 1 {
+                if let Some(ep) = eps.iter().find(|e| e.id.0 == d >> 1) {
+                    ep.peer_gone();
+                }
+            }
+        }
+    }
+}

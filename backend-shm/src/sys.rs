@@ -1,0 +1,157 @@
+//! The backend's contact with the kernel that needs `unsafe`: shared
+//! mappings of a memfd, and cross-memory attach (`process_vm_readv`,
+//! `process_vm_writev`). Everything else goes through rustix's safe calls.
+
+use rustix::fd::{AsFd, OwnedFd};
+use rustix::mm::{MapFlags, ProtFlags};
+use std::io;
+use std::ptr::NonNull;
+
+/// A shared mapping of a whole memfd: rings or a region table.
+pub(crate) struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; every access through it is
+// atomic or a raw copy whose synchronisation the ring protocol gives.
+unsafe impl Send for Mapping {}
+// SAFETY: as for Send.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// A new memfd of `len` zero bytes, mapped read-write; returns the fd
+    /// too (to send to the peer).
+    pub(crate) fn create(name: &str, len: usize) -> io::Result<(Mapping, OwnedFd)> {
+        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        let m = Mapping::map(&fd, len, true)?;
+        Ok((m, fd))
+    }
+
+    /// Maps `len` bytes of a received memfd; read-only unless `write`.
+    ///
+    /// # Errors
+    /// The file is shorter than `len` (a peer that lies about it), or mmap fails.
+    pub(crate) fn map(fd: impl AsFd, len: usize, write: bool) -> io::Result<Mapping> {
+        let st = rustix::fs::fstat(&fd)?;
+        if (st.st_size as u64) < len as u64 || len == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "shared file too short"));
+        }
+        let prot = if write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
+        // SAFETY: a fresh mapping chosen by the kernel (null hint), of a
+        // file at least `len` bytes long; nothing else refers to it yet.
+        let p =
+            unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
+        let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        Ok(Mapping { ptr, len })
+    }
+
+    /// The first byte.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: we mapped exactly this range, and every user of it holds
+        // the Mapping (rings and tables keep it in an Arc).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// One local piece of a cross-memory transfer: `len` bytes at `ptr` in
+/// this process (inside a registered `MemRegion` the DTO holds).
+#[derive(Clone, Copy)]
+pub(crate) struct Piece {
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+}
+
+/// Which way a cross-memory transfer goes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Dir {
+    /// Local pieces into the peer's range.
+    Write,
+    /// The peer's range into local pieces.
+    Read,
+}
+
+/// Moves `total` bytes between the local `pieces` and `[addr, addr+total)`
+/// in process `pid`, looping over partial transfers.
+///
+/// # Errors
+/// The kernel's: `EFAULT` (the peer's range is not mapped), `EPERM`
+/// (ptrace policy), `ESRCH` (the peer is gone).
+pub(crate) fn cross(
+    pid: i32,
+    dir: Dir,
+    pieces: &[Piece],
+    addr: u64,
+    total: usize,
+) -> io::Result<()> {
+    let mut done = 0usize;
+    let mut iov: Vec<libc::iovec> = Vec::with_capacity(pieces.len());
+    while done < total {
+        // The local pieces from byte `done` on.
+        iov.clear();
+        let mut skip = done;
+        for p in pieces {
+            if skip >= p.len {
+                skip -= p.len;
+                continue;
+            }
+            iov.push(libc::iovec {
+                iov_base: p.ptr.wrapping_add(skip).cast(),
+                iov_len: p.len - skip,
+            });
+            skip = 0;
+        }
+        let remote = libc::iovec {
+            iov_base: (addr as usize + done) as *mut libc::c_void,
+            iov_len: total - done,
+        };
+        // SAFETY: the local iovecs lie inside registered regions the caller
+        // keeps alive for the call (checked against their LMRs' bounds);
+        // the remote range is the peer's, which the kernel checks; no Rust
+        // reference to either range exists.
+        let n = unsafe {
+            match dir {
+                Dir::Write => {
+                    libc::process_vm_writev(pid, iov.as_ptr(), iov.len() as _, &remote, 1, 0)
+                }
+                Dir::Read => {
+                    libc::process_vm_readv(pid, iov.as_ptr(), iov.len() as _, &remote, 1, 0)
+                }
+            }
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "cross-memory transfer moved nothing",
+            ));
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Copies `len` bytes from `src` to `dst`.
+///
+/// # Safety
+/// Both ranges are valid for `len` bytes and do not overlap: one lies in a
+/// shared ring the protocol gives this side for now, the other in a
+/// registered region whose bounds the caller checked.
+pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
+}
