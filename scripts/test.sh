@@ -16,17 +16,17 @@ cargo fmt --all -- --check
 # (an order to read them in), and no source file of any crate runs
 # past 800 lines (one concern per file).
 step layout
-python3 scripts/module-dag.py rmr-api multirail backend-tcp rmr-coll rmr-boot benches examples rmr-dsm
-scripts/file-lengths.sh 800 rmr-api multirail backend-tcp rmr-dsm zipper-bridge backend-verbs backend-ofi benches rmr-coll rmr-boot rmr examples
+python3 scripts/module-dag.py rmr-api multirail backend-tcp backend-shm rmr-coll rmr-boot benches examples rmr-dsm
+scripts/file-lengths.sh 800 rmr-api multirail backend-tcp backend-shm rmr-dsm zipper-bridge backend-verbs backend-ofi benches rmr-coll rmr-boot rmr examples
 # Library crates report through `tracing`, never straight to stderr.
-if grep -rn 'eprintln!' --include='*.rs' --exclude-dir=bin rmr-api/src backend-tcp/src \
+if grep -rn 'eprintln!' --include='*.rs' --exclude-dir=bin rmr-api/src backend-tcp/src backend-shm/src \
     backend-ofi/src backend-verbs/src multirail/src zipper-bridge/src rmr-boot/src rmr-coll/src \
     rmr-dsm/src rmr/src; then
   echo "eprintln! in library code (use tracing)"; exit 1
 fi
 # `pmix`: the PMIx bootstrap (rmr-boot) and the barrier's mpirun tests (rmr-coll).
 step clippy
-cargo clippy --workspace --all-targets -q --features rmr-coll/pmix,rmr/tokio,rmr/ofi -- -D warnings
+cargo clippy --workspace --all-targets -q --features rmr-coll/pmix,rmr/tokio,rmr/ofi,rmr/shm -- -D warnings
 # `stages`: the round-trip timeline for latency work (rmr_api::stages), off by default.
 step clippy and test with stages
 cargo clippy -p rmr-api --all-targets -q --features stages -- -D warnings
@@ -40,7 +40,7 @@ if [ "$FUZZ_SECS" != 0 ]; then
 fi
 # Every public item documented, every intra-doc link resolving (all backends' docs).
 step docs
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-coll/pmix,rmr/ofi,rmr/verbs,rmr/zipper,rmr/tokio
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace -q --features rmr-coll/pmix,rmr/ofi,rmr/verbs,rmr/zipper,rmr/tokio,rmr/shm
 # Miri over the pure modules (memory's raw-pointer accessors, planner, codec),
 # ThreadSanitizer over the tcp and multirail conformance suites.
 step sanitizers
@@ -49,5 +49,5 @@ scripts/sanitize.sh
 step fresh crate
 scripts/fresh-crate.sh
 step tests
-cargo test --workspace --release --features rmr-coll/pmix,rmr/tokio,rmr/ofi 2>&1
+cargo test --workspace --release --features rmr-coll/pmix,rmr/tokio,rmr/ofi,rmr/shm 2>&1
 step done

@@ -8,10 +8,9 @@
 //! sleeps in `epoll` on the endpoints' doorbells, armed as a sleeping
 //! waiter arms them: the peer rings only a doorbell someone sleeps on.
 
-use crate::ep::EpShared;
 use rustix::buffer::spare_capacity;
 use rustix::event::{EventfdFlags, epoll, eventfd};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +24,7 @@ const WAKE: u64 = u64::MAX;
 struct Inner {
     epoll: OwnedFd,
     wake: OwnedFd,
-    new: Mutex<Vec<Arc<EpShared>>>,
+    new: Mutex<Vec<Arc<dyn Tended>>>,
     stop: AtomicBool,
 }
 
@@ -40,7 +39,7 @@ impl Helper {
     }
 
     /// Takes `ep` into the helper's care, starting the thread if needed.
-    pub(crate) fn register(&self, ep: Arc<EpShared>) -> std::io::Result<()> {
+    pub(crate) fn register(&self, ep: Arc<dyn Tended>) -> std::io::Result<()> {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if g.is_none() {
             let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
@@ -79,8 +78,8 @@ impl Helper {
 }
 
 /// What the helper does next about one endpoint.
-enum Look {
-    /// Asleep on its doorbell.
+pub(crate) enum Look {
+    /// Asleep on its doorbell (re-armed in the helper's set).
     Armed,
     /// An application thread drives it, or a timer runs: look again soon.
     Watch,
@@ -90,32 +89,23 @@ enum Look {
     Gone,
 }
 
-fn look(ep: &EpShared) -> Look {
-    if ep.finished() {
-        return Look::Gone;
-    }
-    if ep.drivers.load(Ordering::Acquire) > 0 {
-        return Look::Watch;
-    }
-    let moved = ep.drive_now();
-    if moved || !ep.arm() {
-        return Look::Again;
-    }
-    if ep.rnr_deadline().is_some() || !ep.tx().pending.is_empty() {
-        return Look::Watch;
-    }
-    // Dekker with `enter`: either a thread that starts driving sees the
-    // flag (and kicks the helper), or the helper sees it driving.
-    ep.helper_armed.store(true, Ordering::SeqCst);
-    if ep.drivers.load(Ordering::SeqCst) > 0 {
-        ep.helper_armed.store(false, Ordering::SeqCst);
-        return Look::Watch;
-    }
-    Look::Armed
+/// An endpoint as the helper sees it.
+pub(crate) trait Tended: Send + Sync {
+    /// A number unique among the IA's endpoints.
+    fn key(&self) -> u64;
+    /// The doorbell the peer rings.
+    fn doorbell(&self) -> BorrowedFd<'_>;
+    /// The set-up socket, which hangs up when the peer is gone.
+    fn socket(&self) -> BorrowedFd<'_>;
+    /// Drives the endpoint unless an application thread does, and says
+    /// what next (arming its doorbell for [`Look::Armed`]).
+    fn look(&self) -> Look;
+    /// The set-up socket hung up.
+    fn hung_up(&self);
 }
 
 fn run(inner: &Inner) {
-    let mut eps: Vec<Arc<EpShared>> = Vec::new();
+    let mut eps: Vec<Arc<dyn Tended>> = Vec::new();
     let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
     loop {
         if inner.stop.load(Ordering::Acquire) {
@@ -123,17 +113,17 @@ fn run(inner: &Inner) {
             return;
         }
         for ep in inner.new.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
-            if let Some(link) = ep.link.get() {
-                let id = ep.id.0 << 1;
+            {
+                let id = ep.key() << 1;
                 let _ = epoll::add(
                     &inner.epoll,
-                    link.my_efd.as_fd(),
+                    ep.doorbell(),
                     epoll::EventData::new_u64(id),
                     epoll::EventFlags::IN | epoll::EventFlags::ONESHOT,
                 );
                 let _ = epoll::add(
                     &inner.epoll,
-                    link.sock.as_fd(),
+                    ep.socket(),
                     epoll::EventData::new_u64(id | 1),
                     epoll::EventFlags::RDHUP,
                 );
@@ -141,18 +131,16 @@ fn run(inner: &Inner) {
             }
         }
         let (mut watch, mut again) = (false, false);
-        eps.retain(|ep| match look(ep) {
+        eps.retain(|ep| match ep.look() {
             Look::Armed => {
                 // One-shot: the doorbell is the helper's only while armed;
                 // an application thread that drives the EP drains it.
-                if let Some(link) = ep.link.get() {
-                    let _ = epoll::modify(
-                        &inner.epoll,
-                        link.my_efd.as_fd(),
-                        epoll::EventData::new_u64(ep.id.0 << 1),
-                        epoll::EventFlags::IN | epoll::EventFlags::ONESHOT,
-                    );
-                }
+                let _ = epoll::modify(
+                    &inner.epoll,
+                    ep.doorbell(),
+                    epoll::EventData::new_u64(ep.key() << 1),
+                    epoll::EventFlags::IN | epoll::EventFlags::ONESHOT,
+                );
                 true
             }
             Look::Watch => {
@@ -164,10 +152,8 @@ fn run(inner: &Inner) {
                 true
             }
             Look::Gone => {
-                if let Some(link) = ep.link.get() {
-                    let _ = epoll::delete(&inner.epoll, link.my_efd.as_fd());
-                    let _ = epoll::delete(&inner.epoll, link.sock.as_fd());
-                }
+                let _ = epoll::delete(&inner.epoll, ep.doorbell());
+                let _ = epoll::delete(&inner.epoll, ep.socket());
                 false
             }
         });
@@ -193,8 +179,8 @@ fn run(inner: &Inner) {
             }
             // A doorbell: the next round's look drives the EP (and drains it).
             if d & 1 == 1 {
-                if let Some(ep) = eps.iter().find(|e| e.id.0 == d >> 1) {
-                    ep.peer_gone();
+                if let Some(ep) = eps.iter().find(|e| e.key() == d >> 1) {
+                    ep.hung_up();
                 }
             }
         }

@@ -32,6 +32,20 @@
 //!   meets a typed protocol error and a broken connection, never a write
 //!   outside a region this side registered.
 //!
+//! ## Map
+//! The modules in reading order (each uses only those above it):
+//! - `config`: [`ShmConfig`], the IA's settings.
+//! - `helper`: the IA's progress thread, for endpoints nobody drives.
+//! - `sys`: the `unsafe` contact with the kernel: shared mappings and
+//!   cross-memory attach.
+//! - `table`: the region table an IA publishes to its peers.
+//! - `domain`: what an IA's objects share, [`ShmPz`], [`ShmLmr`].
+//! - [`wire`]: the frame format.
+//! - `ring`: the single-producer, single-consumer ring of frames.
+//! - `ep`: [`ShmEp`], in files by concern (`shared`, `post`, `rx`, `conn`).
+//! - `psp`: [`ShmPsp`], listening and the set-up exchange.
+//! - `ia`: [`ShmIa`], the factory of everything above.
+//!
 //! ## Spec
 //! `shm:` or `shm:<name>` (default name `local`), then options after `;`:
 //! `shm:local;cma=0`. Processes that open the same name reach each

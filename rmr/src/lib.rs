@@ -61,6 +61,8 @@
 //!
 //! ## Cargo features
 //! - `tcp` (default): the embedded TCP transport, `tcp:<local IP>`.
+//! - `shm`: processes of one node, `shm:[<name>]`: shared-memory rings,
+//!   RDMA by cross-memory attach (Linux).
 //! - `ofi`: libfabric, `ofi:<provider>:<IP>` (libfabric ≥ 1.17).
 //! - `verbs`: InfiniBand/RoCE, `verbs:<device>[:<port>]` (rdma-core; a
 //!   machine without a device gets a typed `NoDevice` error at `open`).
@@ -116,6 +118,8 @@ pub fn register_backends() {
     ONCE.call_once(|| {
         #[cfg(feature = "tcp")]
         backend_tcp::register();
+        #[cfg(feature = "shm")]
+        backend_shm::register();
         #[cfg(feature = "ofi")]
         backend_ofi::register();
         #[cfg(feature = "verbs")]

@@ -4,6 +4,7 @@
 //! (orderly, or broken), and the [`Driver`] a waiting thread runs.
 
 use super::shared::*;
+use crate::helper::{Look, Tended};
 use crate::ring::{CTL, Ring};
 use crate::sys::{Dir, Mapping, Piece, cross};
 use crate::table::PeerTable;
@@ -516,5 +517,47 @@ impl Driver for EpShared {
 
     fn release(&self) {
         self.ia.helper.kick();
+    }
+}
+
+impl Tended for EpShared {
+    fn key(&self) -> u64 {
+        self.id.0
+    }
+
+    fn doorbell(&self) -> BorrowedFd<'_> {
+        self.link.get().expect("tended once connected").my_efd.as_fd()
+    }
+
+    fn socket(&self) -> BorrowedFd<'_> {
+        self.link.get().expect("tended once connected").sock.as_fd()
+    }
+
+    fn look(&self) -> Look {
+        if self.finished() {
+            return Look::Gone;
+        }
+        if self.drivers.load(Ordering::Acquire) > 0 {
+            return Look::Watch;
+        }
+        let moved = self.drive_now();
+        if moved || !self.arm() {
+            return Look::Again;
+        }
+        if self.rnr_deadline().is_some() || !self.tx().pending.is_empty() {
+            return Look::Watch;
+        }
+        // Dekker with `enter`: either a thread that starts driving sees the
+        // flag (and kicks the helper), or the helper sees it driving.
+        self.helper_armed.store(true, Ordering::SeqCst);
+        if self.drivers.load(Ordering::SeqCst) > 0 {
+            self.helper_armed.store(false, Ordering::SeqCst);
+            return Look::Watch;
+        }
+        Look::Armed
+    }
+
+    fn hung_up(&self) {
+        self.peer_gone();
     }
 }
