@@ -99,7 +99,7 @@ enum RawCmd {
 /// Options shared by server and client.
 #[derive(Args, Clone)]
 pub(crate) struct Common {
-    /// Backend of every rail: `tcp`, or `ofi:<provider>` (`ofi:tcp`, `ofi:sockets`,
+    /// Backend of every rail: `tcp`, `shm` (processes of one node; rail `local`), or `ofi:<provider>` (`ofi:tcp`, `ofi:sockets`,
     /// `ofi:verbs`; plain `ofi` takes libfabric's best); a rail becomes `<backend>:<addr>`.
     #[arg(long, default_value = "tcp")]
     backend: String,
@@ -268,6 +268,7 @@ pub(crate) fn mr_config(c: &Common) -> MrConfig {
 
 pub(crate) fn register() {
     backend_tcp::register();
+    backend_shm::register();
     backend_ofi::register();
     multirail::register();
 }
