@@ -11,7 +11,7 @@
 # SECONDS_PER_TARGET defaults to $FUZZ_SECS or 60. Targets default to all of
 # them (fuzz/fuzz_targets/*.rs). Each target starts from its kept regression
 # inputs (<crate>/fuzz-regressions/<target>: backend-tcp, multirail,
-# backend-verbs for verbs_*, or zipper-bridge for zb_* and world_file) plus its corpus from earlier runs
+# backend-shm for shm_*, backend-verbs for verbs_*, or zipper-bridge for zb_* and world_file) plus its corpus from earlier runs
 # (fuzz/corpus/<target>, not committed). A crash or hang is copied into the
 # regression folder of its target, where the plain `cargo test` replay picks
 # it up, and the script exits non-zero. Prints one line of figures per target
@@ -35,6 +35,7 @@ regdir() {
   case "$1" in
     mr_*) echo "multirail/fuzz-regressions/$1";;
     verbs_*) echo "backend-verbs/fuzz-regressions/$1";;
+    shm_*) echo "backend-shm/fuzz-regressions/$1";;
     zb_*|world_file) echo "zipper-bridge/fuzz-regressions/$1";;
     *) echo "backend-tcp/fuzz-regressions/$1";;
   esac

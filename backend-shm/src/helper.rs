@@ -31,11 +31,12 @@ struct Inner {
 /// An IA's helper (its thread runs from the first connection on).
 pub(crate) struct Helper {
     inner: Mutex<Option<Arc<Inner>>>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Helper {
     pub(crate) fn new() -> Helper {
-        Helper { inner: Mutex::new(None) }
+        Helper { inner: Mutex::new(None), thread: Mutex::new(None) }
     }
 
     /// Takes `ep` into the helper's care, starting the thread if needed.
@@ -52,7 +53,10 @@ impl Helper {
                 stop: AtomicBool::new(false),
             });
             let i2 = inner.clone();
-            std::thread::Builder::new().name("rmr-shm-helper".into()).spawn(move || run(&i2))?;
+            let t = std::thread::Builder::new()
+                .name("rmr-shm-helper".into())
+                .spawn(move || run(&i2))?;
+            *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
             *g = Some(inner);
         }
         let inner = g.as_ref().expect("started");
@@ -68,11 +72,17 @@ impl Helper {
         }
     }
 
-    /// Ends the thread (the IA is gone).
+    /// Ends the thread (the IA is gone) and waits for it, unless this is
+    /// the helper itself (it dropped the IA's last endpoint).
     pub(crate) fn stop(&self) {
         if let Some(i) = self.inner.lock().unwrap_or_else(|e| e.into_inner()).take() {
             i.stop.store(true, Ordering::Release);
             let _ = rustix::io::write(&i.wake, &1u64.to_ne_bytes());
+        }
+        if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }

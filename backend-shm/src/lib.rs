@@ -61,6 +61,8 @@ mod config;
 mod domain;
 mod ep;
 mod helper;
+#[doc(hidden)]
+pub mod hostile;
 mod ia;
 mod psp;
 mod ring;

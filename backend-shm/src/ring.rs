@@ -152,6 +152,20 @@ impl Ring {
         }
     }
 
+    /// A producer that breaks the protocol (tests and fuzzing only): copies
+    /// `bytes` to the ring from the producer's position on, wrapping, and
+    /// moves `head` by `advance` whatever it is.
+    pub(crate) fn raw_produce(&self, bytes: &[u8], advance: u64) {
+        let head = self.head().load(Ordering::Relaxed);
+        for (i, b) in bytes.iter().take(self.cap as usize).enumerate() {
+            let pos = (head + i as u64) & (self.cap - 1);
+            // SAFETY: inside the ring's data area (masked position); a byte
+            // store the consumer may race with is what this simulates.
+            unsafe { self.data(pos).write_volatile(*b) };
+        }
+        self.head().store(head.wrapping_add(advance), Ordering::SeqCst);
+    }
+
     /// Consumer: done with the frame [`Ring::peek`] returned.
     pub(crate) fn consume(&self, h: &Hdr) {
         let tail = self.tail().load(Ordering::Relaxed);

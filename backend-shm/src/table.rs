@@ -110,6 +110,15 @@ impl Table {
         Ok(key)
     }
 
+    /// Rewrites the entry of `key` (tests of a peer that lies in its table).
+    pub(crate) fn overwrite(&self, key: u64, addr: u64, len: u64) {
+        if let Some(slot) = slot_of(key) {
+            let w = words(&self.map, slot);
+            w[1].store(addr, Ordering::SeqCst);
+            w[2].store(len, Ordering::SeqCst);
+        }
+    }
+
     /// Withdraws a region: from now on peers find no entry for its key.
     pub(crate) fn remove(&self, key: u64) {
         if let Some(slot) = slot_of(key) {

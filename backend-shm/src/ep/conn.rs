@@ -393,6 +393,17 @@ impl EpShared {
         let link = self.link.get().expect("a connected EP has a link");
         self.flush_requests(Status::Flushed);
         self.answer(link, Hdr::new(Op::Disconnect), Segs::new());
+        {
+            let mut tx = self.tx();
+            if !tx.pending.is_empty() {
+                // The ring is full of frames the peer has not taken: it
+                // learns of the end from the set-up socket instead (and
+                // takes what is in the ring first); nothing waits on it.
+                tx.pending.clear();
+                tx.sent = 0;
+                let _ = rustix::net::shutdown(&link.sock, rustix::net::Shutdown::Both);
+            }
+        }
         self.flush_recvs(&mut self.rx());
         self.detach();
         self.push_conn(Event::Disconnected { ep: self.id });

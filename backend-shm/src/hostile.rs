@@ -1,0 +1,223 @@
+//! Test support, not API (hidden from the docs): an honest endpoint and a
+//! peer that breaks the protocol on purpose, in one process. The hostile
+//! tests and the `shm_ring` fuzz target feed the honest side raw ring
+//! bytes and a lying region table through it, and check that it answers
+//! with typed errors and never writes outside what it granted.
+
+use crate::domain::IaShared;
+use crate::ep::ShmEp;
+use crate::ia::ShmIa;
+use crate::wire::{HDR, Hdr, Op};
+use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, EpState, Evd, Event, Ia, Lmr, MemRegion, Sge};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Bytes of each test region.
+pub const LEN: u64 = 4096;
+
+/// An honest endpoint connected to one this rig controls.
+pub struct Rig {
+    /// The honest side's EVD.
+    pub evd: Arc<dyn Evd>,
+    /// The honest endpoint.
+    pub honest: Arc<dyn Ep>,
+    /// The peer the rig speaks through.
+    pub evil: Arc<dyn Ep>,
+    /// A region the honest side granted every right to.
+    pub open: Arc<MemRegion>,
+    /// A region it granted only remote reads.
+    pub read_only: Arc<MemRegion>,
+    /// Memory it never registered.
+    pub canary: Arc<MemRegion>,
+    /// Its registrations (kept alive).
+    pub lmrs: Vec<Arc<dyn Lmr>>,
+    /// The honest side's protection zone.
+    pub pz: Arc<dyn rmr_api::Pz>,
+    evil_ia: Arc<IaShared>,
+}
+
+/// What feeding the honest side came to.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The honest endpoint's state afterwards.
+    pub state: EpState,
+    /// Events it produced.
+    pub events: Vec<Event>,
+}
+
+impl Rig {
+    /// A connected pair on an IA of its own (`shm:<name>;ring=64K;rnr_timeout_ms=1`).
+    pub fn new(name: &str) -> Rig {
+        let spec = format!("{name};ring=64K;rnr_timeout_ms=1");
+        let cfg = crate::ShmConfig::from_given(
+            &rmr_api::settings::Given::split("shm", &spec, &crate::KNOBS).expect("spec").1,
+        )
+        .expect("config");
+        let ia: Arc<dyn Ia> = Arc::new(ShmIa::with_config(name, cfg.clone()).expect("ia"));
+        let evil_ia_obj = ShmIa::with_config(name, cfg).expect("ia");
+        let evil_ia = evil_ia_obj.sh.clone();
+        let evil_ia_dyn: Arc<dyn Ia> = Arc::new(evil_ia_obj);
+        let (pz, evd, pevd) =
+            (ia.create_pz().unwrap(), ia.create_evd().unwrap(), ia.create_evd().unwrap());
+        let (epz, eevd) = (evil_ia_dyn.create_pz().unwrap(), evil_ia_dyn.create_evd().unwrap());
+        let psp = ia.create_psp(0, &pevd).unwrap();
+        let honest = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+        let evil = evil_ia_dyn.create_ep(&epz, &EpEvds::single(&eevd)).unwrap();
+        let (svc, h2) = (psp.service(), honest.clone());
+        let acceptor =
+            std::thread::spawn(move || match pevd.wait(Some(Duration::from_secs(10)), 1) {
+                Ok(Event::ConnectionRequest(cr)) => cr.accept(&h2, b"").unwrap(),
+                e => panic!("{e:?}"),
+            });
+        evil.connect(name, svc, b"", Duration::from_secs(10)).expect("connect");
+        acceptor.join().unwrap();
+        let open = MemRegion::new(LEN as usize);
+        let read_only = MemRegion::new(LEN as usize);
+        read_only.fill(0, LEN, 0x77).unwrap();
+        let canary = MemRegion::new(LEN as usize);
+        canary.fill(0, LEN, 0x5a).unwrap();
+        let inbox = MemRegion::new(LEN as usize);
+        let mut lmrs = vec![
+            pz.register_all(&open, Access::ALL).unwrap(),
+            pz.register_all(&read_only, Access::REMOTE_READ).unwrap(),
+            pz.register_all(&inbox, Access::LOCAL_WRITE).unwrap(),
+        ];
+        for i in 0..4 {
+            honest
+                .post_recv(&[Sge::new(&*lmrs[2], i * 1024, 1024)], Cookie(i), DtoFlags::empty())
+                .unwrap();
+        }
+        let _ = evd.wait(Some(Duration::from_millis(1)), 1);
+        lmrs.push(epz.register_all(&MemRegion::new(64), Access::ALL).unwrap());
+        drop(psp);
+        Rig { evd, honest, evil, open, read_only, canary, lmrs, pz, evil_ia }
+    }
+
+    /// The remote key of the open (0) or read-only (1) region.
+    pub fn key(&self, which: usize) -> u64 {
+        self.lmrs[which].rmr_context().key()
+    }
+
+    /// The address of the open (0) or read-only (1) region.
+    pub fn addr(&self, which: usize) -> u64 {
+        self.lmrs[which].rmr_context().addr
+    }
+
+    /// Writes `bytes` raw into the ring towards the honest side and moves
+    /// the ring's head by `advance` (an honest producer moves it by the
+    /// frames' length), then rings its doorbell.
+    pub fn inject(&self, bytes: &[u8], advance: u64) {
+        let ep = self.evil.as_any().downcast_ref::<ShmEp>().expect("an shm EP");
+        let link = ep.sh.link.get().expect("connected");
+        link.out.raw_produce(bytes, advance);
+        link.out.want_data().store(1, std::sync::atomic::Ordering::SeqCst);
+        link.wake_consumer();
+    }
+
+    /// A well-formed frame header's bytes.
+    pub fn frame(h: &Hdr) -> Vec<u8> {
+        h.to_words().iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// Makes the peer's published table say `key` spans `[addr, addr+len)`.
+    pub fn lie_in_table(&self, addr: u64, len: u64) {
+        let key = self.lmrs[3].rmr_context().key();
+        self.evil_ia.table.overwrite(key, addr, len);
+    }
+
+    /// The key of the peer's own (lied about) region.
+    pub fn evil_key(&self) -> u64 {
+        self.lmrs[3].rmr_context().key()
+    }
+
+    /// Drives the honest side for up to `within` (until it ends or goes
+    /// quiet) and collects its events.
+    pub fn settle(&self, within: Duration) -> Outcome {
+        let end = Instant::now() + within;
+        let mut events = Vec::new();
+        while Instant::now() < end {
+            match self.evd.wait(Some(Duration::from_millis(2)), 1) {
+                Ok(e) => events.push(e),
+                Err(_) if !events.is_empty() || self.honest.state() != EpState::Connected => break,
+                Err(_) => {}
+            }
+        }
+        Outcome { state: self.honest.state(), events }
+    }
+
+    /// Asserts the honest side's invariants: memory it never registered
+    /// and memory it granted only reads of are untouched.
+    pub fn check(&self) {
+        assert!(
+            self.canary.to_vec(0, LEN as usize).unwrap().iter().all(|&b| b == 0x5a),
+            "unregistered memory written"
+        );
+        assert!(
+            self.read_only.to_vec(0, LEN as usize).unwrap().iter().all(|&b| b == 0x77),
+            "a read-only region written"
+        );
+    }
+
+    /// The fuzz target's step: `data` as raw ring bytes (headers aimed at the
+    /// honest side's regions: a key field ending in binary 01 becomes the
+    /// open region's key, 10 the read-only one's, with its address folded
+    /// near that region), the head moved by `data`'s padded length or, when
+    /// the first byte's top bit is set, by the next 8 bytes' value.
+    pub fn feed(&self, data: &[u8]) -> Outcome {
+        let (advance, body) = match data.first() {
+            Some(b) if b & 0x80 != 0 && data.len() >= 9 => {
+                (u64::from_le_bytes(data[1..9].try_into().unwrap()), &data[9..])
+            }
+            Some(_) => (
+                data.len().saturating_sub(1).div_ceil(HDR) as u64 * HDR as u64,
+                &data[1.min(data.len())..],
+            ),
+            None => (0, data),
+        };
+        let mut bytes = body.to_vec();
+        bytes.resize(bytes.len().div_ceil(HDR) * HDR, 0);
+        for f in bytes.chunks_mut(HDR) {
+            let w: [u64; 8] = std::array::from_fn(|i| {
+                u64::from_le_bytes(f[8 * i..8 * i + 8].try_into().unwrap())
+            });
+            let mut h = Hdr::from_words(w);
+            let which = match h.key & 3 {
+                1 => Some(0),
+                2 => Some(1),
+                _ => None,
+            };
+            if let (Some(which), Some(Op::Write | Op::ReadReq | Op::FetchAdd | Op::CmpSwap)) =
+                (which, Op::from_u8(h.op))
+            {
+                h.key = self.key(which);
+                h.addr = self.addr(which).wrapping_add(h.addr % (2 * LEN)).wrapping_sub(LEN / 2);
+                for (i, w) in h.to_words().iter().enumerate() {
+                    f[8 * i..8 * i + 8].copy_from_slice(&w.to_le_bytes());
+                }
+            }
+        }
+        self.inject(&bytes, advance);
+        let out = self.settle(Duration::from_millis(5));
+        self.check();
+        out
+    }
+}
+
+impl Drop for Rig {
+    /// Ends both endpoints and waits (up to 2 s) until the IAs' helpers
+    /// have let them go: the rig's own handles are then the last, and the
+    /// IAs (and their threads) end with it, on this thread. A fuzzing
+    /// process so holds nothing of a finished input (its leak check runs
+    /// at exit).
+    fn drop(&mut self) {
+        let _ = self.honest.disconnect();
+        let _ = self.evil.disconnect();
+        let end = Instant::now() + Duration::from_secs(2);
+        for ep in [&self.honest, &self.evil] {
+            let sh = &ep.as_any().downcast_ref::<ShmEp>().expect("an shm EP").sh;
+            while Arc::strong_count(sh) > 1 && Instant::now() < end {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! A peer that breaks the protocol: corrupt ring indices, unknown frames,
+//! payload longer than its request, frames overrunning the ring, writes
+//! outside or without the rights granted, and a region table that lies.
+//! The honest side answers with typed errors (a refused request, or a
+//! `Broken` connection naming the protocol error), never crashes, and never
+//! writes outside what it granted. Also replays the `shm_ring` fuzz
+//! target's kept inputs.
+
+use backend_shm::hostile::{LEN, Rig};
+use backend_shm::wire::{Hdr, Op};
+use rmr_api::{Access, Cookie, DtoFlags, EpState, Event, MemRegion, RmrContext, Sge, Status};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+fn rig() -> Rig {
+    static N: AtomicU32 = AtomicU32::new(0);
+    Rig::new(&format!("hostile{}x{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+}
+
+fn broken_with(out: &backend_shm::hostile::Outcome, what: &str) {
+    assert_eq!(out.state, EpState::Broken, "{out:?}");
+    let reason = out
+        .events
+        .iter()
+        .find_map(|e| match e {
+            Event::Broken { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .expect("a Broken event");
+    assert!(reason.contains("protocol error") && reason.contains(what), "{reason}");
+}
+
+#[test]
+fn corrupt_ring_indices_break_the_connection() {
+    let r = rig();
+    r.inject(&[], 1 << 40);
+    let out = r.settle(Duration::from_secs(5));
+    broken_with(&out, "indices");
+    // The receives it had posted end too (flushed), none completes twice.
+    let flushed = out
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::Dto(c) if c.status == Status::Flushed))
+        .count();
+    assert_eq!(flushed, 4, "{out:?}");
+    r.check();
+}
+
+#[test]
+fn an_unknown_frame_breaks_the_connection() {
+    let r = rig();
+    let mut h = Hdr::new(Op::Send);
+    h.op = 200;
+    r.inject(&Rig::frame(&h), 64);
+    broken_with(&r.settle(Duration::from_secs(5)), "unknown frame op 200");
+    r.check();
+}
+
+#[test]
+fn a_frame_overrunning_the_ring_breaks_the_connection() {
+    let r = rig();
+    let mut h = Hdr::new(Op::Write);
+    h.len = 1 << 30;
+    h.total = 1 << 30;
+    r.inject(&Rig::frame(&h), 64);
+    broken_with(&r.settle(Duration::from_secs(5)), "overruns");
+    r.check();
+}
+
+#[test]
+fn payload_longer_than_its_request_breaks_before_a_byte_lands() {
+    let r = rig();
+    let mut h = Hdr::new(Op::Write);
+    h.key = r.key(0);
+    h.addr = r.addr(0);
+    h.total = 8;
+    h.len = 64;
+    let mut f = Rig::frame(&h);
+    f.extend_from_slice(&[0xff; 64]);
+    r.inject(&f, 128);
+    broken_with(&r.settle(Duration::from_secs(5)), "more payload");
+    assert!(r.open.to_vec(0, LEN as usize).unwrap().iter().all(|&b| b == 0), "bytes landed");
+    r.check();
+}
+
+#[test]
+fn writes_outside_or_without_rights_are_refused_and_the_connection_lives() {
+    let r = rig();
+    let mut bytes = Vec::new();
+    // Over the end of the open region; into the read-only one; a bad key.
+    for (key, addr) in
+        [(r.key(0), r.addr(0) + LEN - 8), (r.key(1), r.addr(1)), (r.key(0) ^ 1 << 40, r.addr(0))]
+    {
+        let mut h = Hdr::new(Op::Write);
+        (h.key, h.addr, h.total, h.len) = (key, addr, 64, 64);
+        bytes.extend(Rig::frame(&h));
+        bytes.extend_from_slice(&[0xff; 64]);
+    }
+    // Then one that is allowed, so the ring still flows.
+    let mut h = Hdr::new(Op::Write);
+    (h.key, h.addr, h.total, h.len) = (r.key(0), r.addr(0), 8, 8);
+    bytes.extend(Rig::frame(&h));
+    bytes.extend_from_slice(&[0xab; 64]);
+    let n = bytes.len() as u64;
+    r.inject(&bytes, n);
+    let _ = r.settle(Duration::from_millis(200));
+    assert_eq!(r.honest.state(), EpState::Connected);
+    let open = r.open.to_vec(0, LEN as usize).unwrap();
+    assert_eq!(&open[..8], &[0xab; 8], "the allowed write did not land");
+    assert!(open[8..].iter().all(|&b| b == 0), "a refused write landed");
+    r.check();
+}
+
+#[test]
+fn a_lying_region_table_gives_a_typed_error() {
+    let r = rig();
+    // The peer claims its region spans unmapped low memory.
+    r.lie_in_table(0x1000, 1 << 40);
+    let ctx = RmrContext::new(r.evil_key(), 0x1000, 1 << 40);
+    // Large enough to go by cross-memory attach, checked against the table.
+    let src = MemRegion::new(64 << 10);
+    let lmr = r.pz.register_all(&src, Access::empty()).unwrap();
+    r.honest
+        .post_rdma_write(&[Sge::whole(&*lmr)], ctx.at(0), Cookie(9), DtoFlags::empty())
+        .unwrap();
+    let out = r.settle(Duration::from_secs(5));
+    let c = out
+        .events
+        .iter()
+        .find_map(|e| e.as_dto().filter(|c| c.cookie.0 == 9))
+        .copied()
+        .expect("a completion");
+    assert_eq!(c.status, Status::RemoteAccess, "{c:?}");
+    assert_eq!(r.honest.state(), EpState::Connected);
+    r.check();
+}
+
+#[test]
+fn replay_shm_ring() {
+    let files =
+        rmr_api::provider::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), "shm_ring");
+    assert!(!files.is_empty(), "no shm_ring regression inputs");
+    for (path, data) in &files {
+        let r = rig();
+        let out = r.feed(data);
+        println!("{}: {:?}, {} events", path.display(), out.state, out.events.len());
+    }
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Processes of one node: rmr's shm backend against tcp over loopback, Open
+# MPI between two local ranks (its shared-memory BTL; benches/c/
+# mpi_pingpong_bw.c built with mpicc, `mpirun -np 2 --bind-to core`) and
+# single-thread memcpy of the same size (benches/c/memcpy_bw.c: the limit
+# of a one-sided write on one node). ROUNDS interleaved rounds (default 5),
+# each running every contender once, in a rotating order: 8 B latency (rmr:
+# write+notify half round trip; MPI: ping-pong half round trip) and 1 MiB /
+# 4 MiB bandwidth (rmr: RDMA writes; MPI: a 64-message window, osu_bw's
+# method). rmr clients on CPU 0, servers on CPU 1. Prints each round, then
+# per figure the median of the rounds and the goals' verdicts; writes the
+# table to benches/checks/shm.md (BENCHMARKS.md includes it).
+#   scripts/bench-shm.sh [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-5}
+command -v mpicc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null; }
+command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc >/dev/null; }
+OUT=$(mktemp -d /tmp/rmr-shm-bench.XXXXXX)
+B=$PWD/target/release/rmr-bench
+cleanup() {
+  pkill -f "$B server --backend shm --rails shmbench" 2>/dev/null || true
+  pkill -f "$B server --backend tcp --rails 127.0.0.1 --port 7760" 2>/dev/null || true
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+mpicc -O2 -o "$OUT/mpi_pingpong_bw" benches/c/mpi_pingpong_bw.c
+cc -O2 -o "$OUT/memcpy_bw" benches/c/memcpy_bw.c
+cargo build --release -q -p rmr-bench
+taskset -c 1 "$B" server --backend shm --rails shmbench --port 7750 --idle 600 >/dev/null 2>&1 &
+taskset -c 1 "$B" server --backend tcp --rails 127.0.0.1 --port 7760 --idle 600 >/dev/null 2>&1 &
+sleep 1
+LAT_ITERS=${LAT_ITERS:-20000}
+rmr() { # backend rails port test size
+  taskset -c 0 "$B" client --backend "$1" --rails "$2" --port "$3" --test "$4" --sizes "$5" \
+    ${6:+--iters $6} --json | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.readlines()[-1])
+print(r["lat_us"] if "lat_us" in r and r["lat_us"] is not None else r["mbps"] / 1000)'
+}
+mpi() { mpirun --allow-run-as-root -np 2 --bind-to core "$OUT/mpi_pingpong_bw" "$@" 2>/dev/null | awk '{print $2}'; }
+declare -a lines
+for r in $(seq 1 "$ROUNDS"); do
+  jobs=(shm-lat tcp-lat mpi-lat shm-1M tcp-1M mpi-1M mem-1M shm-4M tcp-4M mpi-4M mem-4M)
+  # Rotate the order each round so that no contender always runs first.
+  k=$(( (r - 1) % ${#jobs[@]} ))
+  jobs=("${jobs[@]:$k}" "${jobs[@]:0:$k}")
+  for j in "${jobs[@]}"; do
+    case $j in
+      shm-lat) v=$(rmr shm shmbench 7750 lat 8 "$LAT_ITERS");;
+      tcp-lat) v=$(rmr tcp 127.0.0.1 7760 lat 8 "$LAT_ITERS");;
+      mpi-lat) v=$(mpi lat 8 "$LAT_ITERS");;
+      shm-1M) v=$(rmr shm shmbench 7750 bw 1M);;
+      tcp-1M) v=$(rmr tcp 127.0.0.1 7760 bw 1M);;
+      mpi-1M) v=$(mpi bw 1048576 40);;
+      mem-1M) v=$(taskset -c 0 "$OUT/memcpy_bw" 1048576 | awk '{print $2}');;
+      shm-4M) v=$(rmr shm shmbench 7750 bw 4M);;
+      tcp-4M) v=$(rmr tcp 127.0.0.1 7760 bw 4M);;
+      mpi-4M) v=$(mpi bw 4194304 10);;
+      mem-4M) v=$(taskset -c 0 "$OUT/memcpy_bw" 4194304 | awk '{print $2}');;
+    esac
+    echo "round $r $j $v"
+    lines+=("$r $j $v")
+  done
+done
+printf '%s\n' "${lines[@]}" | python3 - "$ROUNDS" <<'PY'
+import sys, statistics as st
+rounds = sys.argv[1]
+rows = [l.split() for l in sys.stdin if l.strip()]
+def med(j): return st.median(float(r[2]) for r in rows if r[1] == j)
+def each(j): return ", ".join(f"{float(r[2]):.2f}" for r in rows if r[1] == j)
+def ratio(a, b): return st.median(float(x[2]) / float(y[2]) for x in rows if x[1] == a for y in rows if y[1] == b and y[0] == x[0])
+out = []
+out.append("### Processes of one node ([shm]): the shm backend against tcp over loopback, Open MPI and memcpy\n")
+out.append(f"`scripts/bench-shm.sh {rounds}`: {rounds} interleaved rounds, each running every contender once in a rotating order; rmr clients on CPU 0 and servers on CPU 1, Open MPI with `mpirun -np 2 --bind-to core` (its shared-memory transport between two local ranks), memcpy single-threaded on CPU 0 with source and destination of the message's size reused. Latency: half round trip in us (rmr: 8 B RDMA write + notify, `rmr-bench client --test lat`; MPI: 8 B send/recv ping-pong); bandwidth in Gbit/s (rmr: RDMA writes, `--test bw`; MPI: a window of 64 messages then an acknowledgement, osu_bw's method). Each cell: the median of the rounds, then every round.\n")
+out.append("| figure | shm | tcp loopback | Open MPI (local) | memcpy |")
+out.append("|---|---|---|---|---|")
+out.append(f"| 8 B latency, us | **{med('shm-lat'):.2f}** ({each('shm-lat')}) | {med('tcp-lat'):.2f} ({each('tcp-lat')}) | {med('mpi-lat'):.2f} ({each('mpi-lat')}) | - |")
+for s in ("1M", "4M"):
+    out.append(f"| {s}iB bandwidth, Gbit/s | **{med('shm-'+s):.1f}** ({each('shm-'+s)}) | {med('tcp-'+s):.1f} ({each('tcp-'+s)}) | {med('mpi-'+s):.1f} ({each('mpi-'+s)}) | {med('mem-'+s):.1f} ({each('mem-'+s)}) |")
+lat = ratio('shm-lat', 'mpi-lat')
+bwm = ratio('shm-1M', 'mem-1M')
+bwv = ratio('shm-1M', 'mpi-1M')
+out.append("")
+out.append("Goals, as medians of the per-round ratios:")
+out.append(f"- 8 B write+notify half round trip <= Open MPI's 8 B ping-pong: shm / MPI = {lat:.2f} -> **{'met' if lat <= 1 else 'not met'}**.")
+out.append(f"- 1 MiB RDMA write bandwidth >= 0.9x single-thread memcpy: shm / memcpy = {bwm:.2f} -> **{'met' if bwm >= 0.9 else 'not met'}**; >= Open MPI's 1 MiB bandwidth: shm / MPI = {bwv:.2f} -> **{'met' if bwv >= 1 else 'not met'}**.")
+out.append(f"- For scale: tcp over loopback / shm, 8 B latency {ratio('tcp-lat', 'shm-lat'):.2f}x; shm / tcp, 1 MiB bandwidth {ratio('shm-1M', 'tcp-1M'):.2f}x.")
+text = "\n".join(out) + "\n"
+print(text)
+open("benches/checks/shm.md", "w").write(text)
+PY
