@@ -63,10 +63,11 @@ for r in $(seq 1 "$ROUNDS"); do
     lines+=("$r $j $v")
   done
 done
-printf '%s\n' "${lines[@]}" | python3 - "$ROUNDS" <<'PY'
+printf '%s\n' "${lines[@]}" > "$OUT/rounds.txt"
+python3 - "$ROUNDS" "$OUT/rounds.txt" <<'PY'
 import sys, statistics as st
 rounds = sys.argv[1]
-rows = [l.split() for l in sys.stdin if l.strip()]
+rows = [l.split() for l in open(sys.argv[2]) if l.strip()]
 def med(j): return st.median(float(r[2]) for r in rows if r[1] == j)
 def each(j): return ", ".join(f"{float(r[2]):.2f}" for r in rows if r[1] == j)
 def ratio(a, b): return st.median(float(x[2]) / float(y[2]) for x in rows if x[1] == a for y in rows if y[1] == b and y[0] == x[0])

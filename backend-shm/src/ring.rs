@@ -21,6 +21,12 @@ pub(crate) struct Ring {
     map: Arc<Mapping>,
     base: usize,
     cap: u64,
+    /// The producer's last look at `tail` (it reads the shared line again
+    /// only when this says the ring is too full).
+    tail_seen: AtomicU64,
+    /// The consumer's own position; the shared `tail` follows it once per
+    /// batch ([`Ring::publish`]), not once per frame.
+    tail_mine: AtomicU64,
 }
 
 impl Ring {
@@ -29,7 +35,13 @@ impl Ring {
     pub(crate) fn new(map: Arc<Mapping>, base: usize, cap: usize) -> Ring {
         assert!(cap.is_power_of_two() && cap >= 4 * HDR && base % 64 == 0);
         assert!(base + CTL + cap <= map.len());
-        Ring { map, base, cap: cap as u64 }
+        Ring {
+            map,
+            base,
+            cap: cap as u64,
+            tail_seen: AtomicU64::new(0),
+            tail_mine: AtomicU64::new(0),
+        }
     }
 
     fn word(&self, line: usize) -> *mut u8 {
@@ -45,6 +57,14 @@ impl Ring {
     fn tail(&self) -> &AtomicU64 {
         // SAFETY: as in `head`.
         unsafe { AtomicU64::from_ptr(self.word(1).cast()) }
+    }
+
+    /// The consumer's answer to every request on this ring up to (and
+    /// including) `acked - 1` that needs no other answer: beside `tail`, on
+    /// the line the consumer writes anyway (0: none yet).
+    pub(crate) fn acked(&self) -> &AtomicU64 {
+        // SAFETY: as in `head` (the second word of the tail's line).
+        unsafe { AtomicU64::from_ptr(self.word(1).wrapping_add(8).cast()) }
     }
 
     /// Set by the consumer before it sleeps; the producer that finds it set
@@ -72,7 +92,7 @@ impl Ring {
 
     /// True when frames wait for the consumer.
     pub(crate) fn has_data(&self) -> bool {
-        self.head().load(Ordering::SeqCst) != self.tail().load(Ordering::Relaxed)
+        self.head().load(Ordering::SeqCst) != self.tail_mine.load(Ordering::Relaxed)
     }
 
     /// Producer: appends a frame of `h` whose `len` payload bytes `fill`
@@ -81,13 +101,16 @@ impl Ring {
     pub(crate) fn push(&self, h: &Hdr, fill: &mut dyn FnMut(*mut u8)) -> bool {
         let need = frame_size(h.len as usize) as u64;
         let mut head = self.head().load(Ordering::Relaxed);
-        let tail = self.tail().load(Ordering::Acquire);
-        let free = self.cap - head.wrapping_sub(tail).min(self.cap);
         let pos = head & (self.cap - 1);
         let to_end = self.cap - pos;
         let pad = if to_end < need { to_end } else { 0 };
-        if free < need + pad {
-            return false;
+        let free = |tail: u64| self.cap - head.wrapping_sub(tail).min(self.cap);
+        if free(self.tail_seen.load(Ordering::Relaxed)) < need + pad {
+            let tail = self.tail().load(Ordering::Acquire);
+            self.tail_seen.store(tail, Ordering::Relaxed);
+            if free(tail) < need + pad {
+                return false;
+            }
         }
         if pad > 0 {
             let mut p = Hdr::new(Op::Pad);
@@ -122,7 +145,7 @@ impl Ring {
     /// honest producer (the caller breaks the connection).
     pub(crate) fn peek(&self) -> Result<Option<(Hdr, *const u8)>, String> {
         loop {
-            let tail = self.tail().load(Ordering::Relaxed);
+            let tail = self.tail_mine.load(Ordering::Relaxed);
             let head = self.head().load(Ordering::SeqCst);
             let used = head.wrapping_sub(tail);
             if used == 0 {
@@ -145,7 +168,7 @@ impl Ring {
                 return Err(format!("frame of {} bytes overruns the ring", h.len));
             }
             if h.op == Op::Pad as u8 {
-                self.tail().store(tail + size, Ordering::SeqCst);
+                self.tail_mine.store(tail + size, Ordering::Relaxed);
                 continue;
             }
             return Ok(Some((h, self.data(pos + HDR as u64))));
@@ -166,10 +189,28 @@ impl Ring {
         self.head().store(head.wrapping_add(advance), Ordering::SeqCst);
     }
 
-    /// Consumer: done with the frame [`Ring::peek`] returned.
+    /// Consumer: done with the frame [`Ring::peek`] returned (the room is
+    /// the producer's again at the next [`Ring::publish`]).
     pub(crate) fn consume(&self, h: &Hdr) {
-        let tail = self.tail().load(Ordering::Relaxed);
-        self.tail().store(tail + frame_size(h.len as usize) as u64, Ordering::SeqCst);
+        let tail = self.tail_mine.load(Ordering::Relaxed);
+        self.tail_mine.store(tail + frame_size(h.len as usize) as u64, Ordering::Relaxed);
+    }
+
+    /// Consumer: gives the producer the room consumed since the last call,
+    /// and with `acked` (`seq + 1`), answers every request up to `seq` that
+    /// needs no other answer. True when the shared line changed.
+    pub(crate) fn publish(&self, acked: Option<u64>) -> bool {
+        let mine = self.tail_mine.load(Ordering::Relaxed);
+        let mut moved = false;
+        if let Some(a) = acked {
+            self.acked().store(a, Ordering::SeqCst);
+            moved = true;
+        }
+        if self.tail().load(Ordering::Relaxed) != mine {
+            self.tail().store(mine, Ordering::SeqCst);
+            moved = true;
+        }
+        moved
     }
 }
 
@@ -198,6 +239,7 @@ mod tests {
                 assert_eq!(unsafe { *p.add(len - 1) }, i as u8);
             }
             r.consume(&g);
+            r.publish(None);
             seen.push(g.seq);
         }
         assert_eq!(seen, (0..40).collect::<Vec<_>>());
@@ -209,7 +251,7 @@ mod tests {
         }
         assert_eq!(n, 1024 / 64);
         // A producer that lies about head.
-        r.head().store(r.tail().load(Ordering::Relaxed) + 4096, Ordering::SeqCst);
+        r.head().store(r.tail_mine.load(Ordering::Relaxed) + 4096, Ordering::SeqCst);
         assert!(r.peek().is_err());
     }
 }

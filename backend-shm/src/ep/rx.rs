@@ -56,20 +56,35 @@ impl EpShared {
                 }
             }
         }
+        let acked = self.flush_ack(rx, link);
         if moved {
+            link.inc.publish(None);
             link.wake_producer();
         }
-        self.flush_ack(rx, link);
+        if acked {
+            // The initiator may sleep on this answer (it came as no frame).
+            link.wake_consumer();
+        }
         moved
     }
 
-    /// Sends the pending "all worked up to here" answer.
-    pub(crate) fn flush_ack(&self, rx: &mut Rx, link: &Link) {
-        if let Some(seq) = rx.ack.take() {
-            let mut h = Hdr::new(Op::AckUpTo);
-            h.seq = seq;
-            self.answer(link, h, Segs::new());
+    /// Gives the pending "all worked up to here" answer: on the ring's
+    /// shared line when no answer frame waits to go (the initiator reads it
+    /// before it takes in its ring, so no frame answering an earlier request
+    /// can be overtaken), else as a frame behind those. True when it went on
+    /// the line.
+    pub(crate) fn flush_ack(&self, rx: &mut Rx, link: &Link) -> bool {
+        let Some(seq) = rx.ack.take() else { return false };
+        let mut tx = self.tx();
+        if tx.pending.is_empty() {
+            link.inc.publish(Some(seq + 1));
+            return true;
         }
+        let mut h = Hdr::new(Op::AckUpTo);
+        h.seq = seq;
+        tx.pending.push_back(OutFrame { h, segs: Segs::new() });
+        self.pump(&mut tx, link);
+        false
     }
 
     /// Answers request `seq` with a failure (after the pending acks).

@@ -152,6 +152,8 @@ pub(crate) struct Tx {
     /// Ring requests touching the target's memory not answered yet: a
     /// cross-memory access may not overtake them.
     pub(crate) unapplied: usize,
+    /// The peer's `acked` line as last applied.
+    pub(crate) acked: u64,
 }
 
 /// A posted receive.
@@ -202,6 +204,8 @@ pub(crate) struct EpShared {
     pub(crate) helper_armed: AtomicBool,
     /// The connection ended and the EP left its EVDs.
     pub(crate) detached: AtomicBool,
+    /// The peer's `acked` line as last applied (for cheap looks).
+    pub(crate) acked_seen: std::sync::atomic::AtomicU64,
 }
 
 fn state_of(b: u8) -> EpState {
@@ -239,6 +243,7 @@ impl EpShared {
             efd_armed: AtomicBool::new(false),
             helper_armed: AtomicBool::new(false),
             detached: AtomicBool::new(false),
+            acked_seen: std::sync::atomic::AtomicU64::new(0),
         }
     }
 

@@ -65,6 +65,18 @@ pub trait Driver: Send + Sync {
     fn stable_fd(&self) -> Option<BorrowedFd<'_>> {
         None
     }
+    /// How many times a spinning waiter may look at [`Driver::has_input`]
+    /// in a tight loop before it yields the CPU (default 0: never; every
+    /// spin step yields). For a driver whose input shows in shared memory
+    /// (a ring), where one look is a load and a yield a system call.
+    fn spin_looks(&self) -> u32 {
+        0
+    }
+    /// Whether input waits (one cheap look, no IO), for waiters that spin
+    /// on [`Driver::spin_looks`]. Default: false.
+    fn has_input(&self) -> bool {
+        false
+    }
     /// Sends what waits to go out (frames held for batching, frames queued
     /// behind a full socket) without reading or blocking; true when any
     /// went. See [`SoftEvd::flush_writes`](crate::provider::SoftEvd::flush_writes). Default: nothing to flush.
