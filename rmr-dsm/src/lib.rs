@@ -24,8 +24,13 @@
 //! - **Pages and homes.** The region is split into pages of [`PAGE`]
 //!   bytes; each has a *home* process (pages are dealt out in blocks, so a
 //!   process's [`Dsm::share`] of an array mostly lives at home). Every
-//!   process registers the whole region once (one LMR); RMR contexts are
+//!   process registers the whole region once per IA; RMR contexts are
 //!   exchanged through the bootstrap.
+//! - **Processes of one node over shared memory.** Page reads and diffs
+//!   between processes of one node go through the `shm` backend
+//!   (`rmr::node::Fabric`: shared-memory rings, cross-memory attach), the
+//!   others through [`DsmConfig::spec`]'s IA; [`DsmConfig::shm`] turns it
+//!   off.
 //! - **Copies, twins, diffs.** Reading a page that lives elsewhere
 //!   RDMA-reads it into a local copy (all pages an access spans at once);
 //!   the first write to a copy keeps a *twin*; a release sends only the
@@ -36,8 +41,9 @@
 //!   acquire; [`Dsm::lock`] acquires (after sending this process's own
 //!   writes home, so none is lost), dropping its [`LockGuard`] releases.
 //! - **Atomics through one path.** Lock words and the counter live at rank
-//!   0 and are only touched by the backend's atomics — on rank 0 through
-//!   its loopback EP — never by a CPU atomic beside a NIC one.
+//!   0 and are only touched by the network backend's atomics — on rank 0
+//!   through its loopback EP, from rank 0's node-mates too — never by a CPU
+//!   atomic beside a NIC one.
 //! - **Concurrency.** Many threads may access the region at once (rayon's
 //!   workers in [`Dsm::parallel_for`]): completions are filed by cookie and
 //!   no data lock is held across another thread's network wait.

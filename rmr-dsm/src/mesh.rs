@@ -1,6 +1,7 @@
 //! Every process connected to every other, and to itself: one EP per peer
-//! plus a loopback EP, all on one IA and PZ, found through the bootstrap's
-//! allgather. One EVD takes the completions of all of them.
+//! plus a loopback EP, all on the network IA and its PZ, found through the
+//! bootstrap's allgather; and, for page data to the other processes of
+//! this node, one shm EP each. One EVD takes the completions of all of them.
 //!
 //! Many operations may be in flight at once, from many threads: a thread
 //! posts its DTOs (each with a fresh cookie) and waits for their cookies
@@ -19,7 +20,8 @@
 
 use super::{DsmError, Result};
 use rmr::boot::Bootstrap;
-use rmr::{DtoCompletion, Ep, EpEvds, Error, Evd, Event, Ia, Psp, Pz, RmrContext};
+use rmr::node::Fabric;
+use rmr::{DtoCompletion, Ep, EpEvds, Error, Evd, Event, Ia, Psp, RmrContext};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -56,7 +58,12 @@ struct Router {
 
 pub(crate) struct Mesh {
     pub(crate) ia: Arc<dyn Ia>,
-    pub(crate) pz: Arc<dyn Pz>,
+    /// The network IA and, for the processes of this node, the shm IA.
+    pub(crate) fabric: Fabric,
+    /// `data[p]`: the shm EP to process `p` of this node (page data), if any.
+    data: Vec<Option<Arc<dyn Ep>>>,
+    /// The shm service point (kept while its EPs live).
+    _shm_psp: Option<Arc<dyn Psp>>,
     router: Arc<Router>,
     helper: Option<std::thread::JoinHandle<()>>,
     /// Connection events (kept so the EPs' EVD lives as long as they do).
@@ -73,9 +80,10 @@ pub(crate) struct Mesh {
 impl Mesh {
     /// Connects to every process of the job and to itself; with `helper`,
     /// starts the progress thread.
-    pub(crate) fn connect(boot: &Bootstrap, ia: Arc<dyn Ia>, helper: bool) -> Result<Mesh> {
+    pub(crate) fn connect(boot: &Bootstrap, fabric: Fabric, helper: bool) -> Result<Mesh> {
         let (me, n) = (boot.rank(), boot.size());
-        let pz = ia.create_pz()?;
+        let ia = fabric.net().clone();
+        let pz = fabric.net_pz().clone();
         let evd = ia.create_evd()?;
         let cevd = ia.create_evd()?;
         let psp_evd = ia.create_evd()?;
@@ -144,6 +152,7 @@ impl Mesh {
             .collect::<Result<Vec<_>>>()?;
         let loop_peer =
             loop_peer.ok_or_else(|| DsmError::Protocol("no loopback connection".into()))?;
+        let (data, shm_psp) = connect_local(boot, &fabric, &evds)?;
         let router = Arc::new(Router {
             evd,
             filed: Mutex::new(Filed::default()),
@@ -165,7 +174,9 @@ impl Mesh {
         };
         Ok(Mesh {
             ia,
-            pz,
+            fabric,
+            data,
+            _shm_psp: shm_psp,
             router,
             helper,
             _cevd: cevd,
@@ -179,6 +190,14 @@ impl Mesh {
     /// The EP to process `p` (this process's own: the loopback EP).
     pub(crate) fn ep(&self, p: usize) -> Result<&Arc<dyn Ep>> {
         self.eps.get(p).ok_or_else(|| DsmError::Protocol(format!("no endpoint to rank {p}")))
+    }
+
+    /// The EP for page data to process `p`, and whether it is an shm EP.
+    pub(crate) fn data_ep(&self, p: usize) -> Result<(&Arc<dyn Ep>, bool)> {
+        match self.data.get(p) {
+            Some(Some(ep)) => Ok((ep, true)),
+            _ => Ok((self.ep(p)?, false)),
+        }
     }
 
     /// A fresh cookie for a DTO whose completion someone will wait for.
@@ -384,4 +403,79 @@ impl Router {
         }
         Ok(())
     }
+}
+
+/// The shm EPs to the other processes of this node (all of the job's
+/// processes take part in the exchange, those without any too). Their
+/// completions go to the network EPs' EVDs, which must then be software
+/// queues (the shm backend's kind); where they are not, no shm EP is made
+/// and page data goes over the network.
+#[allow(clippy::type_complexity)]
+fn connect_local(
+    boot: &Bootstrap,
+    fabric: &Fabric,
+    evds: &EpEvds,
+) -> Result<(Vec<Option<Arc<dyn Ep>>>, Option<Arc<dyn Psp>>)> {
+    let (me, n) = (boot.rank(), boot.size());
+    let soft = |e: &Arc<dyn Evd>| e.as_any().is::<rmr::provider::SoftEvd>();
+    let shm =
+        fabric.shm_ia().zip(fabric.shm_pz()).filter(|_| soft(&evds.request) && soft(&evds.conn));
+    if fabric.shm_ia().is_some() && shm.is_none() {
+        tracing::info!(target: "rmr::dsm", "the network's EVDs are not software queues: page data to this node's processes goes over the network");
+    }
+    let (psp, psp_evd) = match shm {
+        Some((ia, _)) => {
+            let pevd = ia.create_evd()?;
+            (Some(ia.create_psp(0, &pevd)?), Some(pevd))
+        }
+        None => (None, None),
+    };
+    let card = psp.as_ref().map_or_else(Vec::new, |p| {
+        let mut c = p.service().to_le_bytes().to_vec();
+        c.extend_from_slice(p.address().as_bytes());
+        c
+    });
+    let cards = boot.allgather(&card)?;
+    let mut data: Vec<Option<Arc<dyn Ep>>> = vec![None; n];
+    let (Some((ia, pz)), Some(pevd)) = (shm, psp_evd) else { return Ok((data, psp)) };
+    // The lower ranks of this node connect to us; we connect to the higher.
+    let lower = (0..me).filter(|&p| fabric.uses_shm(p) && cards[p].len() > 2).count();
+    let acceptor = {
+        let (ia, pz, evds) = (ia.clone(), pz.clone(), evds.clone());
+        std::thread::spawn(move || -> Result<Vec<(usize, Arc<dyn Ep>)>> {
+            let mut got = Vec::new();
+            while got.len() < lower {
+                if let Event::ConnectionRequest(cr) = pevd.wait(Some(OP_TIMEOUT), 1)? {
+                    let from = cr
+                        .private_data()
+                        .get(..8)
+                        .map(|b| u64::from_le_bytes(b.try_into().expect("8")) as usize);
+                    match from {
+                        Some(from) if from < me => {
+                            let ep = ia.create_ep(&pz, &evds)?;
+                            cr.accept(&ep, b"dsm")?;
+                            got.push((from, ep));
+                        }
+                        _ => {
+                            let _ = cr.reject(b"not a dsm peer");
+                        }
+                    }
+                }
+            }
+            Ok(got)
+        })
+    };
+    for p in (me + 1..n).filter(|&p| fabric.uses_shm(p) && cards[p].len() > 2) {
+        let port = u16::from_le_bytes([cards[p][0], cards[p][1]]);
+        let addr = String::from_utf8_lossy(&cards[p][2..]).to_string();
+        let ep = ia.create_ep(pz, evds)?;
+        ep.connect(&addr, port, &(me as u64).to_le_bytes(), OP_TIMEOUT)?;
+        data[p] = Some(ep);
+    }
+    for (from, ep) in
+        acceptor.join().map_err(|_| DsmError::Protocol("shm acceptor panicked".into()))??
+    {
+        data[from] = Some(ep);
+    }
+    Ok((data, psp))
 }

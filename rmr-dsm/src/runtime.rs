@@ -5,7 +5,8 @@ use super::mesh::Mesh;
 use super::{DsmError, PAGE, Result};
 use rmr::boot::Bootstrap;
 use rmr::coll::{Barrier, BarrierConfig};
-use rmr::{Access, Cookie, DtoFlags, Lmr, MemRegion, RmrContext, Sge};
+use rmr::node::{Fabric, Registered};
+use rmr::{Access, Cookie, DtoFlags, Ep, Lmr, MemRegion, RmrContext, Sge};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,6 +25,13 @@ pub struct DsmConfig {
     pub barrier: BarrierConfig,
     /// Whether the runtime runs a progress thread (see [`Progress`]).
     pub progress: Progress,
+    /// Reach the processes of this node over shared memory (the `shm`
+    /// backend) for page data, default on: fetches and diffs between them
+    /// skip the network stack. Atomics (locks, counters) stay on `spec`'s
+    /// IA for every process, so every update of a word takes one path.
+    /// Used where `spec`'s EVDs are software queues (tcp, multirail over
+    /// tcp); otherwise every process is reached through `spec`.
+    pub shm: bool,
 }
 
 /// Whether the runtime runs a progress thread. It sleeps in the completion
@@ -72,9 +80,13 @@ impl DsmConfig {
             bytes,
             barrier: BarrierConfig::default(),
             progress: Progress::Auto,
+            shm: true,
         }
     }
 }
+
+/// How page data goes to a home: the EP, the local LMR, the home's context.
+type DataPath<'a> = (&'a Arc<dyn Ep>, &'a Arc<dyn Lmr>, RmrContext);
 
 /// Where a page's copy stands in this process.
 pub(crate) enum Page {
@@ -135,9 +147,17 @@ pub struct Dsm {
     upages: usize,
     pub(crate) home: Arc<MemRegion>,
     home_lmr: Arc<dyn Lmr>,
+    /// The home region on every IA (kept registered).
+    _home_reg: Registered,
     pub(crate) cache: Arc<MemRegion>,
     pub(crate) cache_lmr: Arc<dyn Lmr>,
+    /// The cache region on every IA: page data to a process of this node
+    /// goes through its shm LMR.
+    pub(crate) cache_reg: Registered,
+    /// Every process's home region, as its network keys reach it.
     pub(crate) ctxs: Vec<RmrContext>,
+    /// The same through shared memory, for the processes of this node.
+    shm_ctxs: Vec<Option<RmrContext>>,
     pages: Vec<Mutex<Page>>,
     /// The remote pages that may hold a copy (each pushed when a fetch
     /// leaves `Invalid`): what a release or an acquire walks, so its cost
@@ -175,12 +195,25 @@ impl Dsm {
         let sync = sync_pages(n);
         let region = (sync + upages) * PAGE;
         let helper = cfg.progress.wanted(boot.local_size());
-        let mesh = Mesh::connect(&boot, ia.clone(), helper)?;
+        let fabric = Fabric::open(&boot, ia.clone(), cfg.shm)?;
+        let mesh = Mesh::connect(&boot, fabric, helper)?;
         let home = MemRegion::new(region);
-        let home_lmr = mesh.pz.register_all(&home, Access::ALL)?;
+        let home_reg = mesh.fabric.register(&home, Access::ALL)?;
+        let home_lmr = home_reg.net().clone();
         let cache = MemRegion::new(region);
-        let cache_lmr = mesh.pz.register_all(&cache, Access::LOCAL_WRITE)?;
-        let ctxs = Mesh::exchange(&boot, &home_lmr.rmr_context())?;
+        let cache_reg = mesh.fabric.register(&cache, Access::LOCAL_WRITE)?;
+        let cache_lmr = cache_reg.net().clone();
+        let given = Mesh::exchange(&boot, &home_reg.context()?)?;
+        // Every peer's network keys, and the shm key of this node's others.
+        let ctxs =
+            given.iter().map(|c| mesh.fabric.net_context(c)).collect::<rmr::Result<Vec<_>>>()?;
+        let shm_ctxs = given
+            .iter()
+            .enumerate()
+            .map(|(p, c)| {
+                mesh.fabric.uses_shm(p).then(|| mesh.fabric.context_for(c, p)).transpose()
+            })
+            .collect::<rmr::Result<Vec<_>>>()?;
         let barrier = Barrier::new(&boot, &ia, &cfg.barrier)?;
         let pages = (0..sync + upages).map(|_| Mutex::new(Page::Invalid)).collect();
         let homes = (0..sync + upages)
@@ -196,9 +229,12 @@ impl Dsm {
             upages,
             home,
             home_lmr,
+            _home_reg: home_reg,
             cache,
             cache_lmr,
+            cache_reg,
             ctxs,
+            shm_ctxs,
             pages,
             copies: Mutex::new(Vec::new()),
             homes,
@@ -344,17 +380,27 @@ impl Dsm {
         Ok(held)
     }
 
+    /// The EP, the cache's LMR and the home's context for page data to
+    /// `home`: over shared memory to a process of this node (its shm key),
+    /// else over the network.
+    fn data_path(&self, home: usize) -> Result<DataPath<'_>> {
+        match (self.mesh.data_ep(home)?, self.shm_ctxs.get(home).copied().flatten()) {
+            ((ep, true), Some(ctx)) => {
+                Ok((ep, self.cache_reg.lmr_for(&self.mesh.fabric, home), ctx))
+            }
+            ((ep, _), _) => Ok((ep, &self.cache_lmr, self.ctxs[home])),
+        }
+    }
+
     /// Posts the RDMA read of remote page `p` into its copy (state lock
     /// held): the page is `Fetching` until someone settles it.
     fn post_fetch(&self, p: usize, st: &mut Page) -> Result<()> {
         let home = self.home_of(p);
         let off = (p * PAGE) as u64;
-        let sge = [Sge::new(&*self.cache_lmr, off, PAGE as u64)];
+        let (ep, lmr, ctx) = self.data_path(home)?;
+        let sge = [Sge::new(&**lmr, off, PAGE as u64)];
         let c = self.mesh.cookie();
-        let ep = self.mesh.ep(home)?;
-        self.mesh.post(|| {
-            ep.post_rdma_read(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
-        })?;
+        self.mesh.post(|| ep.post_rdma_read(&sge, ctx.at(off), Cookie(c), DtoFlags::empty()))?;
         *st = Page::Fetching(c);
         self.copies.lock().unwrap_or_else(|e| e.into_inner()).push(p);
         self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
@@ -475,12 +521,11 @@ impl Dsm {
         let mut cookies = Vec::new();
         for (home, l) in last.into_iter().enumerate() {
             if let Some((off, len)) = l {
-                let sge = [Sge::new(&*self.cache_lmr, off, len)];
+                let (ep, lmr, ctx) = self.data_path(home)?;
+                let sge = [Sge::new(&**lmr, off, len)];
                 let c = self.mesh.cookie();
-                let ep = self.mesh.ep(home)?;
-                self.mesh.post(|| {
-                    ep.post_rdma_write(&sge, self.ctxs[home].at(off), Cookie(c), DtoFlags::empty())
-                })?;
+                self.mesh
+                    .post(|| ep.post_rdma_write(&sge, ctx.at(off), Cookie(c), DtoFlags::empty()))?;
                 cookies.push(c);
             }
         }
@@ -506,20 +551,15 @@ impl Dsm {
         }
         if let Page::Dirty(twin) = &*st {
             let home = self.home_of(p);
-            let ep = self.mesh.ep(home)?;
+            let (ep, lmr, ctx) = self.data_path(home)?;
             let base = (p * PAGE) as u64;
             let now = self.cache.to_vec(base, PAGE)?;
             self.stats.whole_page_bytes.fetch_add(PAGE as u64, Ordering::Relaxed);
             for run in diff_runs(twin, &now) {
                 if let Some((off, len)) = last[home].take() {
-                    let sge = [Sge::new(&*self.cache_lmr, off, len)];
+                    let sge = [Sge::new(&**lmr, off, len)];
                     self.mesh.post(|| {
-                        ep.post_rdma_write(
-                            &sge,
-                            self.ctxs[home].at(off),
-                            Cookie(0),
-                            DtoFlags::SUPPRESS,
-                        )
+                        ep.post_rdma_write(&sge, ctx.at(off), Cookie(0), DtoFlags::SUPPRESS)
                     })?;
                 }
                 let off = base + run.start as u64;

@@ -29,6 +29,10 @@ use std::time::{Duration, Instant};
 const ROLE: &str = "RMR_TEST_DSM_LITMUS_MEMBER";
 const SPEC: &str = "RMR_TEST_DSM_LITMUS_SPEC";
 const HELPER: &str = "RMR_TEST_DSM_LITMUS_PROGRESS_THREAD";
+/// `noshm`: page data between processes of a node over the network too;
+/// `nodes`: ranks pretend to be on nodes of two (`RMR_NODE`), so page data
+/// goes over shm inside a pair and over the network between pairs.
+const MODE: &str = "RMR_TEST_DSM_LITMUS_MODE";
 static SERIAL: Mutex<()> = Mutex::new(());
 const ROUNDS: u64 = 40;
 
@@ -239,6 +243,9 @@ fn member() {
     if std::env::var_os(HELPER).is_some() {
         cfg.progress = Progress::On;
     }
+    if std::env::var(MODE).is_ok_and(|m| m == "noshm") {
+        cfg.shm = false;
+    }
     let dsm = Dsm::join(&cfg).expect("join");
     let passed = litmus(&dsm);
     if dsm.rank() == 0 {
@@ -247,11 +254,20 @@ fn member() {
     dsm.barrier().expect("barrier");
 }
 
-fn start(spec: &str, helper: bool, (n, port, secret): (usize, u16, &str), r: usize) -> Child {
+fn start(
+    spec: &str,
+    (helper, mode): (bool, &str),
+    (n, port, secret): (usize, u16, &str),
+    r: usize,
+) -> Child {
     let mut c = Command::new(std::env::current_exe().expect("own path"));
     if helper {
         c.env(HELPER, "1");
     }
+    if mode == "nodes" {
+        c.env("RMR_NODE", format!("node{}", r / 2));
+    }
+    c.env(MODE, mode);
     c.args(["--exact", "member", "--nocapture", "--test-threads", "1"])
         .env(ROLE, "1")
         .env(SPEC, spec)
@@ -276,9 +292,14 @@ fn job(spec: &str, n: usize) -> Vec<String> {
 /// [`job`], with the runtime's progress thread forced on (`helper`) or as
 /// [`Progress::Auto`] decides (on with 4 processes on a 2-CPU machine).
 fn job_with(spec: &str, helper: bool, n: usize) -> Vec<String> {
+    job_in(spec, (helper, "plain"), n)
+}
+
+/// [`job_with`] in a `mode` (see [`MODE`]).
+fn job_in(spec: &str, how: (bool, &str), n: usize) -> Vec<String> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let secret = rmr::boot::fresh_secret();
-    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, helper, (n, port, &secret), r)).collect();
+    let mut kids: Vec<Child> = (0..n).map(|r| start(spec, how, (n, port, &secret), r)).collect();
     let deadline = Instant::now() + Duration::from_secs(240);
     let mut failed = None;
     while failed.is_none() && kids.iter_mut().any(|k| k.try_wait().ok().flatten().is_none()) {
@@ -349,6 +370,28 @@ fn litmus_on_2_rail_multirail_with_2_and_4_processes() {
             "2-rail multirail, {n} processes"
         );
     }
+}
+
+/// Page data over the network only (the runtime's `shm` off): the path a
+/// job spread over nodes takes.
+#[test]
+fn litmus_on_tcp_without_shared_memory() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for n in [2, 4] {
+        assert_eq!(
+            job_in("tcp:127.0.0.1", (false, "noshm"), n),
+            ALL,
+            "tcp without shm, {n} processes"
+        );
+    }
+}
+
+/// Four processes as two pretend nodes of two: page data over shm inside
+/// a node and over tcp between them, in one job.
+#[test]
+fn litmus_on_two_pretend_nodes_shm_inside_tcp_between() {
+    let _s = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    assert_eq!(job_in("tcp:127.0.0.1", (false, "nodes"), 4), ALL, "2 nodes of 2");
 }
 
 /// With the progress thread: it reads the completion queue for good and

@@ -69,7 +69,9 @@
 //! - `multirail`: one endpoint over several rails,
 //!   `multirail:<rail>,<rail>[;engine=…;policy=…]`, and [`multirail`].
 //! - `boot`: rank, size and address exchange for N processes, [`boot`];
-//!   `pmix` adds PMIx launchers.
+//!   `pmix` adds PMIx launchers. With `shm` too, `rmr::node::Fabric`
+//!   reaches the ranks of this node over shared memory and the others
+//!   over the network.
 //! - `coll`: the RDMA barrier, [`coll`].
 //! - `zipper`: endpoints across two clusters through bridges, [`zipper`].
 //! - `tokio`: async completions and connections, `rmr::aio` (an EVD's
@@ -108,6 +110,9 @@ pub use zipper_bridge as zipper;
 
 #[cfg(feature = "tokio")]
 pub mod aio;
+
+#[cfg(all(feature = "boot", feature = "shm"))]
+pub mod node;
 
 use std::sync::Arc;
 
