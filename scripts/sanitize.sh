@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Undefined-behaviour checks the compiler cannot do:
 # - Miri over the pure modules (registered memory and its raw-pointer
-#   accessors, the multirail planner, the tcp frame codec). Tests that need
+#   accessors, the multirail planner, the tcp and shm frame codecs). Tests that need
 #   sockets, mmap, /proc or real time are #[cfg_attr(miri, ignore)];
 #   proptests run few cases.
-# - ThreadSanitizer over the tcp and multirail conformance suites (real
-#   sockets, every thread of the transports). Any report fails the run
+# - ThreadSanitizer over the tcp, multirail and shm conformance suites
+#   (real sockets and shared rings, every thread of the transports). Any report fails the run
 #   (halt_on_error). No suppression is needed today: the kernel's writes
 #   into registered memory (recv(2) on the transport's behalf, as a NIC's
 #   DMA) reach the application only after the completion's hand-off, which
@@ -22,10 +22,11 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/miri-build}
 cargo +nightly miri test -q -p rmr-api --lib
 cargo +nightly miri test -q -p multirail --lib planner
 cargo +nightly miri test -q -p backend-tcp --lib wire
+cargo +nightly miri test -q -p backend-shm --lib wire
 
 if [ "${TSAN:-1}" != 0 ]; then
   export TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}"
-  for p in backend-tcp multirail; do
+  for p in backend-tcp multirail backend-shm; do
     RUSTFLAGS="-Zsanitizer=thread" MIRIFLAGS= CARGO_TARGET_DIR=target/tsan \
       cargo +nightly test -q -Zbuild-std --target x86_64-unknown-linux-gnu -p "$p" --test conformance
   done
