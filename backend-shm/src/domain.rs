@@ -50,6 +50,17 @@ impl LmrInner {
     }
 }
 
+/// A connection as a deregistration sees it: a peer that may be in the
+/// middle of a cross-memory access to this IA's memory.
+pub(crate) trait Peer: Send + Sync {
+    /// Waits until the peer has no cross-memory access in flight here;
+    /// false when it still has one at `until`.
+    fn quiesce(&self, until: std::time::Instant) -> bool;
+}
+
+/// How long a deregistration waits for peers' cross-memory accesses.
+const QUIESCE: std::time::Duration = std::time::Duration::from_secs(2);
+
 pub(crate) struct IaShared {
     pub(crate) attr: IaAttr,
     /// The namespace of this IA's service points (`shm:<name>`).
@@ -60,6 +71,8 @@ pub(crate) struct IaShared {
     /// The regions behind the table's slots (for the ring path).
     regions: RwLock<Vec<Option<Arc<LmrInner>>>>,
     pub(crate) helper: Helper,
+    /// The connections peers may write this IA's memory through.
+    peers: std::sync::Mutex<Vec<std::sync::Weak<dyn Peer>>>,
 }
 
 impl IaShared {
@@ -72,6 +85,7 @@ impl IaShared {
             table,
             regions: RwLock::new(Vec::new()),
             helper: Helper::new(),
+            peers: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -94,7 +108,18 @@ impl IaShared {
         inner
     }
 
-    fn remove(&self, key: u64) {
+    /// Takes a connection into account for deregistrations.
+    pub(crate) fn add_peer(&self, p: std::sync::Weak<dyn Peer>) {
+        let mut v = self.peers.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|w| w.strong_count() > 0);
+        v.push(p);
+    }
+
+    /// Withdraws a region: from the table first, then waits until no peer
+    /// is inside a cross-memory access (one that passed its table lookup
+    /// before the withdrawal may still be writing). False when one still
+    /// is after [`QUIESCE`].
+    fn remove(&self, key: u64) -> bool {
         let slot = (key & 0xffff_ffff) as usize - 1;
         let mut r = self.regions.write().unwrap_or_else(|e| e.into_inner());
         if r.get(slot).and_then(|l| l.as_ref()).is_some_and(|l| l.key == key) {
@@ -102,6 +127,15 @@ impl IaShared {
         }
         drop(r);
         self.table.remove(key);
+        let peers: Vec<_> = self
+            .peers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .filter_map(|w| w.upgrade())
+            .collect();
+        let until = std::time::Instant::now() + QUIESCE;
+        peers.iter().all(|p| p.quiesce(until))
     }
 }
 
@@ -189,8 +223,11 @@ impl Lmr for ShmLmr {
         self.inner.registered.load(Ordering::Acquire)
     }
     fn deregister(&self) -> Result<()> {
-        if self.inner.registered.swap(false, Ordering::AcqRel) {
-            self.ia.remove(self.inner.key);
+        if self.inner.registered.swap(false, Ordering::AcqRel) && !self.ia.remove(self.inner.key) {
+            // A peer stays inside a cross-memory access to this region:
+            // the memory is kept (leaked) rather than freed under it.
+            tracing::warn!(target: "rmr::shm", key = self.inner.key, "a peer's cross-memory access outlasted deregistration; the region's memory is kept");
+            std::mem::forget(self.inner.region.clone());
         }
         Ok(())
     }

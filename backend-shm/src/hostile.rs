@@ -119,8 +119,14 @@ impl Rig {
         h.to_words().iter().flat_map(|w| w.to_le_bytes()).collect()
     }
 
-    /// Makes the peer's published table say `key` spans `[addr, addr+len)`.
-    pub fn lie_in_table(&self, addr: u64, len: u64) {
+    /// Makes the peer's published table say its region spans
+    /// `[addr, addr+len)`.
+    ///
+    /// # Safety
+    /// The honest side then writes wherever the lie says by cross-memory
+    /// attach — in this very process: only with an address no Rust object
+    /// lives at (unmapped memory), as the hostile tests do.
+    pub unsafe fn lie_in_table(&self, addr: u64, len: u64) {
         let key = self.lmrs[3].rmr_context().key();
         self.evil_ia.table.overwrite(key, addr, len);
     }

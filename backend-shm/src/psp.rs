@@ -88,6 +88,14 @@ fn serve(ia: Arc<IaShared>, sock: OwnedFd, evd: Arc<dyn Evd>, wake: &OwnedFd, cl
         let Ok(conn) = rustix::net::accept_with(&sock, rustix::net::SocketFlags::CLOEXEC) else {
             continue;
         };
+        // Only this user's processes: another user's is dropped unheard.
+        match rustix::net::sockopt::socket_peercred(&conn) {
+            Ok(c) if c.uid == rustix::process::getuid() => {}
+            _ => {
+                tracing::debug!(target: "rmr::shm", "a process of another user connected; dropped");
+                continue;
+            }
+        }
         match recv_msg(conn.as_fd(), HELLO_WAIT) {
             Ok(Some((m, fds))) if m.kind == Kind::Hello => {
                 let peer = format!("pid {}", m.pid);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of control lines before a ring's frames.
-pub(crate) const CTL: usize = 256;
+pub(crate) const CTL: usize = 320;
 
 /// One direction of an EP's connection.
 pub(crate) struct Ring {
@@ -27,13 +27,16 @@ pub(crate) struct Ring {
     /// The consumer's own position; the shared `tail` follows it once per
     /// batch ([`Ring::publish`]), not once per frame.
     tail_mine: AtomicU64,
+    /// The producer's own position (the shared `head` is only ever
+    /// written from it: a peer that rewrites `head` cannot move it).
+    head_mine: AtomicU64,
 }
 
 impl Ring {
     /// The ring at `base` in `map`, `cap` bytes of frames (a power of two,
     /// at least 4 frames; `base + CTL + cap` within the mapping).
     pub(crate) fn new(map: Arc<Mapping>, base: usize, cap: usize) -> Ring {
-        assert!(cap.is_power_of_two() && cap >= 4 * HDR && base % 64 == 0);
+        assert!(cap.is_power_of_two() && cap >= 4 * HDR && base % 64 == 0 && CTL % 64 == 0);
         assert!(base + CTL + cap <= map.len());
         Ring {
             map,
@@ -41,6 +44,7 @@ impl Ring {
             cap: cap as u64,
             tail_seen: AtomicU64::new(0),
             tail_mine: AtomicU64::new(0),
+            head_mine: AtomicU64::new(0),
         }
     }
 
@@ -81,6 +85,24 @@ impl Ring {
         unsafe { AtomicU32::from_ptr(self.word(3).cast()) }
     }
 
+    /// Cross-memory accesses the producer side has in flight to the
+    /// consumer's memory (from its table lookup to the end of the system
+    /// call): the consumer's deregistration waits for it to be 0.
+    pub(crate) fn cma_busy(&self) -> &AtomicU64 {
+        // SAFETY: as in `head`.
+        unsafe { AtomicU64::from_ptr(self.word(4).cast()) }
+    }
+
+    /// Consumer: bytes the producer has published so far.
+    pub(crate) fn produced(&self) -> u64 {
+        self.head().load(Ordering::SeqCst)
+    }
+
+    /// Consumer: bytes taken so far.
+    pub(crate) fn consumed(&self) -> u64 {
+        self.tail_mine.load(Ordering::Relaxed)
+    }
+
     fn data(&self, pos: u64) -> *mut u8 {
         self.map.ptr().wrapping_add(self.base + CTL + pos as usize)
     }
@@ -100,13 +122,15 @@ impl Ring {
     /// the ring has no room for it now.
     pub(crate) fn push(&self, h: &Hdr, fill: &mut dyn FnMut(*mut u8)) -> bool {
         let need = frame_size(h.len as usize) as u64;
-        let mut head = self.head().load(Ordering::Relaxed);
+        let mut head = self.head_mine.load(Ordering::Relaxed);
         let pos = head & (self.cap - 1);
         let to_end = self.cap - pos;
         let pad = if to_end < need { to_end } else { 0 };
         let free = |tail: u64| self.cap - head.wrapping_sub(tail).min(self.cap);
         if free(self.tail_seen.load(Ordering::Relaxed)) < need + pad {
-            let tail = self.tail().load(Ordering::Acquire);
+            // SeqCst: the re-check after `want_space` is set (Dekker with
+            // the consumer's store of `tail` and load of the flag).
+            let tail = self.tail().load(Ordering::SeqCst);
             self.tail_seen.store(tail, Ordering::Relaxed);
             if free(tail) < need + pad {
                 return false;
@@ -123,6 +147,7 @@ impl Ring {
         if h.len > 0 {
             fill(self.data(pos + HDR as u64));
         }
+        self.head_mine.store(head + need, Ordering::Relaxed);
         self.head().store(head + need, Ordering::SeqCst);
         true
     }
@@ -179,13 +204,14 @@ impl Ring {
     /// `bytes` to the ring from the producer's position on, wrapping, and
     /// moves `head` by `advance` whatever it is.
     pub(crate) fn raw_produce(&self, bytes: &[u8], advance: u64) {
-        let head = self.head().load(Ordering::Relaxed);
+        let head = self.head_mine.load(Ordering::Relaxed);
         for (i, b) in bytes.iter().take(self.cap as usize).enumerate() {
             let pos = (head + i as u64) & (self.cap - 1);
             // SAFETY: inside the ring's data area (masked position); a byte
             // store the consumer may race with is what this simulates.
             unsafe { self.data(pos).write_volatile(*b) };
         }
+        self.head_mine.store(head.wrapping_add(advance), Ordering::Relaxed);
         self.head().store(head.wrapping_add(advance), Ordering::SeqCst);
     }
 

@@ -22,11 +22,28 @@ unsafe impl Sync for Mapping {}
 impl Mapping {
     /// A new memfd of `len` zero bytes, mapped read-write; returns the fd
     /// too (to send to the peer).
+    ///
+    /// The file is sealed at that size (it can neither shrink nor grow, nor
+    /// be unsealed): a peer that maps it cannot make this side's accesses
+    /// fault by truncating it.
     pub(crate) fn create(name: &str, len: usize) -> io::Result<(Mapping, OwnedFd)> {
-        let fd = rustix::fs::memfd_create(name, rustix::fs::MemfdFlags::CLOEXEC)?;
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
         rustix::fs::ftruncate(&fd, len as u64)?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
         let m = Mapping::map(&fd, len, true)?;
         Ok((m, fd))
+    }
+
+    /// A read-only descriptor of the same file (what a peer gets of a
+    /// table it must not write).
+    pub(crate) fn read_only(fd: &OwnedFd) -> io::Result<OwnedFd> {
+        let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(fd));
+        Ok(rustix::fs::open(
+            path.as_str(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )?)
     }
 
     /// Maps `len` bytes of a received memfd; read-only unless `write`.
@@ -37,6 +54,15 @@ impl Mapping {
         let st = rustix::fs::fstat(&fd)?;
         if (st.st_size as u64) < len as u64 || len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "shared file too short"));
+        }
+        // A peer's file must be sealed against shrinking, or truncating it
+        // later would make every access here fault (SIGBUS).
+        let seals = rustix::fs::fcntl_get_seals(&fd).unwrap_or(rustix::fs::SealFlags::empty());
+        if !seals.contains(rustix::fs::SealFlags::SHRINK) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "shared file not sealed against shrinking",
+            ));
         }
         let prot = if write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
         // SAFETY: a fresh mapping chosen by the kernel (null hint), of a

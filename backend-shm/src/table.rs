@@ -71,11 +71,13 @@ pub(crate) struct Table {
 impl Table {
     /// An empty table in a new memfd.
     pub(crate) fn new() -> std::io::Result<Table> {
-        let (map, fd) = Mapping::create("rmr-shm-regions", TABLE_BYTES)?;
+        let (map, rw) = Mapping::create("rmr-shm-regions", TABLE_BYTES)?;
+        // Peers get a read-only descriptor: they can map it, never write it.
+        let fd = Mapping::read_only(&rw)?;
         Ok(Table { map: Arc::new(map), fd, free: Mutex::new((0..SLOTS).rev().collect()) })
     }
 
-    /// The memfd a peer maps read-only.
+    /// A read-only descriptor of the table, for peers.
     pub(crate) fn fd(&self) -> &OwnedFd {
         &self.fd
     }
@@ -102,6 +104,7 @@ impl Table {
         let key = u64::from(high) << 32 | (slot as u64 + 1);
         let w = words(&self.map, slot);
         w[0].store(0, Ordering::SeqCst);
+        fence(Ordering::Release);
         w[1].store(addr, Ordering::Relaxed);
         w[2].store(len, Ordering::Relaxed);
         w[3].store(u64::from(access.bits()), Ordering::Relaxed);
@@ -150,7 +153,9 @@ impl PeerTable {
     pub(crate) fn lookup(&self, key: u64) -> Option<Entry> {
         let slot = slot_of(key)?;
         let w = words(&self.map, slot);
-        if w[0].load(Ordering::Acquire) != key {
+        // SeqCst: Dekker with the owner's withdrawal (which then reads the
+        // initiator's in-flight count).
+        if w[0].load(Ordering::SeqCst) != key {
             return None;
         }
         let (addr, len, access, pz) = (

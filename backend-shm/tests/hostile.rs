@@ -115,7 +115,9 @@ fn writes_outside_or_without_rights_are_refused_and_the_connection_lives() {
 fn a_lying_region_table_gives_a_typed_error() {
     let r = rig();
     // The peer claims its region spans unmapped low memory.
-    r.lie_in_table(0x1000, 1 << 40);
+    // SAFETY: 0x1000 is never mapped (below vm.mmap_min_addr): the write
+    // the lie invites can only fault.
+    unsafe { r.lie_in_table(0x1000, 1 << 40) };
     let ctx = RmrContext::new(r.evil_key(), 0x1000, 1 << 40);
     // Large enough to go by cross-memory attach, checked against the table.
     let src = MemRegion::new(64 << 10);

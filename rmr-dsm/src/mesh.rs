@@ -418,8 +418,8 @@ fn connect_local(
 ) -> Result<(Vec<Option<Arc<dyn Ep>>>, Option<Arc<dyn Psp>>)> {
     let (me, n) = (boot.rank(), boot.size());
     let soft = |e: &Arc<dyn Evd>| e.as_any().is::<rmr::provider::SoftEvd>();
-    let shm =
-        fabric.shm_ia().zip(fabric.shm_pz()).filter(|_| soft(&evds.request) && soft(&evds.conn));
+    let all_soft = soft(&evds.request) && soft(&evds.recv) && soft(&evds.conn);
+    let shm = fabric.shm_ia().zip(fabric.shm_pz()).filter(|_| all_soft);
     if fabric.shm_ia().is_some() && shm.is_none() {
         tracing::info!(target: "rmr::dsm", "the network's EVDs are not software queues: page data to this node's processes goes over the network");
     }

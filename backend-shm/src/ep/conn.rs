@@ -172,6 +172,9 @@ pub(crate) struct Parts {
     pub(crate) sock: OwnedFd,
     pub(crate) peer: Msg,
     pub(crate) peer_table: OwnedFd,
+    /// The peer's pid as the kernel reports it (for cross-memory attach),
+    /// or why there is none.
+    pub(crate) pid: std::result::Result<i32, String>,
 }
 
 impl EpShared {
@@ -183,7 +186,13 @@ impl EpShared {
         let (out, inc) = if p.client { (ring0, ring1) } else { (ring1, ring0) };
         let peer_table = PeerTable::map(&p.peer_table)
             .map_err(|e| Error::io("map the peer's region table", e))?;
-        let cma = probe_cma(self.ia.cfg.cma, p.peer.pid, p.peer.probe);
+        // The peer's doorbell must never block a writer (a peer could pass
+        // a pipe): non-blocking whatever it is.
+        let _ = rustix::fs::fcntl_setfl(&p.peer_efd, rustix::fs::OFlags::NONBLOCK);
+        let cma = match &p.pid {
+            Ok(pid) => probe_cma(self.ia.cfg.cma, *pid, p.peer.probe),
+            Err(why) => Err(why.clone()),
+        };
         if let Err(why) = &cma {
             tracing::info!(target: "rmr::shm", ep = self.id.0, why = %why, "RDMA through the rings, not cross-memory attach");
         }
@@ -194,7 +203,7 @@ impl EpShared {
             my_efd: p.my_efd,
             peer_efd: p.peer_efd,
             sock: p.sock,
-            peer_pid: p.peer.pid,
+            peer_pid: p.pid.clone().unwrap_or(0),
             peer_pz: p.peer.pz,
             peer_table,
             cma,
@@ -203,6 +212,8 @@ impl EpShared {
         if self.link.set(link).is_err() {
             return Err(Error::invalid("endpoint already connected"));
         }
+        let me: Arc<dyn crate::domain::Peer> = self.clone();
+        self.ia.add_peer(Arc::downgrade(&me));
         self.set_state(EpState::Connected);
         let me: Arc<dyn Driver> = self.clone();
         for evd in self.distinct_evds() {
@@ -287,10 +298,12 @@ impl EpShared {
         };
         match reply.kind {
             Kind::Accept if fds.len() == 2 => {
+                let pid = peer_identity(&sock, reply.pid)?;
                 let peer_table = fds.pop().expect("2 fds");
                 let peer_efd = fds.pop().expect("2 fds");
                 let pd = reply.pd.clone();
                 let parts = Parts {
+                    pid,
                     map: Arc::new(map),
                     ring,
                     client: true,
@@ -332,6 +345,7 @@ impl EpShared {
             return Err(Error::invalid("endpoint is not in the unconnected state"));
         }
         let r = (|| {
+            let pid = peer_identity(&sock, hello.pid)?;
             let peer_table = fds.pop().expect("3 fds");
             let peer_efd = fds.pop().expect("3 fds");
             let memfd = fds.pop().expect("3 fds");
@@ -349,6 +363,7 @@ impl EpShared {
             send_msg(sock.as_fd(), &accept, &[my_efd.as_fd(), self.ia.table.fd().as_fd()])
                 .map_err(|e| Error::io("send the acceptance", e))?;
             let parts = Parts {
+                pid,
                 map: Arc::new(map),
                 ring,
                 client: false,
@@ -378,7 +393,16 @@ impl EpShared {
     }
 
     fn flush_recvs(&self, rx: &mut Rx) {
-        rx.cur = None;
+        // A receive a message was arriving into ends too.
+        let taken = match rx.cur.take() {
+            Some(Cur::Recv { recv, .. }) => Some((recv, DtoOp::Recv)),
+            Some(Cur::Write { imm: Some((_, recv)), .. }) => Some((recv, DtoOp::RecvWriteImm)),
+            _ => None,
+        };
+        if let Some((r, op)) = taken {
+            let c = self.recv_done(&r, op, Status::Flushed, 0);
+            self.push_recv(Event::Dto(c));
+        }
         rx.ack = None;
         rx.rnr_since = None;
         for r in rx.recvs.drain(..) {
@@ -467,13 +491,9 @@ impl EpShared {
             // answer frame it pushed before that line moved is then taken
             // in before the line is applied (and only when all was taken).
             let acked = link.out.acked().load(Ordering::SeqCst);
+            let upto = link.inc.produced();
             moved |= self.take_in(&mut rx, link);
-            if acked > self.tx().acked && !link.inc.has_data() {
-                self.tx().acked = acked;
-                self.acked_seen.store(acked, Ordering::Relaxed);
-                self.answered(Op::AckUpTo, acked - 1, Status::Success);
-                moved = true;
-            }
+            moved |= self.apply_acked(link, acked, upto);
         }
         let mut tx = self.tx();
         if !tx.pending.is_empty() {
@@ -482,13 +502,57 @@ impl EpShared {
         moved
     }
 
+    /// Applies the peer's acknowledgement line `acked` (read when the ring
+    /// held `upto` bytes) once everything up to there has been taken in:
+    /// every answer frame the peer pushed before it moved the line is then
+    /// handled, so no request it failed is completed as a success.
+    pub(crate) fn apply_acked(&self, link: &Link, acked: u64, upto: u64) -> bool {
+        let taken = link.inc.consumed().wrapping_sub(upto) as i64 >= 0;
+        if !taken || acked <= self.acked_seen.load(Ordering::Relaxed) {
+            return false;
+        }
+        {
+            let mut tx = self.tx();
+            if acked <= tx.acked {
+                return false;
+            }
+            tx.acked = acked;
+        }
+        self.acked_seen.store(acked, Ordering::Relaxed);
+        self.answered(Op::AckUpTo, acked - 1, Status::Success);
+        true
+    }
+
+    /// Input this side can take now: frames (unless the one at the head
+    /// waits for a receive) or a moved acknowledgement line.
+    pub(crate) fn input(&self, link: &Link) -> bool {
+        if self.rx_blocked.load(Ordering::SeqCst) {
+            return false;
+        }
+        link.inc.has_data()
+            || link.out.acked().load(Ordering::SeqCst) > self.acked_seen.load(Ordering::Relaxed)
+    }
+
+    /// Drives from a thread that is not waiting on an EVD (a post that
+    /// found its queue full, `close`): as a waiter would, so that the
+    /// helper does not sleep on a doorbell this thread drains.
+    pub(crate) fn drive_self(&self) -> bool {
+        Driver::enter(self);
+        let moved = self.drive_now();
+        Driver::leave(self);
+        moved
+    }
+
     /// Before sleeping on the doorbell: asks the peer to ring it, then looks
-    /// once more. False when there is work after all (do not sleep).
+    /// once more (at the ring and at the acknowledgement line, both of
+    /// which the peer rings for). False when there is work after all (do
+    /// not sleep). A message that waits for a receive is no work: its
+    /// deadline ([`EpShared::rnr_deadline`]) or a posted receive ends it.
     pub(crate) fn arm(&self) -> bool {
         let Some(link) = self.link.get() else { return true };
         self.efd_armed.store(true, Ordering::SeqCst);
         link.inc.want_data().store(1, Ordering::SeqCst);
-        !link.inc.has_data()
+        !self.input(link)
     }
 
     /// When a message waiting for a receive times out.
@@ -529,10 +593,7 @@ impl Driver for EpShared {
     }
 
     fn has_input(&self) -> bool {
-        self.link.get().is_some_and(|l| {
-            l.inc.has_data()
-                || l.out.acked().load(Ordering::Relaxed) > self.acked_seen.load(Ordering::Relaxed)
-        })
+        self.link.get().is_some_and(|l| self.input(l))
     }
 
     fn enter(&self) {
@@ -572,20 +633,20 @@ impl Tended for EpShared {
         if self.finished() {
             return Look::Gone;
         }
-        if self.drivers.load(Ordering::Acquire) > 0 {
+        // Dekker with `enter`, before anything is driven or armed: either a
+        // thread that starts driving sees the flag (and kicks the helper),
+        // or the helper sees it driving and stands back.
+        self.helper_armed.store(true, Ordering::SeqCst);
+        if self.drivers.load(Ordering::SeqCst) > 0 {
+            self.helper_armed.store(false, Ordering::SeqCst);
             return Look::Watch;
         }
         let moved = self.drive_now();
         if moved || !self.arm() {
+            self.helper_armed.store(false, Ordering::SeqCst);
             return Look::Again;
         }
         if self.rnr_deadline().is_some() || !self.tx().pending.is_empty() {
-            return Look::Watch;
-        }
-        // Dekker with `enter`: either a thread that starts driving sees the
-        // flag (and kicks the helper), or the helper sees it driving.
-        self.helper_armed.store(true, Ordering::SeqCst);
-        if self.drivers.load(Ordering::SeqCst) > 0 {
             self.helper_armed.store(false, Ordering::SeqCst);
             return Look::Watch;
         }
@@ -595,4 +656,44 @@ impl Tended for EpShared {
     fn hung_up(&self) {
         self.peer_gone();
     }
+}
+
+impl crate::domain::Peer for EpShared {
+    fn quiesce(&self, until: Instant) -> bool {
+        let Some(link) = self.link.get() else { return true };
+        // The peer's accesses to our memory are counted on the ring it
+        // produces (ours to consume).
+        while link.inc.cma_busy().load(Ordering::SeqCst) != 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+}
+
+/// The peer of a set-up socket: it must run as this process's user (the
+/// trust boundary); its pid as the kernel sees it, when that is the one it
+/// claims (else cross-memory attach is not used, and why).
+pub(crate) fn peer_identity(
+    sock: &OwnedFd,
+    claimed: i32,
+) -> Result<std::result::Result<i32, String>> {
+    let cred = rustix::net::sockopt::socket_peercred(sock)
+        .map_err(|e| Error::io("SO_PEERCRED", e.into()))?;
+    if cred.uid != rustix::process::getuid() {
+        return Err(Error::Protocol(format!(
+            "the shm peer runs as user {}, not as this process's user",
+            cred.uid.as_raw()
+        )));
+    }
+    let pid = cred.pid.as_raw_nonzero().get();
+    Ok(if pid == claimed {
+        Ok(pid)
+    } else {
+        Err(format!(
+            "the peer's pid is not visible here (it says {claimed}, the kernel {pid}): another pid namespace"
+        ))
+    })
 }

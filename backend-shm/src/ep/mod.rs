@@ -97,6 +97,10 @@ impl Ep for ShmEp {
         }
         let cap = check_local_sges(local, sh.pz_id, Access::LOCAL_WRITE, sh.ia.attr.max_sges)?;
         let mut rx = sh.rx();
+        if matches!(sh.state(), EpState::Disconnected | EpState::Broken) {
+            // Ended since the first look: the teardown's flush is done.
+            return Err(Error::NotConnected);
+        }
         if rx.recvs.len() >= sh.ia.cfg.max_recvs {
             return Err(Error::QueueFull);
         }
@@ -183,7 +187,7 @@ impl Ep for ShmEp {
             if idle {
                 break;
             }
-            if !self.sh.drive_now() {
+            if !self.sh.drive_self() {
                 std::thread::yield_now();
             }
         }

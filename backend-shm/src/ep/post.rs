@@ -83,11 +83,16 @@ impl EpShared {
         if tx.outstanding.len() >= self.ia.cfg.max_dtos {
             drop(tx);
             // Answers may be waiting in the ring: take them, then look again.
-            self.drive_now();
+            self.drive_self();
             tx = self.tx();
             if tx.outstanding.len() >= self.ia.cfg.max_dtos {
                 return Err(Error::QueueFull);
             }
+        }
+        // The connection may have ended since the first look: a request
+        // queued after the teardown's flush would never complete.
+        if self.state() != EpState::Connected {
+            return Err(Error::NotConnected);
         }
         let segs = segs_of(r.local);
         let cma = self.ia.cfg.cma
@@ -171,6 +176,16 @@ impl EpShared {
         addr: u64,
         total: u64,
     ) -> Status {
+        // In flight from the lookup to the end of the system call: the
+        // target's deregistration waits for it (see `domain::Peer`).
+        struct InFlight<'a>(&'a std::sync::atomic::AtomicU64);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+        link.out.cma_busy().fetch_add(1, Ordering::SeqCst);
+        let _busy = InFlight(link.out.cma_busy());
         let Some(e) = link.peer_table.lookup(key) else { return Status::BadKey };
         let need = if op == DtoOp::RdmaRead { Access::REMOTE_READ } else { Access::REMOTE_WRITE };
         if let Err(s) = e.check(link.peer_pz, need, addr, total) {

@@ -24,6 +24,7 @@ impl EpShared {
     /// Takes what the peer's ring holds; true when anything moved.
     pub(crate) fn take_in(&self, rx: &mut Rx, link: &Link) -> bool {
         let mut moved = false;
+        self.rx_blocked.store(false, std::sync::atomic::Ordering::SeqCst);
         for _ in 0..BATCH {
             let (h, payload) = match link.inc.peek() {
                 Ok(Some(f)) => f,
@@ -48,7 +49,10 @@ impl EpShared {
                         break;
                     }
                 }
-                Ok(Step::Wait) => break,
+                Ok(Step::Wait) => {
+                    self.rx_blocked.store(true, std::sync::atomic::Ordering::SeqCst);
+                    break;
+                }
                 Err(why) => {
                     self.flush_ack(rx, link);
                     self.broken(rx, format!("protocol error from the peer: {why}"));
@@ -100,8 +104,11 @@ impl EpShared {
         let op = Op::from_u8(h.op).ok_or_else(|| format!("unknown frame op {}", h.op))?;
         let len = u64::from(h.len);
         if op == Op::Disconnect {
-            rx.cur = None;
             self.flush_ack(rx, link);
+            // Everything the peer sent before is taken: what it acknowledged
+            // on its line succeeded, before the rest is flushed.
+            let acked = link.out.acked().load(std::sync::atomic::Ordering::SeqCst);
+            self.apply_acked(link, acked, link.inc.consumed());
             self.remote_disconnect(rx);
             return Ok(Step::Next);
         }
@@ -110,6 +117,17 @@ impl EpShared {
                 return Err(format!("{op:?} inside another request's payload"));
             }
             return self.more(rx, link, len, payload);
+        }
+        if matches!(op, Op::Send | Op::Write | Op::ReadReq) && h.total > self.ia.attr.max_msg_size {
+            return Err(format!(
+                "a request of {} bytes (at most {})",
+                h.total, self.ia.attr.max_msg_size
+            ));
+        }
+        if matches!(op, Op::ReadReq | Op::FetchAdd | Op::CmpSwap)
+            && self.tx().pending.len() > 2 * self.ia.cfg.max_dtos
+        {
+            return Err("the peer asks for answers and takes none".into());
         }
         match op {
             Op::Cont => Err("payload with no request".into()),

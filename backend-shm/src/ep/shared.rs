@@ -204,6 +204,10 @@ pub(crate) struct EpShared {
     pub(crate) helper_armed: AtomicBool,
     /// The connection ended and the EP left its EVDs.
     pub(crate) detached: AtomicBool,
+    /// The frame at the head of the peer's ring waits for a receive:
+    /// nothing behind it can be taken until one is posted (or its
+    /// receiver-not-ready deadline passes).
+    pub(crate) rx_blocked: AtomicBool,
     /// The peer's `acked` line as last applied (for cheap looks).
     pub(crate) acked_seen: std::sync::atomic::AtomicU64,
 }
@@ -244,6 +248,7 @@ impl EpShared {
             helper_armed: AtomicBool::new(false),
             detached: AtomicBool::new(false),
             acked_seen: std::sync::atomic::AtomicU64::new(0),
+            rx_blocked: AtomicBool::new(false),
         }
     }
 
