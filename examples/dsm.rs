@@ -7,6 +7,8 @@
 //! ```text
 //! # 1, 2 and 4 local processes over TCP, one summary table:
 //! cargo run --release -p rmr-examples --example dsm -- --sweep 1,2,4
+//! # the same with page data between local processes over TCP, not shm:
+//! cargo run --release -p rmr-examples --example dsm -- --sweep 1,2,4 --shm off
 //! # one run of N processes (this program starts them):
 //! cargo run --release -p rmr-examples --example dsm -- --procs 4
 //! # under a launcher (PMIx) or by hand (RMR_RANK, RMR_SIZE, RMR_ROOT, RMR_JOB_SECRET):
@@ -31,12 +33,13 @@ struct Args {
     n: usize,
     threads: Option<usize>,
     progress: rmr_dsm::Progress,
+    shm: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: dsm [--procs N | --sweep 1,2,4] [--spec SPEC] [--rows R] [--iters K] [--locks L]\n\
-         \x20          [--n N] [--threads T] [--progress auto|on|off]\n\
+         \x20          [--n N] [--threads T] [--progress auto|on|off] [--shm on|off]\n\
          defaults: --spec tcp:127.0.0.1 (or RMR_DSM_SPEC) --rows 256 --iters 50 --locks 200\n\
          --n 256 (the matrix-vector kernel's size), --threads: rayon's default (RAYON_NUM_THREADS)"
     );
@@ -54,6 +57,7 @@ fn parse() -> Args {
         n: 256,
         threads: None,
         progress: rmr_dsm::Progress::Auto,
+        shm: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -73,6 +77,13 @@ fn parse() -> Args {
                     "auto" => rmr_dsm::Progress::Auto,
                     "on" => rmr_dsm::Progress::On,
                     "off" => rmr_dsm::Progress::Off,
+                    _ => usage(),
+                }
+            }
+            "--shm" => {
+                a.shm = match v().as_str() {
+                    "on" => true,
+                    "off" => false,
                     _ => usage(),
                 }
             }
@@ -141,6 +152,7 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         g.shared_bytes() + matvec::shared_bytes(a.n) + rmr_dsm::PAGE,
     );
     cfg.progress = a.progress;
+    cfg.shm = a.shm;
     let t0 = Instant::now();
     let dsm = Dsm::join(&cfg)?;
     let joined = t0.elapsed();
