@@ -6,7 +6,7 @@ use crate::config::ShmConfig;
 use crate::helper::Helper;
 use crate::table::{SLOTS, Table};
 use rmr_api::provider::SoftEvd;
-use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext, Status};
+use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -31,22 +31,15 @@ impl LmrInner {
         need: Access,
         addr: u64,
         len: u64,
-    ) -> std::result::Result<u64, Status> {
-        if !self.registered.load(Ordering::Acquire) {
-            return Err(Status::RemoteAccess);
-        }
-        if self.pz_id != pz_id {
-            return Err(Status::Protection);
-        }
-        if !self.access.contains(need) {
-            return Err(Status::RemoteAccess);
-        }
-        let base = self.region.addr() + self.offset;
-        let off = addr.checked_sub(base).ok_or(Status::OutOfBounds)?;
-        match off.checked_add(len) {
-            Some(end) if end <= self.len => Ok(self.offset + off),
-            _ => Err(Status::OutOfBounds),
-        }
+    ) -> std::result::Result<u64, rmr_api::Status> {
+        let t = rmr_api::provider::RemoteTarget {
+            registered: self.registered.load(Ordering::Acquire),
+            pz_id: self.pz_id,
+            access: self.access,
+            base: self.region.addr() + self.offset,
+            len: self.len,
+        };
+        Ok(self.offset + t.check(pz_id, need, addr, len)?)
     }
 }
 

@@ -41,16 +41,14 @@ impl Entry {
     /// `need`, from an EP of protection zone `pz`, in the order the other
     /// backends make them.
     pub(crate) fn check(&self, pz: u64, need: Access, addr: u64, len: u64) -> Result<(), Status> {
-        if self.pz != pz {
-            return Err(Status::Protection);
-        }
-        if !self.access.contains(need) {
-            return Err(Status::RemoteAccess);
-        }
-        match addr.checked_sub(self.addr).and_then(|off| off.checked_add(len)) {
-            Some(end) if addr >= self.addr && end <= self.len => Ok(()),
-            _ => Err(Status::OutOfBounds),
-        }
+        let t = rmr_api::provider::RemoteTarget {
+            registered: true,
+            pz_id: self.pz,
+            access: self.access,
+            base: self.addr,
+            len: self.len,
+        };
+        t.check(pz, need, addr, len).map(|_| ())
     }
 }
 

@@ -62,3 +62,52 @@ pub fn check_local_sges(
 pub fn completion_result(c: &crate::DtoCompletion) -> Result<()> {
     c.result()
 }
+
+/// A registered region as a target checks a remote access against it.
+#[derive(Clone, Copy, Debug)]
+pub struct RemoteTarget {
+    /// Still registered.
+    pub registered: bool,
+    /// Its protection zone.
+    pub pz_id: u64,
+    /// The rights it was registered with.
+    pub access: Access,
+    /// Its first byte's address (what its RMR context names).
+    pub base: u64,
+    /// Its length.
+    pub len: u64,
+}
+
+impl RemoteTarget {
+    /// The target-side check of a remote access of `len` bytes at `addr`,
+    /// needing `need`, from an EP of protection zone `pz_id`, in the order
+    /// every backend makes it: registered, PZ, rights, bounds. Returns the
+    /// offset of `addr` from the region's first byte.
+    ///
+    /// # Errors
+    /// [`crate::Status::RemoteAccess`] (deregistered, or a right missing),
+    /// [`crate::Status::Protection`], [`crate::Status::OutOfBounds`].
+    pub fn check(
+        &self,
+        pz_id: u64,
+        need: Access,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<u64, crate::Status> {
+        use crate::Status;
+        if !self.registered {
+            return Err(Status::RemoteAccess);
+        }
+        if self.pz_id != pz_id {
+            return Err(Status::Protection);
+        }
+        if !self.access.contains(need) {
+            return Err(Status::RemoteAccess);
+        }
+        let off = addr.checked_sub(self.base).ok_or(Status::OutOfBounds)?;
+        match off.checked_add(len) {
+            Some(end) if end <= self.len => Ok(off),
+            _ => Err(Status::OutOfBounds),
+        }
+    }
+}

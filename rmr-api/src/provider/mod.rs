@@ -35,7 +35,7 @@ pub mod conformance;
 pub use crate::conformance_suite;
 
 pub use crate::registry::{Provider, provider, register, split_spec};
-pub use checks::{check_local_sges, completion_result};
+pub use checks::{RemoteTarget, check_local_sges, completion_result};
 pub use cpus::cpus_idle;
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
 pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
