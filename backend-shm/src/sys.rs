@@ -6,11 +6,24 @@ use rustix::fd::{AsFd, OwnedFd};
 use rustix::mm::{MapFlags, ProtFlags};
 use std::io;
 use std::ptr::NonNull;
+use std::sync::{Arc, Mutex, Weak};
+
+/// Every shared file this process has mapped, by (device, inode): a file
+/// both of whose ends live in this process (two IAs of one process) is
+/// mapped once, so that both ends' atomics are on the same addresses (which
+/// is also what a race detector needs to see them as one).
+static MAPPED: Mutex<Vec<((u64, u64), Weak<Mapping>)>> = Mutex::new(Vec::new());
+
+fn file_id(fd: &impl AsFd) -> io::Result<(u64, u64, u64)> {
+    let st = rustix::fs::fstat(fd)?;
+    Ok((st.st_dev, st.st_ino, st.st_size as u64))
+}
 
 /// A shared mapping of a whole memfd: rings or a region table.
 pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    write: bool,
 }
 
 // SAFETY: the mapping is plain shared memory; every access through it is
@@ -26,7 +39,7 @@ impl Mapping {
     /// The file is sealed at that size (it can neither shrink nor grow, nor
     /// be unsealed): a peer that maps it cannot make this side's accesses
     /// fault by truncating it.
-    pub(crate) fn create(name: &str, len: usize) -> io::Result<(Mapping, OwnedFd)> {
+    pub(crate) fn create(name: &str, len: usize) -> io::Result<(Arc<Mapping>, OwnedFd)> {
         use rustix::fs::{MemfdFlags, SealFlags};
         let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
         rustix::fs::ftruncate(&fd, len as u64)?;
@@ -50,9 +63,9 @@ impl Mapping {
     ///
     /// # Errors
     /// The file is shorter than `len` (a peer that lies about it), or mmap fails.
-    pub(crate) fn map(fd: impl AsFd, len: usize, write: bool) -> io::Result<Mapping> {
-        let st = rustix::fs::fstat(&fd)?;
-        if (st.st_size as u64) < len as u64 || len == 0 {
+    pub(crate) fn map(fd: impl AsFd, len: usize, write: bool) -> io::Result<Arc<Mapping>> {
+        let (dev, ino, size) = file_id(&fd)?;
+        if size < len as u64 || len == 0 {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "shared file too short"));
         }
         // A peer's file must be sealed against shrinking, or truncating it
@@ -64,13 +77,25 @@ impl Mapping {
                 "shared file not sealed against shrinking",
             ));
         }
+        let mut known = MAPPED.lock().unwrap_or_else(|e| e.into_inner());
+        known.retain(|(_, w)| w.strong_count() > 0);
+        if let Some(m) =
+            known.iter().find(|(id, _)| *id == (dev, ino)).and_then(|(_, w)| w.upgrade())
+        {
+            if m.len >= len && (m.write || !write) {
+                return Ok(m);
+            }
+        }
         let prot = if write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
         // SAFETY: a fresh mapping chosen by the kernel (null hint), of a
-        // file at least `len` bytes long; nothing else refers to it yet.
+        // file at least `len` bytes long that cannot shrink (sealed);
+        // nothing else refers to it yet.
         let p =
             unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        Ok(Mapping { ptr, len })
+        let m = Arc::new(Mapping { ptr, len, write });
+        known.push(((dev, ino), Arc::downgrade(&m)));
+        Ok(m)
     }
 
     /// The first byte.

@@ -72,7 +72,7 @@ impl Table {
         let (map, rw) = Mapping::create("rmr-shm-regions", TABLE_BYTES)?;
         // Peers get a read-only descriptor: they can map it, never write it.
         let fd = Mapping::read_only(&rw)?;
-        Ok(Table { map: Arc::new(map), fd, free: Mutex::new((0..SLOTS).rev().collect()) })
+        Ok(Table { map, fd, free: Mutex::new((0..SLOTS).rev().collect()) })
     }
 
     /// A read-only descriptor of the table, for peers.
@@ -138,7 +138,7 @@ fn slot_of(key: u64) -> Option<usize> {
 
 /// A peer's table, mapped read-only.
 pub(crate) struct PeerTable {
-    map: Mapping,
+    map: Arc<Mapping>,
 }
 
 impl PeerTable {

@@ -304,7 +304,7 @@ impl EpShared {
                 let pd = reply.pd.clone();
                 let parts = Parts {
                     pid,
-                    map: Arc::new(map),
+                    map,
                     ring,
                     client: true,
                     my_efd,
@@ -364,7 +364,7 @@ impl EpShared {
                 .map_err(|e| Error::io("send the acceptance", e))?;
             let parts = Parts {
                 pid,
-                map: Arc::new(map),
+                map,
                 ring,
                 client: false,
                 my_efd,
