@@ -12,7 +12,10 @@ use std::sync::{Arc, Mutex, Weak};
 /// both of whose ends live in this process (two IAs of one process) is
 /// mapped once, so that both ends' atomics are on the same addresses (which
 /// is also what a race detector needs to see them as one).
-static MAPPED: Mutex<Vec<((u64, u64), Weak<Mapping>)>> = Mutex::new(Vec::new());
+static MAPPED: Mutex<Vec<(FileId, Weak<Mapping>)>> = Mutex::new(Vec::new());
+
+/// A file's device and inode.
+type FileId = (u64, u64);
 
 fn file_id(fd: &impl AsFd) -> io::Result<(u64, u64, u64)> {
     let st = rustix::fs::fstat(fd)?;
