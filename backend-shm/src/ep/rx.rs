@@ -116,7 +116,7 @@ impl EpShared {
             if op != Op::Cont {
                 return Err(format!("{op:?} inside another request's payload"));
             }
-            return self.more(rx, link, len, payload);
+            return self.more(rx, len, payload);
         }
         if matches!(op, Op::Send | Op::Write | Op::ReadReq) && h.total > self.ia.attr.max_msg_size {
             return Err(format!(
@@ -186,7 +186,7 @@ impl EpShared {
                     return Err(format!("read answer of {} bytes for {want}", h.total));
                 }
                 rx.cur = Some(Cur::ReadResp { segs, seq: h.seq, total: h.total, got: 0 });
-                self.more(rx, link, len, payload)
+                self.more(rx, len, payload)
             }
             Op::Pad | Op::Disconnect => Ok(Step::Next),
         }
@@ -254,7 +254,7 @@ impl EpShared {
         }
         let solicited = h.flags & SOLICITED != 0;
         rx.cur = Some(Cur::Recv { recv, seq: h.seq, total: h.total, got: 0, solicited });
-        self.more(rx, link, u64::from(h.len), payload)
+        self.more(rx, u64::from(h.len), payload)
     }
 
     fn on_write(
@@ -281,7 +281,7 @@ impl EpShared {
             None
         };
         rx.cur = Some(Cur::Write { seg, seq: h.seq, total: h.total, got: 0, imm });
-        self.more(rx, link, u64::from(h.len), payload)
+        self.more(rx, u64::from(h.len), payload)
     }
 
     /// Skips a refused request's payload (this frame's and its `Cont`s').
@@ -297,7 +297,7 @@ impl EpShared {
     }
 
     /// `len` payload bytes at `payload` for the current request.
-    fn more(&self, rx: &mut Rx, link: &Link, len: u64, payload: *const u8) -> Result<Step, String> {
+    fn more(&self, rx: &mut Rx, len: u64, payload: *const u8) -> Result<Step, String> {
         let Some(cur) = rx.cur.as_mut() else { return Err("payload with no request".into()) };
         let (got, total) = match cur {
             Cur::Recv { got, total, .. }
@@ -346,7 +346,6 @@ impl EpShared {
                 rx.ack = Some(seq);
             }
             Cur::ReadResp { seq, .. } => {
-                let _ = link;
                 self.answered(Op::Nack, seq, Status::Success);
             }
             Cur::Discard { .. } => {}

@@ -50,6 +50,10 @@ impl SoftEvd {
         let quiet = if several { self.quiet() } else { 0 };
         let mut moved_any = 0u64;
         let mut looks = 0u32;
+        // Drivers whose input a load of shared memory tells (a ring) are
+        // looked at in a tight loop for a while before each yield: a system
+        // call costs more than the message it waits for (once per wait).
+        let tight = drivers.iter().map(|d| d.spin_looks()).min().unwrap_or(0);
         let res = 'wait: loop {
             if done() {
                 break true;
@@ -97,15 +101,8 @@ impl SoftEvd {
             // have input (one system call for any number of endpoints);
             // after that, block in it.
             let spinning = now.duration_since(start) < spin;
-            // Drivers whose input a load of shared memory tells (a ring)
-            // are looked at in a tight loop for a while before the yield:
-            // a system call costs more than the message it waits for.
-            let tight = if spinning {
-                drivers.iter().map(|d| d.spin_looks()).min().unwrap_or(0)
-            } else {
-                0
-            };
-            if tight > 0
+            if spinning
+                && tight > 0
                 && (0..tight).any(|_| {
                     std::hint::spin_loop();
                     done() || drivers.iter().any(|d| d.has_input())
