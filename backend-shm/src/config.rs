@@ -27,10 +27,15 @@ pub struct ShmConfig {
     /// it fails with `ReceiverNotReady` (`rnr_timeout_ms`,
     /// `RMR_SHM_RNR_TIMEOUT_MS`, default 5000).
     pub rnr_timeout: Duration,
+    /// Move RDMA writes and reads of a peer's shared regions
+    /// ([`rmr_api::MemRegion::shared`]) with a plain copy through a mapping
+    /// of the region's file, at any size (`map`, `RMR_SHM_MAP`, default on;
+    /// needs what `cma` needs). Off, they go as other regions' do.
+    pub map: bool,
 }
 
 /// The knobs [`ShmConfig::from_given`] reads, in the order of [`ShmConfig::settings`].
-pub const KNOBS: [Knob; 6] = [
+pub const KNOBS: [Knob; 7] = [
     Knob { option: "cma", var: "RMR_SHM_CMA", doc: "RDMA by cross-memory attach (0/1)" },
     Knob {
         option: "cma_min",
@@ -49,6 +54,11 @@ pub const KNOBS: [Knob; 6] = [
         var: "RMR_SHM_RNR_TIMEOUT_MS",
         doc: "how long a message waits at the target for a posted receive (ms)",
     },
+    Knob {
+        option: "map",
+        var: "RMR_SHM_MAP",
+        doc: "RDMA into a peer's shared regions by a copy through a mapping (0/1)",
+    },
 ];
 
 const MAX_QUEUE: u64 = 1 << 20;
@@ -62,6 +72,7 @@ impl Default for ShmConfig {
             max_dtos: 4096,
             max_recvs: 4096,
             rnr_timeout: Duration::from_millis(5000),
+            map: true,
         }
     }
 }
@@ -75,6 +86,7 @@ rmr_api::config_builder!(
         max_dtos: usize,
         max_recvs: usize,
         rnr_timeout: Duration,
+        map: bool,
     }
 );
 
@@ -114,6 +126,9 @@ impl ShmConfig {
         if let Some(v) = g.get(&KNOBS[5], millis)? {
             c.rnr_timeout = v;
         }
+        if let Some(v) = g.get(&KNOBS[6], switch)? {
+            c.map = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -148,6 +163,7 @@ impl ShmConfig {
             c.max_dtos.to_string(),
             c.max_recvs.to_string(),
             c.rnr_timeout.as_millis().to_string(),
+            u8::from(c.map).to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

@@ -4,10 +4,11 @@
 
 use crate::config::ShmConfig;
 use crate::helper::Helper;
-use crate::table::{SLOTS, Table};
+use crate::table::{FileRef, SLOTS, Table};
 use rmr_api::provider::SoftEvd;
 use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
 use std::any::Any;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
@@ -165,7 +166,17 @@ impl Pz for ShmPz {
     ) -> Result<Arc<dyn Lmr>> {
         region.check(offset, len)?;
         let addr = region.addr() + offset;
-        let key = self.ia.table.insert(addr, len, access, self.id)?;
+        // A shared region's peers may map its file (the region starts at
+        // the file's first byte).
+        let file = match region.shared_file() {
+            Some(fd) => {
+                let st = rustix::fs::fstat(fd)
+                    .map_err(|e| Error::io("fstat a shared region's file", e.into()))?;
+                Some(FileRef { fd: fd.as_raw_fd(), ino: st.st_ino, off: offset })
+            }
+            None => None,
+        };
+        let key = self.ia.table.insert(addr, len, access, self.id, file)?;
         let inner = self.ia.insert(LmrInner {
             key,
             region: region.clone(),

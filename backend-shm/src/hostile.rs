@@ -33,6 +33,9 @@ pub struct Rig {
     pub lmrs: Vec<Arc<dyn Lmr>>,
     /// The honest side's protection zone.
     pub pz: Arc<dyn rmr_api::Pz>,
+    /// The peer's region in shared memory (`lmrs[4]` registers it), which
+    /// the honest side writes by a copy through a mapping.
+    pub evil_shared: Arc<MemRegion>,
     evil_ia: Arc<IaShared>,
 }
 
@@ -89,8 +92,10 @@ impl Rig {
         }
         let _ = evd.wait(Some(Duration::from_millis(1)), 1);
         lmrs.push(epz.register_all(&MemRegion::new(64), Access::ALL).unwrap());
+        let evil_shared = MemRegion::shared(LEN as usize).expect("a shared region");
+        lmrs.push(epz.register_all(&evil_shared, Access::ALL).unwrap());
         drop(psp);
-        Rig { evd, honest, evil, open, read_only, canary, lmrs, pz, evil_ia }
+        Rig { evd, honest, evil, open, read_only, canary, lmrs, pz, evil_shared, evil_ia }
     }
 
     /// The remote key of the open (0) or read-only (1) region.
@@ -129,6 +134,16 @@ impl Rig {
     pub unsafe fn lie_in_table(&self, addr: u64, len: u64) {
         let key = self.lmrs[3].rmr_context().key();
         self.evil_ia.table.overwrite(key, addr, len);
+    }
+
+    /// Makes the peer's published table say its shared region lies at
+    /// offset `off` of its file, and that the file's inode is `ino_delta`
+    /// more than it is. Safe: the honest side checks the inode of the
+    /// file it fetches and the offset against the file's length, and the
+    /// file is the peer's own memory.
+    pub fn lie_about_file(&self, off: u64, ino_delta: u64) {
+        let key = self.lmrs[4].rmr_context().key();
+        self.evil_ia.table.overwrite_file(key, off, ino_delta);
     }
 
     /// The key of the peer's own (lied about) region.

@@ -24,6 +24,14 @@
 //!   memory posted before it. Where the kernel refuses cross-memory attach
 //!   (`kernel.yama.ptrace_scope`), or with `cma=0`, they are copied through
 //!   the rings; [`ShmEp::mode`] and the EP's `notes` say which.
+//! - **Shared regions** ([`rmr_api::MemRegion::shared`], memory in a sealed
+//!   memfd): an RDMA write or read of one, of any size, is a plain copy
+//!   through a mapping of the target's file, at `memcpy` speed, with the
+//!   same checks. The initiator fetches the file's descriptor from the
+//!   target with `pidfd_getfd` (the permission cross-memory attach needs)
+//!   and checks it is the file the table names. Allocate the regions that
+//!   processes of one node exchange data through this way (`map=0` turns
+//!   it off; the EP's `shared_files_mapped` note counts the files mapped).
 //! - **Atomics** always execute at the target, in its progress, with CPU
 //!   atomics on the word: one path per word.
 //! - **Trust**: the boundary is the user id, as for cross-memory attach in
@@ -53,7 +61,7 @@
 //!
 //! ## Settings
 //! See [`ShmConfig`]: `cma`, `cma_min`, `ring`, `max_dtos`, `max_recvs`,
-//! `rnr_timeout_ms` (variables `RMR_SHM_*`), plus the software EVDs'
+//! `rnr_timeout_ms`, `map` (variables `RMR_SHM_*`), plus the software EVDs'
 //! `RMR_EVD_SPIN_US` / `RMR_EVD_SPIN_MAX_US`.
 #![deny(missing_docs)]
 

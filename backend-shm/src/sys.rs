@@ -209,3 +209,77 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
 }
+
+/// How many of a peer's shared files a connection keeps mapped.
+const FILES_KEPT: usize = 32;
+
+/// A peer's shared files ([`rmr_api::MemRegion::shared`]) this side has
+/// mapped, so that an RDMA write or read of such a region is a plain copy.
+///
+/// A file's descriptor is fetched from the peer with `pidfd_getfd` (the
+/// same ptrace permission as cross-memory attach) and checked against the
+/// inode the peer's table names. The mapping keeps the file alive: a copy
+/// after the peer freed the region lands in the orphaned file, never in
+/// memory the peer reused. The last [`FILES_KEPT`] files stay mapped.
+#[derive(Default)]
+pub(crate) struct Files {
+    pidfd: Option<OwnedFd>,
+    maps: std::collections::VecDeque<(u64, Arc<Mapping>)>,
+    /// Why fetching descriptors does not work to this peer, once it failed.
+    refused: Option<String>,
+}
+
+impl Files {
+    /// The mapping of the peer's file `f` (fetched and mapped on first use)
+    /// and the file's length, or why there is none.
+    pub(crate) fn get(
+        &mut self,
+        pid: i32,
+        f: crate::table::FileRef,
+    ) -> Result<Arc<Mapping>, String> {
+        if let Some((_, m)) = self.maps.iter().find(|(ino, _)| *ino == f.ino) {
+            return Ok(m.clone());
+        }
+        if let Some(why) = &self.refused {
+            return Err(why.clone());
+        }
+        let m = self.fetch(pid, f).map_err(|e| {
+            let why = format!("the peer's shared file cannot be mapped: {e}");
+            if matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::ESRCH)) {
+                self.refused = Some(why.clone());
+            }
+            why
+        })?;
+        if self.maps.len() == FILES_KEPT {
+            self.maps.pop_front();
+        }
+        self.maps.push_back((f.ino, m.clone()));
+        Ok(m)
+    }
+
+    /// What the EP's notes say: how many files are mapped, or why none can be.
+    pub(crate) fn note(&self) -> String {
+        match &self.refused {
+            Some(why) => format!("none: {why}"),
+            None => self.maps.len().to_string(),
+        }
+    }
+
+    fn fetch(&mut self, pid: i32, f: crate::table::FileRef) -> io::Result<Arc<Mapping>> {
+        use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
+        if self.pidfd.is_none() {
+            let p = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no peer pid"))?;
+            self.pidfd = Some(pidfd_open(p, PidfdFlags::empty())?);
+        }
+        let pidfd = self.pidfd.as_ref().expect("opened above");
+        let fd = pidfd_getfd(pidfd, f.fd, PidfdGetfdFlags::empty())?;
+        let (_, ino, size) = file_id(&fd)?;
+        if ino != f.ino {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "the peer's descriptor is not the file its region table names",
+            ));
+        }
+        Mapping::map(&fd, size as usize, true)
+    }
+}

@@ -4,7 +4,10 @@
 //! memory, so that the target's CPU takes no part and the errors are those
 //! every backend gives.
 //!
-//! An entry is eight words: key, address, length, rights, PZ. The key
+//! An entry is eight words: key, address, length, rights, PZ, and for a
+//! region in a shared file ([`rmr_api::MemRegion::shared`]) the file's
+//! descriptor number in the owner, its inode and the entry's offset in
+//! it (a peer then maps the file and copies, see `crate::sys::Files`). The key
 //! names its slot (`key = random << 32 | slot + 1`), so a lookup is one
 //! entry, not a search. The owner writes an entry with its key word zero
 //! and stores the key last; a reader takes the entry only when the key
@@ -34,6 +37,19 @@ pub(crate) struct Entry {
     pub(crate) len: u64,
     pub(crate) access: Access,
     pub(crate) pz: u64,
+    /// The shared file the region lies in, if any.
+    pub(crate) file: Option<FileRef>,
+}
+
+/// Where a region lies in a shared file of its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileRef {
+    /// The descriptor number in the owner's process.
+    pub(crate) fd: i32,
+    /// The file's inode (checked after the descriptor is fetched).
+    pub(crate) ino: u64,
+    /// The offset of the entry's address in the file.
+    pub(crate) off: u64,
 }
 
 impl Entry {
@@ -52,7 +68,7 @@ impl Entry {
     }
 }
 
-fn words(map: &Mapping, slot: usize) -> [&AtomicU64; 5] {
+fn words(map: &Mapping, slot: usize) -> [&AtomicU64; 8] {
     let base = map.ptr().wrapping_add(slot * ENTRY).cast::<u64>();
     // SAFETY: slot < SLOTS, so the entry lies inside the mapping (checked at
     // mapping time); the words are 8-aligned and only accessed atomically.
@@ -87,6 +103,7 @@ impl Table {
         len: u64,
         access: Access,
         pz: u64,
+        file: Option<FileRef>,
     ) -> rmr_api::Result<u64> {
         let slot = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop().ok_or_else(|| {
             rmr_api::Error::invalid(format!("more than {SLOTS} regions registered on one shm IA"))
@@ -107,6 +124,10 @@ impl Table {
         w[2].store(len, Ordering::Relaxed);
         w[3].store(u64::from(access.bits()), Ordering::Relaxed);
         w[4].store(pz, Ordering::Relaxed);
+        let f = file.unwrap_or(FileRef { fd: -1, ino: 0, off: 0 });
+        w[5].store((i64::from(f.fd) + 1) as u64, Ordering::Relaxed);
+        w[6].store(f.ino, Ordering::Relaxed);
+        w[7].store(f.off, Ordering::Relaxed);
         w[0].store(key, Ordering::Release);
         Ok(key)
     }
@@ -117,6 +138,16 @@ impl Table {
             let w = words(&self.map, slot);
             w[1].store(addr, Ordering::SeqCst);
             w[2].store(len, Ordering::SeqCst);
+        }
+    }
+
+    /// Rewrites the file offset of `key`'s entry and adds `ino_delta` to
+    /// its inode (tests of a peer that lies in its table).
+    pub(crate) fn overwrite_file(&self, key: u64, off: u64, ino_delta: u64) {
+        if let Some(slot) = slot_of(key) {
+            let w = words(&self.map, slot);
+            w[6].fetch_add(ino_delta, Ordering::SeqCst);
+            w[7].store(off, Ordering::SeqCst);
         }
     }
 
@@ -162,11 +193,18 @@ impl PeerTable {
             w[3].load(Ordering::Relaxed),
             w[4].load(Ordering::Relaxed),
         );
+        let (fd, ino, off) = (
+            w[5].load(Ordering::Relaxed),
+            w[6].load(Ordering::Relaxed),
+            w[7].load(Ordering::Relaxed),
+        );
         fence(Ordering::Acquire);
         if w[0].load(Ordering::Relaxed) != key {
             return None;
         }
-        Some(Entry { key, addr, len, access: Access::from_bits_truncate(access as u32), pz })
+        let file =
+            (1..=i32::MAX as u64).contains(&fd).then(|| FileRef { fd: (fd - 1) as i32, ino, off });
+        Some(Entry { key, addr, len, access: Access::from_bits_truncate(access as u32), pz, file })
     }
 }
 
@@ -177,10 +215,13 @@ mod tests {
     #[test]
     fn a_peer_sees_what_is_registered_and_nothing_else() {
         let t = Table::new().unwrap();
-        let k = t.insert(0x1000, 64, Access::REMOTE_WRITE, 7).unwrap();
+        let k = t.insert(0x1000, 64, Access::REMOTE_WRITE, 7, None).unwrap();
+        let f = FileRef { fd: 9, ino: 77, off: 4096 };
+        let k2 = t.insert(0x2000, 64, Access::REMOTE_READ, 7, Some(f)).unwrap();
         let p = PeerTable::map(t.fd()).unwrap();
         let e = p.lookup(k).unwrap();
-        assert_eq!((e.addr, e.len, e.pz), (0x1000, 64, 7));
+        assert_eq!((e.addr, e.len, e.pz, e.file), (0x1000, 64, 7, None));
+        assert_eq!(p.lookup(k2).unwrap().file, Some(f));
         assert_eq!(e.check(7, Access::REMOTE_WRITE, 0x1000, 64), Ok(()));
         assert_eq!(e.check(7, Access::REMOTE_WRITE, 0x1001, 64), Err(Status::OutOfBounds));
         assert_eq!(e.check(7, Access::REMOTE_WRITE, 0xfff, 1), Err(Status::OutOfBounds));

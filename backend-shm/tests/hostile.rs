@@ -138,6 +138,41 @@ fn a_lying_region_table_gives_a_typed_error() {
 }
 
 #[test]
+fn a_table_that_lies_about_a_shared_regions_file_gives_a_typed_error() {
+    let r = rig();
+    let ctx = r.lmrs[4].rmr_context();
+    let src = MemRegion::from_vec(vec![0xab; 64]);
+    let lmr = r.pz.register_all(&src, Access::empty()).unwrap();
+    let write = |cookie: u64| {
+        r.honest
+            .post_rdma_write(&[Sge::whole(&*lmr)], ctx.at(64), Cookie(cookie), DtoFlags::empty())
+            .unwrap();
+        let out = r.settle(Duration::from_secs(5));
+        out.events
+            .iter()
+            .find_map(|e| e.as_dto().filter(|c| c.cookie.0 == cookie))
+            .copied()
+            .expect("a completion")
+    };
+    // Honest: a mapped copy into the peer's file.
+    assert_eq!(write(1).status, Status::Success);
+    assert_eq!(r.evil_shared.to_vec(64, 64).unwrap(), vec![0xab; 64]);
+    let mapped = r.honest.attr().notes.into_iter().find(|(k, _)| k == "shared_files_mapped");
+    assert_eq!(mapped.map(|(_, v)| v).as_deref(), Some("1"));
+    // The entry now places the region past the end of its file.
+    r.lie_about_file(1 << 30, 0);
+    assert_eq!(write(2).status, Status::RemoteAccess);
+    // And names a file the descriptor is not: the honest side does not map
+    // it, and writes by cross-memory attach to the address the entry gives.
+    r.evil_shared.fill(0, LEN, 0).unwrap();
+    r.lie_about_file(0, 1);
+    assert_eq!(write(3).status, Status::Success);
+    assert_eq!(r.evil_shared.to_vec(64, 64).unwrap(), vec![0xab; 64]);
+    assert_eq!(r.honest.state(), EpState::Connected);
+    r.check();
+}
+
+#[test]
 fn replay_shm_ring() {
     let files =
         rmr_api::provider::conformance::regression_inputs(env!("CARGO_MANIFEST_DIR"), "shm_ring");

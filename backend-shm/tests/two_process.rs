@@ -1,7 +1,9 @@
 //! Two real processes on this node: the test binary runs itself as the
 //! passive peer. Cross-memory attach (writes and reads of a megabyte),
 //! ring writes, an atomic and messages all cross the process boundary, and
-//! the peer checks what landed in its memory itself.
+//! the peer checks what landed in its memory itself. The second test runs
+//! the same with the peer's region in shared memory
+//! ([`MemRegion::shared`]), which the initiator maps and copies into.
 
 use rmr_api::provider::conformance::{WAIT, checksum, pattern};
 use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, RmrContext, Sge};
@@ -21,7 +23,7 @@ fn dto(evd: &std::sync::Arc<dyn rmr_api::Evd>) -> rmr_api::DtoCompletion {
 }
 
 /// The passive peer: accepts, advertises a region, then checks it.
-fn peer(name: &str, service: u16) {
+fn peer(name: &str, service: u16, shared: bool) {
     backend_shm::register();
     let ia = rmr_api::open(&format!("shm:{name}")).unwrap();
     let (pz, evd, pevd) =
@@ -33,7 +35,7 @@ fn peer(name: &str, service: u16) {
         Event::ConnectionRequest(cr) => cr.accept(&ep, b"peer").unwrap(),
         e => panic!("{e:?}"),
     }
-    let region = MemRegion::new(LEN);
+    let region = if shared { MemRegion::shared(LEN).unwrap() } else { MemRegion::new(LEN) };
     let lmr = pz.register_all(&region, Access::ALL).unwrap();
     let msg = MemRegion::new(64);
     let mlmr = pz.register_all(&msg, Access::LOCAL_WRITE).unwrap();
@@ -58,15 +60,24 @@ fn peer(name: &str, service: u16) {
 
 #[test]
 fn rdma_and_messages_between_two_processes() {
+    run("rdma_and_messages_between_two_processes", false);
+}
+
+#[test]
+fn rdma_into_a_shared_region_of_another_process_is_a_mapped_copy() {
+    run("rdma_into_a_shared_region_of_another_process_is_a_mapped_copy", true);
+}
+
+fn run(test: &str, shared: bool) {
     if let Ok(v) = std::env::var(ROLE) {
         let (name, svc) = v.split_once('|').unwrap();
-        return peer(name, svc.parse().unwrap());
+        return peer(name, svc.parse().unwrap(), shared);
     }
     backend_shm::register();
-    let name = format!("twoproc{}", std::process::id());
-    let service = 4000 + (std::process::id() % 20_000) as u16;
+    let name = format!("twoproc{}{}", std::process::id(), u8::from(shared));
+    let service = 4000 + (std::process::id() % 20_000) as u16 + u16::from(shared);
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["rdma_and_messages_between_two_processes", "--exact", "--nocapture"])
+        .args([test, "--exact", "--nocapture"])
         .env(ROLE, format!("{name}|{service}"))
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -131,6 +142,11 @@ fn rdma_and_messages_between_two_processes() {
         }
     }
     assert_eq!(verdict, Some(1), "the peer found its region different from what was written");
+    // The shared region went by a mapped copy (its file mapped here); any
+    // other by cross-memory attach.
+    let mapped = ep.attr().notes.into_iter().find(|(k, _)| k == "shared_files_mapped");
+    let want = if shared { "1" } else { "0" };
+    assert_eq!(mapped.map(|(_, v)| v).as_deref(), Some(want));
     ep.disconnect().unwrap();
     let st = child.wait().unwrap();
     assert!(st.success(), "peer process: {st}");

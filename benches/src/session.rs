@@ -147,12 +147,18 @@ pub(crate) struct Conn {
 type Reg = (Arc<MemRegion>, Arc<dyn Lmr>);
 
 fn regs(ia: &Arc<dyn Ia>, pz: &Arc<dyn rmr_api::Pz>, size: u64) -> Result<[Reg; 2]> {
-    let data = MemRegion::new(size.max(64) as usize);
+    let data = mem(ia, size.max(64) as usize)?;
     let data_lmr = pz.register_all(&data, Access::ALL)?;
-    let ctl = MemRegion::new((2 * RING * CTRL) as usize);
+    let ctl = mem(ia, (2 * RING * CTRL) as usize)?;
     let ctl_lmr = pz.register_all(&ctl, Access::LOCAL_WRITE)?;
-    let _ = ia;
     Ok([(data, data_lmr), (ctl, ctl_lmr)])
+}
+
+/// A buffer of `len` bytes as an application of `ia`'s backend would
+/// allocate it: in shared memory for `shm` (processes of one node then
+/// write each other's buffers with a plain copy), else the library's own.
+fn mem(ia: &Arc<dyn Ia>, len: usize) -> Result<Arc<MemRegion>> {
+    Ok(if ia.attr().provider == "shm" { MemRegion::shared(len)? } else { MemRegion::new(len) })
 }
 
 impl Conn {

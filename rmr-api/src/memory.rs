@@ -26,6 +26,9 @@ enum Backing {
     /// A `Box<[T]>` taken apart: the function that rebuilds and drops it
     /// (from the pointer and the byte length).
     Boxed(unsafe fn(*mut u8, usize)),
+    /// A shared mapping of this many bytes of a sealed memfd, which a
+    /// process of the same node may map too ([`MemRegion::shared`]).
+    Shared(usize, std::os::fd::OwnedFd),
     /// Memory kept alive by an owner the application handed over.
     Owner(#[allow(dead_code)] Box<dyn std::any::Any + Send + Sync>),
 }
@@ -126,6 +129,64 @@ impl MemRegion {
         }
         let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap never returns null on success");
         Ok(std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Mapped(size) }))
+    }
+
+    /// Allocates `len` zeroed bytes in shared memory (a sealed memfd,
+    /// mapped shared), which processes of the same node may map as well.
+    ///
+    /// Behaves as [`MemRegion::new`] for every backend. The `shm` backend
+    /// reads and writes such a region of a peer with a plain copy through a
+    /// mapping of its own, at the speed of `memcpy`, where for other
+    /// memory it needs a cross-memory system call per transfer: allocate
+    /// the regions that processes of one node exchange data through this
+    /// way. It costs one file descriptor while the region lives.
+    ///
+    /// # Errors
+    /// [`Error::Io`] when the memfd cannot be made or mapped (out of file
+    /// descriptors or memory).
+    pub fn shared(len: usize) -> Result<std::sync::Arc<Self>> {
+        use rustix::fs::{MemfdFlags, SealFlags};
+        let size = len.max(1).next_multiple_of(REGION_ALIGN);
+        let fd =
+            rustix::fs::memfd_create("rmr-region", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+                .map_err(|e| Error::io("memfd_create for a shared region", e.into()))?;
+        rustix::fs::ftruncate(&fd, size as u64)
+            .and_then(|()| {
+                // Sealed at its size: a process that maps it can never make
+                // this one's accesses fault by truncating it.
+                rustix::fs::fcntl_add_seals(
+                    &fd,
+                    SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
+                )
+            })
+            .map_err(|e| {
+                Error::io(format!("size and seal a shared region of {size} bytes"), e.into())
+            })?;
+        // SAFETY: a fresh shared mapping at an address of the kernel's
+        // choosing, of a file `size` bytes long that cannot shrink.
+        let raw = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                size,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::io(format!("mmap of a shared region of {size} bytes"), e.into()))?;
+        let ptr = NonNull::new(raw.cast::<u8>()).expect("mmap never returns null on success");
+        Ok(std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Shared(size, fd) }))
+    }
+
+    /// The memfd behind a region made by [`MemRegion::shared`] (the region
+    /// starts at its first byte); `None` for every other region. Backends
+    /// that let a peer process map the region use it.
+    pub fn shared_file(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match &self.backing {
+            Backing::Shared(_, fd) => Some(std::os::fd::AsFd::as_fd(fd)),
+            _ => None,
+        }
     }
 
     /// Takes an application's vector as a region: the bytes stay where
@@ -395,8 +456,9 @@ impl Drop for MemRegion {
         match self.backing {
             // SAFETY: allocated in `new` with this layout.
             Backing::Alloc(layout) => unsafe { dealloc(p, layout) },
-            // SAFETY: mapped in `huge` with this size, unmapped once here.
-            Backing::Mapped(size) => unsafe {
+            // SAFETY: mapped in `huge` or `shared` with this size, unmapped
+            // once here (a shared region's file closes after).
+            Backing::Mapped(size) | Backing::Shared(size, _) => unsafe {
                 libc::munmap(p.cast(), size);
             },
             // SAFETY: pointer, length and capacity of the vector `from_vec` took apart.
@@ -417,6 +479,25 @@ impl std::fmt::Debug for MemRegion {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_shared_region_is_a_sealed_file_another_mapping_sees() {
+        let r = MemRegion::shared(10_000).unwrap();
+        assert_eq!(r.len(), 10_000);
+        assert_eq!(r.addr() % REGION_ALIGN as u64, 0);
+        r.write(5, b"shared").unwrap();
+        assert!(r.write(9_999, b"xy").is_err(), "bounds are the length asked for");
+        let fd = r.shared_file().expect("a file");
+        let st = rustix::fs::fstat(fd).unwrap();
+        assert_eq!(st.st_size, 12_288, "whole pages");
+        let seals = rustix::fs::fcntl_get_seals(fd).unwrap();
+        assert!(seals.contains(rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW));
+        // What another process would see through its own mapping.
+        let mut b = [0u8; 6];
+        rustix::io::pread(fd, &mut b, 5).unwrap();
+        assert_eq!(&b, b"shared");
+        assert!(MemRegion::new(64).shared_file().is_none());
+    }
 
     #[test]
     fn copy_accessors_respect_bounds() {

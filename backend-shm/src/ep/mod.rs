@@ -64,7 +64,15 @@ impl Ep for ShmEp {
             max_dtos: self.sh.ia.cfg.max_dtos,
             max_recvs: self.sh.ia.cfg.max_recvs,
             max_sges: a.max_sges,
-            notes: self.mode().map(|m| ("rdma".to_string(), m)).into_iter().collect(),
+            notes: self
+                .mode()
+                .map(|m| ("rdma".to_string(), m))
+                .into_iter()
+                .chain(self.sh.link.get().map(|_| {
+                    // The peer's shared regions this side copies into directly.
+                    ("shared_files_mapped".to_string(), self.sh.tx().files.note())
+                }))
+                .collect(),
         }
     }
 

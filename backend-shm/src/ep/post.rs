@@ -95,12 +95,16 @@ impl EpShared {
             return Err(Error::NotConnected);
         }
         let segs = segs_of(r.local);
+        // Straight into the peer's memory: a large access by cross-memory
+        // attach, one of any size to a shared region by a mapped copy.
         let cma = self.ia.cfg.cma
             && link.cma.is_ok()
             && matches!(r.op, DtoOp::RdmaWrite | DtoOp::RdmaRead)
             && r.imm.is_none()
-            && total >= self.ia.cfg.cma_min as u64
-            && tx.unapplied == 0;
+            && tx.unapplied == 0
+            && (total >= self.ia.cfg.cma_min as u64
+                || self.ia.cfg.map
+                    && link.peer_table.lookup(key).is_some_and(|e| e.file.is_some()));
         let mut out = Out {
             cookie: r.cookie,
             op: r.op,
@@ -113,7 +117,7 @@ impl EpShared {
             old: None,
         };
         if cma {
-            out.done = Some(self.cross(link, r.op, &segs, key, addr, total));
+            out.done = Some(self.cross(link, &mut tx.files, r.op, &segs, key, addr, total));
             tx.outstanding.push_back(out);
             let evs = self.complete_front(&mut tx);
             drop(tx);
@@ -165,11 +169,15 @@ impl EpShared {
         Ok(())
     }
 
-    /// A write or read by cross-memory attach, after the checks the target
-    /// would make, against the table it publishes.
+    /// A write or read straight into the peer's memory, after the checks
+    /// the target would make, against the table it publishes: a copy
+    /// through a mapping where the region lies in a shared file, else
+    /// cross-memory attach.
+    #[allow(clippy::too_many_arguments)]
     fn cross(
         &self,
         link: &Link,
+        files: &mut crate::sys::Files,
         op: DtoOp,
         segs: &Segs,
         key: u64,
@@ -191,8 +199,34 @@ impl EpShared {
         if let Err(s) = e.check(link.peer_pz, need, addr, total) {
             return s;
         }
-        let pieces: smallvec::SmallVec<[Piece; 4]> = segs.iter().map(Seg::piece).collect();
         let dir = if op == DtoOp::RdmaRead { Dir::Read } else { Dir::Write };
+        if let Some(f) = e.file.filter(|_| self.ia.cfg.map) {
+            match files.get(link.peer_pid, f) {
+                Ok(m) => {
+                    // The entry's bytes must lie inside the file (a peer's
+                    // table could say otherwise).
+                    let at = f.off.checked_add(addr - e.addr);
+                    match at
+                        .filter(|a| a.checked_add(total).is_some_and(|end| end <= m.len() as u64))
+                    {
+                        Some(at) => {
+                            let p = m.ptr().wrapping_add(at as usize);
+                            match dir {
+                                Dir::Write => gather(segs, 0, p, total as usize),
+                                Dir::Read => scatter(segs, 0, p, total as usize),
+                            }
+                            return Status::Success;
+                        }
+                        None => return Status::RemoteAccess,
+                    }
+                }
+                Err(why) if total < self.ia.cfg.cma_min as u64 => {
+                    tracing::debug!(target: "rmr::shm", ep = self.id.0, why = %why, "a shared region's access by cross-memory attach");
+                }
+                Err(_) => {}
+            }
+        }
+        let pieces: smallvec::SmallVec<[Piece; 4]> = segs.iter().map(Seg::piece).collect();
         match cross(link.peer_pid, dir, &pieces, addr, total as usize) {
             Ok(()) => Status::Success,
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Status::RemoteAccess,

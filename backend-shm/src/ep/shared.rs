@@ -48,7 +48,9 @@ pub(crate) fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize
         debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
         // SAFETY: the segment was checked against its LMR's bounds at post
         // and the DTO holds its region; `dst` is ring space of `len` bytes
-        // this side owns until it publishes the frame.
+        // this side owns until it publishes the frame, or `len` bytes of a
+        // peer's shared file mapped here, inside the entry of its table
+        // the access was checked against.
         unsafe { crate::sys::copy(s.region.as_ptr().add((s.off + at) as usize), dst, n) };
         dst = dst.wrapping_add(n);
         len -= n;
@@ -69,7 +71,8 @@ pub(crate) fn scatter(segs: &[Seg], mut at: u64, mut src: *const u8, mut len: us
         let n = ((s.len - at) as usize).min(len);
         debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
         // SAFETY: as in `gather`, the other way: `src` is a frame's payload
-        // the consumer owns until it moves the ring's tail.
+        // the consumer owns until it moves the ring's tail, or a checked
+        // range of a peer's shared file mapped here.
         unsafe { crate::sys::copy(src, s.region.as_ptr().add((s.off + at) as usize), n) };
         src = src.wrapping_add(n);
         len -= n;
@@ -154,6 +157,8 @@ pub(crate) struct Tx {
     pub(crate) unapplied: usize,
     /// The peer's `acked` line as last applied.
     pub(crate) acked: u64,
+    /// The peer's shared files mapped here.
+    pub(crate) files: crate::sys::Files,
 }
 
 /// A posted receive.
