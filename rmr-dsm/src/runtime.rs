@@ -197,7 +197,13 @@ impl Dsm {
         let helper = cfg.progress.wanted(boot.local_size());
         let fabric = Fabric::open(&boot, ia.clone(), cfg.shm)?;
         let mesh = Mesh::connect(&boot, fabric, helper)?;
-        let home = MemRegion::new(region);
+        // Pages are fetched from and flushed to their homes: in shared
+        // memory, the processes of this node do it with a plain copy.
+        let home = if mesh.fabric.shm_ia().is_some() {
+            MemRegion::shared(region)?
+        } else {
+            MemRegion::new(region)
+        };
         let home_reg = mesh.fabric.register(&home, Access::ALL)?;
         let home_lmr = home_reg.net().clone();
         let cache = MemRegion::new(region);
