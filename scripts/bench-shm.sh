@@ -68,16 +68,17 @@ for r in $(seq 1 "$ROUNDS"); do
   done
 done
 printf '%s\n' "${lines[@]}" > "$OUT/rounds.txt"
-python3 - "$ROUNDS" "$OUT/rounds.txt" <<'PY'
+python3 - "$ROUNDS" "$OUT/rounds.txt" "$(git describe --always --abbrev=7 --dirty 2>/dev/null || echo unknown)" <<'PY'
 import sys, statistics as st
 rounds = sys.argv[1]
+commit = sys.argv[3]
 rows = [l.split() for l in open(sys.argv[2]) if l.strip()]
 def med(j): return st.median(float(r[2]) for r in rows if r[1] == j)
 def each(j): return ", ".join(f"{float(r[2]):.2f}" for r in rows if r[1] == j)
 def ratio(a, b): return st.median(float(x[2]) / float(y[2]) for x in rows if x[1] == a for y in rows if y[1] == b and y[0] == x[0])
 out = []
 out.append("### Processes of one node ([shm]): the shm backend against tcp over loopback, Open MPI and memcpy\n")
-out.append(f"`scripts/bench-shm.sh {rounds}`: {rounds} interleaved rounds, each running every contender once in a rotating order; rmr clients on CPU 0 and servers on CPU 1, Open MPI with `mpirun -np 2 --bind-to core` (its shared-memory transport between two local ranks), memcpy single-threaded on CPU 0 with source and destination of the message's size reused. Latency: half round trip in us (rmr: 8 B RDMA write + notify, `rmr-bench client --test lat`; MPI: 8 B send/recv ping-pong); bandwidth in Gbit/s (rmr: RDMA writes, `--test bw`; MPI: a window of 64 messages then an acknowledgement, osu_bw's method). Each cell: the median of the rounds, then every round.\n")
+out.append(f"`scripts/bench-shm.sh {rounds}` at {commit}: {rounds} interleaved rounds, each running every contender once in a rotating order; rmr clients on CPU 0 and servers on CPU 1, Open MPI with `mpirun -np 2 --bind-to core` (its shared-memory transport between two local ranks), memcpy single-threaded on CPU 0 with source and destination of the message's size reused. Latency: half round trip in us (rmr: 8 B RDMA write + notify, `rmr-bench client --test lat`; MPI: 8 B send/recv ping-pong); bandwidth in Gbit/s (rmr: RDMA writes, `--test bw`; MPI: a window of 64 messages then an acknowledgement, osu_bw's method). Each cell: the median of the rounds, then every round.\n")
 out.append("| figure | shm | tcp loopback | Open MPI (local) | memcpy |")
 out.append("|---|---|---|---|---|")
 out.append(f"| 8 B latency, us | **{med('shm-lat'):.2f}** ({each('shm-lat')}) | {med('tcp-lat'):.2f} ({each('tcp-lat')}) | {med('mpi-lat'):.2f} ({each('mpi-lat')}) | - |")

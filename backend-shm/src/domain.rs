@@ -4,7 +4,8 @@
 
 use crate::config::ShmConfig;
 use crate::helper::Helper;
-use crate::table::{FileRef, SLOTS, Table};
+use crate::sys::FileRef;
+use crate::table::{SLOTS, Table};
 use rmr_api::provider::SoftEvd;
 use rmr_api::{Access, Error, Evd, IaAttr, Lmr, MemRegion, Pz, Result, RmrContext};
 use std::any::Any;

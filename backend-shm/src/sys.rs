@@ -210,6 +210,17 @@ pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
 }
 
+/// Where a region lies in a shared file of its owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileRef {
+    /// The descriptor number in the owner's process.
+    pub(crate) fd: i32,
+    /// The file's inode (checked after the descriptor is fetched).
+    pub(crate) ino: u64,
+    /// The offset of the entry's address in the file.
+    pub(crate) off: u64,
+}
+
 /// How many of a peer's shared files a connection keeps mapped.
 const FILES_KEPT: usize = 32;
 
@@ -232,11 +243,7 @@ pub(crate) struct Files {
 impl Files {
     /// The mapping of the peer's file `f` (fetched and mapped on first use)
     /// and the file's length, or why there is none.
-    pub(crate) fn get(
-        &mut self,
-        pid: i32,
-        f: crate::table::FileRef,
-    ) -> Result<Arc<Mapping>, String> {
+    pub(crate) fn get(&mut self, pid: i32, f: FileRef) -> Result<Arc<Mapping>, String> {
         if let Some((_, m)) = self.maps.iter().find(|(ino, _)| *ino == f.ino) {
             return Ok(m.clone());
         }
@@ -265,7 +272,7 @@ impl Files {
         }
     }
 
-    fn fetch(&mut self, pid: i32, f: crate::table::FileRef) -> io::Result<Arc<Mapping>> {
+    fn fetch(&mut self, pid: i32, f: FileRef) -> io::Result<Arc<Mapping>> {
         use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
         if self.pidfd.is_none() {
             let p = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no peer pid"))?;

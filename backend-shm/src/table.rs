@@ -13,7 +13,7 @@
 //! and stores the key last; a reader takes the entry only when the key
 //! word reads the same before and after the other words (a seqlock).
 
-use crate::sys::Mapping;
+use crate::sys::{FileRef, Mapping};
 use rmr_api::{Access, Status};
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
@@ -39,17 +39,6 @@ pub(crate) struct Entry {
     pub(crate) pz: u64,
     /// The shared file the region lies in, if any.
     pub(crate) file: Option<FileRef>,
-}
-
-/// Where a region lies in a shared file of its owner.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct FileRef {
-    /// The descriptor number in the owner's process.
-    pub(crate) fd: i32,
-    /// The file's inode (checked after the descriptor is fetched).
-    pub(crate) ino: u64,
-    /// The offset of the entry's address in the file.
-    pub(crate) off: u64,
 }
 
 impl Entry {

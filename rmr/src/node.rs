@@ -11,6 +11,11 @@
 //! context and each picks the key of the path it uses
 //! ([`Fabric::context_for`]).
 //!
+//! Memory: a region that node-local peers write or read is best allocated
+//! with [`MemRegion::shared`]; the shm backend then moves each transfer as
+//! one copy through a mapping, at `memcpy` speed, where other memory takes
+//! a system call per transfer. The network IA treats it as any region.
+//!
 //! Atomics: the shm backend executes them with CPU atomics at the target.
 //! A word updated both by node-local peers over shm and by remote peers
 //! over the network is coherent only where the network backend's atomics
