@@ -481,6 +481,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg_attr(miri, ignore = "Miri does not emulate memfd_create")]
     fn a_shared_region_is_a_sealed_file_another_mapping_sees() {
         let r = MemRegion::shared(10_000).unwrap();
         assert_eq!(r.len(), 10_000);
