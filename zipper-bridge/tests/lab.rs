@@ -85,7 +85,11 @@ fn spawn_role(ns: &str, name: &str, env: &[(&str, String)]) -> Child {
         .arg(std::env::current_exe().expect("test binary"))
         .args([name, "--exact", "--nocapture", "--test-threads", "1"])
         .env(ROLE, "1")
-        .env("RMR_TCP_USER_TIMEOUT_MS", "1500")
+        // Generous by default: a rank that the 2-CPU host does not run for
+        // a moment leaves its peers' data unacknowledged (a zero window),
+        // and the user timeout would end a healthy connection. The test
+        // that kills a bridge sets its own.
+        .env("RMR_TCP_USER_TIMEOUT_MS", "20000")
         // Direct (TCP) sends wait this long for a receive: processes start unevenly.
         .env("RMR_TCP_RNR_TIMEOUT_MS", "60000")
         .stdout(Stdio::piped())
@@ -137,6 +141,22 @@ fn next_dto(p: &Peer) -> rmr_api::DtoCompletion {
     }
 }
 
+/// Asserts a completion succeeded; otherwise panics with why the EP ended
+/// (its `Broken` event's reason, when one follows) and its notes.
+fn ok(p: &Peer, c: rmr_api::DtoCompletion) {
+    if c.result().is_ok() {
+        return;
+    }
+    let mut why = String::new();
+    while let Ok(ev) = p.evd.wait(Some(Duration::from_millis(500)), 1) {
+        if let Event::Broken { reason, .. } = ev {
+            why = reason;
+            break;
+        }
+    }
+    panic!("{c:?} on rank {}: broken ({why}); notes {:?}", p.rank, p.ep.attr().notes);
+}
+
 /// Swaps RMR contexts of `region` with the peer (both sides call it).
 fn swap_ctx(p: &Peer, mine: RmrContext) -> RmrContext {
     let rb = MemRegion::new(128);
@@ -147,7 +167,7 @@ fn swap_ctx(p: &Peer, mine: RmrContext) -> RmrContext {
     p.ep.post_send(&[Sge::whole(&*sl)], Cookie(9001), DtoFlags::SUPPRESS).unwrap();
     let c = next_dto(p);
     assert_eq!(c.cookie.0, 9000, "{c:?}");
-    c.result().unwrap();
+    ok(p, c);
     RmrContext::from_bytes(&rb.to_vec(0, RmrContext::WIRE_SIZE).unwrap()).unwrap()
 }
 
@@ -235,7 +255,7 @@ fn exchange(p: &Peer, me: u32) {
         .unwrap();
     let c = next_dto(p);
     assert_eq!(c.cookie.0, 4000);
-    c.result().unwrap();
+    ok(p, c);
     for (k, d) in sent.iter().enumerate() {
         let got = back.to_vec(k as u64 * SLOT, d.len()).unwrap();
         assert_eq!(checksum(&got), checksum(d), "read back slot {k}");
@@ -360,7 +380,7 @@ fn worker_transfers() {
     let (mut wrote, mut noted) = (false, false);
     while !(wrote && noted) {
         let c = next_dto(&n);
-        c.result().unwrap();
+        ok(&n, c);
         wrote |= c.cookie == 1;
         noted |= c.cookie == 9100;
     }
@@ -425,16 +445,22 @@ fn zipper_lab_two_bridges_one_killed_mid_transfer() {
     .unwrap();
     lab.bridge(&world, 0, &[]);
     let b1 = lab.bridge(&world, 1, &[]);
-    let env = [("ZIP_WORLD", world.clone()), ("ZIP_DIR", lab.dir.clone())];
+    // A bridge that dies silently is found within 1.5 s (a killed one
+    // resets its connections at once).
+    let env = [
+        ("ZIP_WORLD", world.clone()),
+        ("ZIP_DIR", lab.dir.clone()),
+        ("RMR_TCP_USER_TIMEOUT_MS", "1500".to_string()),
+    ];
     let server = spawn_role(
         &lab.ns("cb"),
         "zipper_lab_two_bridges_one_killed_mid_transfer",
-        &[("ZIP_RANK", "1".into()), env[0].clone(), env[1].clone()],
+        &[("ZIP_RANK", "1".into()), env[0].clone(), env[1].clone(), env[2].clone()],
     );
     let client = spawn_role(
         &lab.ns("ca"),
         "zipper_lab_two_bridges_one_killed_mid_transfer",
-        &[("ZIP_RANK", "0".into()), env[0].clone(), env[1].clone()],
+        &[("ZIP_RANK", "0".into()), env[0].clone(), env[1].clone(), env[2].clone()],
     );
     // Kill bridge 1 once a quarter of the transfer has crossed its A link.
     let started = format!("{}/started", lab.dir);
