@@ -95,6 +95,15 @@ impl Target {
         }
     }
 
+    /// The same target, and every buffer the suite registers from now on in
+    /// this process allocated with [`MemRegion::shared`] rather than
+    /// [`MemRegion::new`] (a backend with a path of its own for shared
+    /// memory runs the whole suite on it; a test binary holds one target).
+    pub fn shared_regions(self) -> Target {
+        SHARED_BUFS.store(true, std::sync::atomic::Ordering::Relaxed);
+        self
+    }
+
     /// The same target with a work multiplier.
     pub fn scaled(mut self, scale: f64) -> Target {
         self.scale = scale;
@@ -256,6 +265,9 @@ pub fn expect_ok(evd: &Arc<dyn Evd>, cookie: u64) -> DtoCompletion {
     c
 }
 
+/// Set by [`Target::shared_regions`]: [`Buf::new`] allocates shared regions.
+static SHARED_BUFS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// A registered buffer.
 pub struct Buf {
     pub mem: Arc<MemRegion>,
@@ -263,9 +275,14 @@ pub struct Buf {
 }
 
 impl Buf {
-    /// `len` bytes registered in `pz` with `access`, filled with `fill`.
+    /// `len` bytes registered in `pz` with `access`, filled with `fill`
+    /// (in shared memory after [`Target::shared_regions`]).
     pub fn new(pz: &Arc<dyn Pz>, len: usize, access: Access, fill: u8) -> Buf {
-        let mem = MemRegion::new(len);
+        let mem = if SHARED_BUFS.load(std::sync::atomic::Ordering::Relaxed) {
+            MemRegion::shared(len).expect("a shared region")
+        } else {
+            MemRegion::new(len)
+        };
         mem.fill(0, len as u64, fill).unwrap();
         let lmr = pz.register_all(&mem, access).expect("register");
         Buf { mem, lmr }
