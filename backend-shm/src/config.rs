@@ -29,8 +29,9 @@ pub struct ShmConfig {
     pub rnr_timeout: Duration,
     /// Move RDMA writes and reads of a peer's shared regions
     /// ([`rmr_api::MemRegion::shared`]) with a plain copy through a mapping
-    /// of the region's file, at any size (`map`, `RMR_SHM_MAP`, default on;
-    /// needs what `cma` needs). Off, they go as other regions' do.
+    /// of the region's file, at any size (`map`, `RMR_SHM_MAP`, default on).
+    /// It takes effect only where cross-memory attach is on and allowed
+    /// (`cma`; the permission is the same). Off, they go as other regions' do.
     pub map: bool,
 }
 

@@ -37,6 +37,7 @@ pub struct Rig {
     /// the honest side writes by a copy through a mapping.
     pub evil_shared: Arc<MemRegion>,
     evil_ia: Arc<IaShared>,
+    honest_ia: Arc<IaShared>,
 }
 
 /// What feeding the honest side came to.
@@ -56,7 +57,9 @@ impl Rig {
             &rmr_api::settings::Given::split("shm", &spec, &crate::KNOBS).expect("spec").1,
         )
         .expect("config");
-        let ia: Arc<dyn Ia> = Arc::new(ShmIa::with_config(name, cfg.clone()).expect("ia"));
+        let honest_obj = ShmIa::with_config(name, cfg.clone()).expect("ia");
+        let honest_ia = honest_obj.sh.clone();
+        let ia: Arc<dyn Ia> = Arc::new(honest_obj);
         let evil_ia_obj = ShmIa::with_config(name, cfg).expect("ia");
         let evil_ia = evil_ia_obj.sh.clone();
         let evil_ia_dyn: Arc<dyn Ia> = Arc::new(evil_ia_obj);
@@ -95,7 +98,19 @@ impl Rig {
         let evil_shared = MemRegion::shared(LEN as usize).expect("a shared region");
         lmrs.push(epz.register_all(&evil_shared, Access::ALL).unwrap());
         drop(psp);
-        Rig { evd, honest, evil, open, read_only, canary, lmrs, pz, evil_shared, evil_ia }
+        Rig {
+            evd,
+            honest,
+            evil,
+            open,
+            read_only,
+            canary,
+            lmrs,
+            pz,
+            evil_shared,
+            evil_ia,
+            honest_ia,
+        }
     }
 
     /// The remote key of the open (0) or read-only (1) region.
@@ -144,6 +159,23 @@ impl Rig {
     pub fn lie_about_file(&self, off: u64, ino_delta: u64) {
         let key = self.lmrs[4].rmr_context().key();
         self.evil_ia.table.overwrite_file(key, off, ino_delta);
+    }
+
+    /// Makes the peer's table say its shared region is the honest side's
+    /// own region table (a descriptor this process holds, read-only).
+    /// Safe: the honest side refuses to map one of its own tables or
+    /// rings, and a file not open for writing.
+    pub fn lie_file_is_the_honest_table(&self) {
+        use std::os::fd::AsRawFd;
+        let t = self.honest_ia.table.fd();
+        let ino = rustix::fs::fstat(t).expect("fstat").st_ino;
+        let key = self.lmrs[4].rmr_context().key();
+        self.evil_ia.table.overwrite_fd(key, t.as_raw_fd(), ino);
+    }
+
+    /// A digest of the honest side's region table (every word).
+    pub fn honest_table_digest(&self) -> u64 {
+        self.honest_ia.table.digest()
     }
 
     /// The key of the peer's own (lied about) region.

@@ -27,11 +27,15 @@
 //! - **Shared regions** ([`rmr_api::MemRegion::shared`], memory in a sealed
 //!   memfd): an RDMA write or read of one, of any size, is a plain copy
 //!   through a mapping of the target's file, at `memcpy` speed, with the
-//!   same checks. The initiator fetches the file's descriptor from the
-//!   target with `pidfd_getfd` (the permission cross-memory attach needs)
-//!   and checks it is the file the table names. Allocate the regions that
-//!   processes of one node exchange data through this way (`map=0` turns
-//!   it off; the EP's `shared_files_mapped` note counts the files mapped).
+//!   same checks (where cross-memory attach would be allowed, and not for
+//!   a write with immediate or behind ring requests to the target's memory
+//!   not yet answered, which go through the rings). The initiator fetches
+//!   the file's descriptor from the target with `pidfd_getfd` and maps it
+//!   only if it is the file the table names, a sealed memfd open for
+//!   writing, and none of this process's rings or tables. Allocate the
+//!   regions that processes of one node exchange data through this way
+//!   (`map=0` turns it off; the EP's `shared_files_mapped` note counts the
+//!   files mapped, or says why none can be).
 //! - **Atomics** always execute at the target, in its progress, with CPU
 //!   atomics on the word: one path per word.
 //! - **Trust**: the boundary is the user id, as for cross-memory attach in

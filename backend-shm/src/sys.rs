@@ -22,6 +22,33 @@ fn file_id(fd: &impl AsFd) -> io::Result<(u64, u64, u64)> {
     Ok((st.st_dev, st.st_ino, st.st_size as u64))
 }
 
+/// A peer's file is fit to map `len` bytes of: at least that long, and
+/// sealed against shrinking (or truncating it later would make every
+/// access here fault, SIGBUS). Returns its device, inode and length.
+fn checked_file(fd: &impl AsFd, len: usize) -> io::Result<(u64, u64, u64)> {
+    let (dev, ino, size) = file_id(fd)?;
+    if size < len as u64 || len == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "shared file too short"));
+    }
+    let seals = rustix::fs::fcntl_get_seals(fd).unwrap_or(rustix::fs::SealFlags::empty());
+    if !seals.contains(rustix::fs::SealFlags::SHRINK) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "shared file not sealed against shrinking",
+        ));
+    }
+    Ok((dev, ino, size))
+}
+
+/// Whether this process maps `(dev, ino)` as a ring or region table.
+fn is_ours(dev: u64, ino: u64) -> bool {
+    MAPPED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|(id, w)| *id == (dev, ino) && w.strong_count() > 0)
+}
+
 /// A shared mapping of a whole memfd: rings or a region table.
 pub(crate) struct Mapping {
     ptr: NonNull<u8>,
@@ -67,19 +94,7 @@ impl Mapping {
     /// # Errors
     /// The file is shorter than `len` (a peer that lies about it), or mmap fails.
     pub(crate) fn map(fd: impl AsFd, len: usize, write: bool) -> io::Result<Arc<Mapping>> {
-        let (dev, ino, size) = file_id(&fd)?;
-        if size < len as u64 || len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidData, "shared file too short"));
-        }
-        // A peer's file must be sealed against shrinking, or truncating it
-        // later would make every access here fault (SIGBUS).
-        let seals = rustix::fs::fcntl_get_seals(&fd).unwrap_or(rustix::fs::SealFlags::empty());
-        if !seals.contains(rustix::fs::SealFlags::SHRINK) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "shared file not sealed against shrinking",
-            ));
-        }
+        let (dev, ino, _) = checked_file(&fd, len)?;
         let mut known = MAPPED.lock().unwrap_or_else(|e| e.into_inner());
         known.retain(|(_, w)| w.strong_count() > 0);
         if let Some(m) =
@@ -89,16 +104,22 @@ impl Mapping {
                 return Ok(m);
             }
         }
+        let m = Mapping::fresh(&fd, len, write)?;
+        known.push(((dev, ino), Arc::downgrade(&m)));
+        Ok(m)
+    }
+
+    /// A mapping of `len` bytes of `fd` of its own (not shared through the
+    /// registry), once `fd` passed [`checked_file`].
+    fn fresh(fd: impl AsFd, len: usize, write: bool) -> io::Result<Arc<Mapping>> {
         let prot = if write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
         // SAFETY: a fresh mapping chosen by the kernel (null hint), of a
-        // file at least `len` bytes long that cannot shrink (sealed);
-        // nothing else refers to it yet.
+        // file at least `len` bytes long that cannot shrink (sealed, checked
+        // by the caller); nothing else refers to it yet.
         let p =
             unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        let m = Arc::new(Mapping { ptr, len, write });
-        known.push(((dev, ino), Arc::downgrade(&m)));
-        Ok(m)
+        Ok(Arc::new(Mapping { ptr, len, write }))
     }
 
     /// The first byte.
@@ -224,44 +245,112 @@ pub(crate) struct FileRef {
 /// How many of a peer's shared files a connection keeps mapped.
 const FILES_KEPT: usize = 32;
 
+/// The largest peer file mapped (address space, not memory: a sparse file
+/// costs nothing until written).
+const FILE_MAX: u64 = 1 << 40;
+
+/// The filesystem type of memfds (tmpfs; hugetlbfs memfds are refused:
+/// a page that cannot be allocated there is a SIGBUS, not an error).
+const TMPFS_MAGIC: u64 = 0x0102_1994;
+
 /// A peer's shared files ([`rmr_api::MemRegion::shared`]) this side has
 /// mapped, so that an RDMA write or read of such a region is a plain copy.
 ///
 /// A file's descriptor is fetched from the peer with `pidfd_getfd` (the
-/// same ptrace permission as cross-memory attach) and checked against the
-/// inode the peer's table names. The mapping keeps the file alive: a copy
-/// after the peer freed the region lands in the orphaned file, never in
-/// memory the peer reused. The last [`FILES_KEPT`] files stay mapped.
+/// same ptrace permission as cross-memory attach, through a pidfd opened
+/// when the connection starts) and accepted only when it is the inode the
+/// peer's table names, a memfd (tmpfs) sealed against shrinking, opened
+/// for reading and writing, at most [`FILE_MAX`] long, and not one of this
+/// process's rings or region tables. Each file gets a mapping of its own.
+/// The mapping keeps the file alive: a copy after the peer freed the
+/// region lands in the orphaned file, never in memory the peer reused. The
+/// [`FILES_KEPT`] files mapped last stay mapped, until the connection ends.
 #[derive(Default)]
 pub(crate) struct Files {
     pidfd: Option<OwnedFd>,
     maps: std::collections::VecDeque<(u64, Arc<Mapping>)>,
+    /// Inodes that could not be mapped (the peer's table is wrong about
+    /// them): not fetched again.
+    bad: std::collections::VecDeque<u64>,
     /// Why fetching descriptors does not work to this peer, once it failed.
     refused: Option<String>,
 }
 
 impl Files {
-    /// The mapping of the peer's file `f` (fetched and mapped on first use)
-    /// and the file's length, or why there is none.
-    pub(crate) fn get(&mut self, pid: i32, f: FileRef) -> Result<Arc<Mapping>, String> {
+    /// Opens the pidfd of the peer (when the connection starts, so that a
+    /// later fetch cannot reach a process that reused its pid).
+    pub(crate) fn attach(&mut self, pid: i32) {
+        use rustix::process::{Pid, PidfdFlags, pidfd_open};
+        match Pid::from_raw(pid).map(|p| pidfd_open(p, PidfdFlags::empty())) {
+            Some(Ok(fd)) => self.pidfd = Some(fd),
+            Some(Err(e)) => self.refused = Some(format!("pidfd_open: {e}")),
+            None => self.refused = Some("the peer's pid is unknown".into()),
+        }
+    }
+
+    /// The mapping of the peer's file `f` (fetched and mapped on first
+    /// use), or why there is none.
+    pub(crate) fn get(&mut self, f: FileRef) -> Result<Arc<Mapping>, String> {
         if let Some((_, m)) = self.maps.iter().find(|(ino, _)| *ino == f.ino) {
             return Ok(m.clone());
         }
         if let Some(why) = &self.refused {
             return Err(why.clone());
         }
-        let m = self.fetch(pid, f).map_err(|e| {
-            let why = format!("the peer's shared file cannot be mapped: {e}");
-            if matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::ESRCH)) {
+        if self.bad.contains(&f.ino) {
+            return Err("the peer's shared file was refused before".into());
+        }
+        let Some(pidfd) = &self.pidfd else { return Err("no pidfd of the peer".into()) };
+        let fd = match rustix::process::pidfd_getfd(
+            pidfd,
+            f.fd,
+            rustix::process::PidfdGetfdFlags::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(e) if matches!(e, rustix::io::Errno::PERM | rustix::io::Errno::NOSYS) => {
+                let why = format!("pidfd_getfd is refused ({e})");
                 self.refused = Some(why.clone());
+                return Err(why);
             }
-            why
-        })?;
+            Err(e) => return Err(self.refuse(f.ino, format!("pidfd_getfd: {e}"))),
+        };
+        let m = Files::accept(&fd, f.ino).map_err(|e| self.refuse(f.ino, e.to_string()))?;
         if self.maps.len() == FILES_KEPT {
             self.maps.pop_front();
         }
         self.maps.push_back((f.ino, m.clone()));
         Ok(m)
+    }
+
+    fn refuse(&mut self, ino: u64, why: String) -> String {
+        if self.bad.len() == FILES_KEPT {
+            self.bad.pop_front();
+        }
+        self.bad.push_back(ino);
+        format!("the peer's shared file cannot be mapped: {why}")
+    }
+
+    /// Maps a fetched descriptor once it passes the checks of [`Files`].
+    fn accept(fd: &OwnedFd, want_ino: u64) -> io::Result<Arc<Mapping>> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+        let (dev, ino, size) = file_id(fd)?;
+        if ino != want_ino {
+            return Err(bad("the descriptor is not the file the region table names"));
+        }
+        if rustix::fs::fstatfs(fd)?.f_type as u64 != TMPFS_MAGIC {
+            return Err(bad("not a memfd on tmpfs"));
+        }
+        if !rustix::fs::fcntl_getfl(fd)?.contains(rustix::fs::OFlags::RDWR) {
+            return Err(bad("not open for reading and writing"));
+        }
+        if size > FILE_MAX {
+            return Err(bad("larger than 1 TiB"));
+        }
+        if is_ours(dev, ino) {
+            return Err(bad("one of this process's rings or region tables"));
+        }
+        checked_file(fd, size as usize)?;
+        Mapping::fresh(fd, size as usize, true)
     }
 
     /// What the EP's notes say: how many files are mapped, or why none can be.
@@ -270,23 +359,5 @@ impl Files {
             Some(why) => format!("none: {why}"),
             None => self.maps.len().to_string(),
         }
-    }
-
-    fn fetch(&mut self, pid: i32, f: FileRef) -> io::Result<Arc<Mapping>> {
-        use rustix::process::{Pid, PidfdFlags, PidfdGetfdFlags, pidfd_getfd, pidfd_open};
-        if self.pidfd.is_none() {
-            let p = Pid::from_raw(pid).ok_or_else(|| io::Error::other("no peer pid"))?;
-            self.pidfd = Some(pidfd_open(p, PidfdFlags::empty())?);
-        }
-        let pidfd = self.pidfd.as_ref().expect("opened above");
-        let fd = pidfd_getfd(pidfd, f.fd, PidfdGetfdFlags::empty())?;
-        let (_, ino, size) = file_id(&fd)?;
-        if ino != f.ino {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "the peer's descriptor is not the file its region table names",
-            ));
-        }
-        Mapping::map(&fd, size as usize, true)
     }
 }

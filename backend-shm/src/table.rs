@@ -140,6 +140,27 @@ impl Table {
         }
     }
 
+    /// Makes the entry of `key` name descriptor `fd` with inode `ino` at
+    /// offset 0 (tests of a peer that lies in its table).
+    pub(crate) fn overwrite_fd(&self, key: u64, fd: i32, ino: u64) {
+        if let Some(slot) = slot_of(key) {
+            let w = words(&self.map, slot);
+            w[5].store((i64::from(fd) + 1) as u64, Ordering::SeqCst);
+            w[6].store(ino, Ordering::SeqCst);
+            w[7].store(0, Ordering::SeqCst);
+        }
+    }
+
+    /// A digest of every word of the table (tests: was it written?).
+    pub(crate) fn digest(&self) -> u64 {
+        (0..TABLE_BYTES / 8).fold(0xcbf2_9ce4_8422_2325u64, |h, i| {
+            // SAFETY: word `i` lies inside the mapping (TABLE_BYTES long),
+            // 8-aligned, and is only accessed atomically.
+            let w = unsafe { AtomicU64::from_ptr(self.map.ptr().cast::<u64>().add(i)) };
+            (h ^ w.load(Ordering::Relaxed)).wrapping_mul(0x0100_0000_01b3)
+        })
+    }
+
     /// Withdraws a region: from now on peers find no entry for its key.
     pub(crate) fn remove(&self, key: u64) {
         if let Some(slot) = slot_of(key) {

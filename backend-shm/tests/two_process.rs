@@ -145,8 +145,14 @@ fn run(test: &str, shared: bool) {
     // The shared region went by a mapped copy (its file mapped here); any
     // other by cross-memory attach.
     let mapped = ep.attr().notes.into_iter().find(|(k, _)| k == "shared_files_mapped");
-    let want = if shared { "1" } else { "0" };
-    assert_eq!(mapped.map(|(_, v)| v).as_deref(), Some(want));
+    let mapped = mapped.map(|(_, v)| v).unwrap_or_default();
+    if let Some(why) = mapped.strip_prefix("none: ") {
+        // A kernel or sandbox that refuses pidfd_getfd: the data went by
+        // cross-memory attach and was checked all the same.
+        println!("SKIPPED: the mapped-copy assertion ({why})");
+    } else {
+        assert_eq!(mapped, if shared { "1" } else { "0" });
+    }
     ep.disconnect().unwrap();
     let st = child.wait().unwrap();
     assert!(st.success(), "peer process: {st}");

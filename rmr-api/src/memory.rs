@@ -134,12 +134,15 @@ impl MemRegion {
     /// Allocates `len` zeroed bytes in shared memory (a sealed memfd,
     /// mapped shared), which processes of the same node may map as well.
     ///
-    /// Behaves as [`MemRegion::new`] for every backend. The `shm` backend
+    /// Every backend registers and moves it as any region. Unlike
+    /// [`MemRegion::new`]'s memory it stays shared with a child made by
+    /// `fork` (not copied on write), and it holds a file descriptor while
+    /// it lives. The `shm` backend
     /// reads and writes such a region of a peer with a plain copy through a
     /// mapping of its own, at the speed of `memcpy`, where for other
     /// memory it needs a cross-memory system call per transfer: allocate
     /// the regions that processes of one node exchange data through this
-    /// way. It costs one file descriptor while the region lives.
+    /// way.
     ///
     /// # Errors
     /// [`Error::Io`] when the memfd cannot be made or mapped (out of file

@@ -196,6 +196,11 @@ impl EpShared {
         if let Err(why) = &cma {
             tracing::info!(target: "rmr::shm", ep = self.id.0, why = %why, "RDMA through the rings, not cross-memory attach");
         }
+        // Shared regions of the peer are fetched through its pidfd, opened
+        // now (the permission is the one cross-memory attach needs).
+        if let (true, true, Ok(pid)) = (self.ia.cfg.map, cma.is_ok(), &p.pid) {
+            self.tx().files.attach(*pid);
+        }
         let link = Link {
             _map: p.map,
             out,

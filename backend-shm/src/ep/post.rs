@@ -201,7 +201,7 @@ impl EpShared {
         }
         let dir = if op == DtoOp::RdmaRead { Dir::Read } else { Dir::Write };
         if let Some(f) = e.file.filter(|_| self.ia.cfg.map) {
-            match files.get(link.peer_pid, f) {
+            match files.get(f) {
                 Ok(m) => {
                     // The entry's bytes must lie inside the file (a peer's
                     // table could say otherwise).
@@ -211,9 +211,14 @@ impl EpShared {
                     {
                         Some(at) => {
                             let p = m.ptr().wrapping_add(at as usize);
-                            match dir {
-                                Dir::Write => gather(segs, 0, p, total as usize),
-                                Dir::Read => scatter(segs, 0, p, total as usize),
+                            // SAFETY: `[at, at + total)` lies inside the
+                            // mapping (checked against its length just
+                            // above), which `m` keeps mapped for the copy.
+                            unsafe {
+                                match dir {
+                                    Dir::Write => gather(segs, 0, p, total as usize),
+                                    Dir::Read => scatter(segs, 0, p, total as usize),
+                                }
                             }
                             return Status::Success;
                         }
@@ -255,7 +260,9 @@ impl EpShared {
             };
             h.len = chunk as u32;
             let segs = &f.segs;
-            let mut fill = |dst: *mut u8| gather(segs, at, dst, chunk as usize);
+            // SAFETY: the ring hands `fill` the payload space of the frame
+            // it reserves, `chunk` bytes this side owns until it publishes.
+            let mut fill = |dst: *mut u8| unsafe { gather(segs, at, dst, chunk as usize) };
             if !link.out.push(&h, &mut fill) {
                 // Full: ask the consumer to ring when it frees room, then
                 // look once more (it may have freed room meanwhile).
@@ -359,7 +366,8 @@ impl EpShared {
         if let Some(o) = tx.outstanding.iter_mut().find(|o| o.seq == Some(seq)) {
             if status.is_ok() {
                 let v = old.to_le_bytes();
-                scatter(&o.local, 0, v.as_ptr(), 8);
+                // SAFETY: `v` is a local array of 8 bytes.
+                unsafe { scatter(&o.local, 0, v.as_ptr(), 8) };
                 o.old = Some(old);
             }
             o.done = Some(status);
@@ -378,6 +386,9 @@ impl EpShared {
     /// the ring are dropped.
     pub(crate) fn flush_requests(&self, status: Status) {
         let mut tx = self.tx();
+        // The peer's files are not written any more: unmapped now, not when
+        // the EP is dropped.
+        tx.files = crate::sys::Files::default();
         tx.pending.clear();
         tx.sent = 0;
         for o in tx.outstanding.iter_mut() {

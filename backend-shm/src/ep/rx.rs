@@ -320,11 +320,18 @@ impl EpShared {
         let at = *got;
         *got += len;
         let finished = *got == total;
-        match &*cur {
-            Cur::Recv { recv, .. } => scatter(&recv.segs, at, payload, len as usize),
-            Cur::Write { seg, .. } => scatter(std::slice::from_ref(seg), at, payload, len as usize),
-            Cur::ReadResp { segs, .. } => scatter(segs, at, payload, len as usize),
-            Cur::Discard { .. } => {}
+        // SAFETY: `payload` is this frame's payload of `len` bytes (the ring
+        // checked that the frame lies inside it), which the consumer owns
+        // until it moves the ring's tail.
+        unsafe {
+            match &*cur {
+                Cur::Recv { recv, .. } => scatter(&recv.segs, at, payload, len as usize),
+                Cur::Write { seg, .. } => {
+                    scatter(std::slice::from_ref(seg), at, payload, len as usize)
+                }
+                Cur::ReadResp { segs, .. } => scatter(segs, at, payload, len as usize),
+                Cur::Discard { .. } => {}
+            }
         }
         if !finished {
             return Ok(Step::Next);

@@ -35,7 +35,12 @@ impl Seg {
 }
 
 /// Copies `len` bytes of the segments' bytes from `at` on to `dst`.
-pub(crate) fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize) {
+///
+/// # Safety
+/// `dst` is valid for writes of `len` bytes for the call: ring space this
+/// side owns until it publishes the frame, or a range of a peer's shared
+/// file mapped here and checked against the file's length.
+pub(crate) unsafe fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize) {
     for s in segs {
         if len == 0 {
             break;
@@ -47,10 +52,8 @@ pub(crate) fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize
         let n = ((s.len - at) as usize).min(len);
         debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
         // SAFETY: the segment was checked against its LMR's bounds at post
-        // and the DTO holds its region; `dst` is ring space of `len` bytes
-        // this side owns until it publishes the frame, or `len` bytes of a
-        // peer's shared file mapped here, inside the entry of its table
-        // the access was checked against.
+        // and the DTO holds its region; `dst` is valid for `len` bytes (the
+        // caller's contract).
         unsafe { crate::sys::copy(s.region.as_ptr().add((s.off + at) as usize), dst, n) };
         dst = dst.wrapping_add(n);
         len -= n;
@@ -59,7 +62,13 @@ pub(crate) fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize
 }
 
 /// Copies `len` bytes at `src` into the segments from byte `at` on.
-pub(crate) fn scatter(segs: &[Seg], mut at: u64, mut src: *const u8, mut len: usize) {
+///
+/// # Safety
+/// `src` is valid for reads of `len` bytes for the call: a frame's payload
+/// the consumer owns until it moves the ring's tail, a local value, or a
+/// range of a peer's shared file mapped here and checked against the
+/// file's length.
+pub(crate) unsafe fn scatter(segs: &[Seg], mut at: u64, mut src: *const u8, mut len: usize) {
     for s in segs {
         if len == 0 {
             break;
@@ -70,9 +79,7 @@ pub(crate) fn scatter(segs: &[Seg], mut at: u64, mut src: *const u8, mut len: us
         }
         let n = ((s.len - at) as usize).min(len);
         debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
-        // SAFETY: as in `gather`, the other way: `src` is a frame's payload
-        // the consumer owns until it moves the ring's tail, or a checked
-        // range of a peer's shared file mapped here.
+        // SAFETY: as in `gather`, the other way (`src`: the caller's contract).
         unsafe { crate::sys::copy(src, s.region.as_ptr().add((s.off + at) as usize), n) };
         src = src.wrapping_add(n);
         len -= n;
