@@ -40,11 +40,26 @@ pub struct TcpConfig {
     /// `RMR_TCP_SOCKBUF`; `None`, the default, leaves the kernel's
     /// autotuning).
     pub sockbuf: Option<usize>,
+    /// The send buffer of a connection to a near peer (`near_sndbuf`,
+    /// `RMR_TCP_NEAR_SNDBUF`, default 512 KiB; 0: never). Where the
+    /// round trip the kernel measured as the connection opened is at most
+    /// [`NEAR_RTT`], and `sockbuf` is unset, the send buffer is set to
+    /// this instead of growing under the kernel's autotuning (to 4 MiB):
+    /// bytes copied into the socket are then copied out by the receiver
+    /// before they leave the caches, which is what a transfer bound by the
+    /// CPUs runs at (two processes of one host over veth: 1 MiB writes
+    /// ~1.2x, 4 MiB ~1.7x; BENCHMARKS.md). The kernel doubles the value;
+    /// 512 KiB carries 160 Gbit/s at a 50 us round trip.
+    pub near_sndbuf: usize,
 }
+
+/// The round trip under which a peer counts as near (see
+/// [`TcpConfig::near_sndbuf`]): a host, a rack, a LAN switch hop.
+pub const NEAR_RTT: Duration = Duration::from_micros(50);
 
 /// The knobs [`TcpConfig::from_given`] reads, in the order of
 /// [`TcpConfig::settings`].
-pub const KNOBS: [Knob; 8] = [
+pub const KNOBS: [Knob; 9] = [
     Knob {
         option: "rnr_timeout_ms",
         var: "RMR_TCP_RNR_TIMEOUT_MS",
@@ -77,6 +92,11 @@ pub const KNOBS: [Knob; 8] = [
         var: "RMR_TCP_SOCKBUF",
         doc: "socket buffer sizes (bytes, e.g. 4M; unset: kernel autotuning)",
     },
+    Knob {
+        option: "near_sndbuf",
+        var: "RMR_TCP_NEAR_SNDBUF",
+        doc: "send buffer of a connection whose round trip is at most 50 us (bytes; 0: autotuning)",
+    },
 ];
 
 /// The most DTOs or receives an EP may be given.
@@ -95,6 +115,7 @@ impl Default for TcpConfig {
             batch: true,
             stall_timeout: Duration::from_millis(30_000),
             sockbuf: None,
+            near_sndbuf: 512 << 10,
         }
     }
 }
@@ -111,6 +132,7 @@ rmr_api::config_builder!(
         batch: bool,
         stall_timeout: Duration,
         sockbuf: Option<usize>,
+        near_sndbuf: usize,
     }
 );
 
@@ -158,6 +180,9 @@ impl TcpConfig {
         if let Some(v) = g.get(&KNOBS[7], size)? {
             c.sockbuf = Some(v as usize);
         }
+        if let Some(v) = g.get(&KNOBS[8], size)? {
+            c.near_sndbuf = v as usize;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -187,6 +212,7 @@ impl TcpConfig {
             u8::from(c.batch).to_string(),
             c.stall_timeout.as_millis().to_string(),
             c.sockbuf.map_or("kernel autotuning".into(), |b| b.to_string()),
+            c.near_sndbuf.to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

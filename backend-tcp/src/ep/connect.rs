@@ -34,6 +34,31 @@ pub(crate) fn tune(stream: &TcpStream, cfg: &crate::TcpConfig) -> std::io::Resul
     Ok(())
 }
 
+/// Sets the send buffer of a connection to a near peer
+/// ([`crate::TcpConfig::near_sndbuf`]: the round trip measured as it
+/// opened at most [`crate::NEAR_RTT`], no `sockbuf` given). Returns what
+/// the buffer is, and why, for the EP's notes.
+fn size_send_buffer(stream: &TcpStream, cfg: &crate::TcpConfig) -> String {
+    if let Some(sz) = cfg.sockbuf {
+        return format!("{sz} (sockbuf)");
+    }
+    if cfg.near_sndbuf == 0 {
+        return "kernel autotuning (near_sndbuf 0)".into();
+    }
+    let rtt = match rmr_api::provider::io::tcp_rtt(std::os::fd::AsFd::as_fd(stream)) {
+        Ok(rtt) => rtt,
+        Err(e) => return format!("kernel autotuning (round trip unknown: {e})"),
+    };
+    let us = rtt.as_micros();
+    if rtt > crate::NEAR_RTT {
+        return format!("kernel autotuning (round trip {us} us at connect)");
+    }
+    match socket2::SockRef::from(stream).set_send_buffer_size(cfg.near_sndbuf) {
+        Ok(()) => format!("{} (near: round trip {us} us at connect)", cfg.near_sndbuf),
+        Err(e) => format!("kernel autotuning (setting {}: {e})", cfg.near_sndbuf),
+    }
+}
+
 pub(super) fn handshake_read(stream: &mut TcpStream) -> Result<(Op, Vec<u8>)> {
     let mut hb = [0u8; HDR];
     stream.read_exact(&mut hb).map_err(|e| match e.kind() {
@@ -75,6 +100,7 @@ impl EpShared {
     /// engine, and Established is posted.
     pub(crate) fn start(self: &Arc<Self>, stream: TcpStream, peer_pd: Vec<u8>) -> Result<()> {
         let peer = stream.peer_addr().map_err(|e| Error::io("peer_addr", e))?;
+        let _ = self.sndbuf.set(size_send_buffer(&stream, &self.ia.cfg));
         stream.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
         let _ = self.peer.set(peer);
         if self.tx.set(Tx::new(stream)).is_err() {

@@ -65,6 +65,7 @@ impl TcpEp {
                 abandoned: AtomicBool::new(false),
                 slot: AtomicUsize::new(crate::engine::NO_SLOT),
                 kick_pending: AtomicBool::new(false),
+                sndbuf: OnceLock::new(),
             }),
         })
     }
@@ -162,7 +163,10 @@ impl Ep for TcpEp {
             max_dtos: self.sh.ia.cfg.max_dtos,
             max_recvs: self.sh.ia.cfg.max_recvs,
             max_sges: a.max_sges,
-            notes: vec![("progress".into(), self.sh.progress_note())],
+            notes: vec![
+                ("progress".into(), self.sh.progress_note()),
+                ("sndbuf".into(), self.sh.sndbuf.get().cloned().unwrap_or_else(|| "-".into())),
+            ],
         }
     }
 

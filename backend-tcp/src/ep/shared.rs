@@ -167,6 +167,9 @@ pub(crate) struct EpShared {
     /// waits for the helper.
     pub(super) slot: AtomicUsize,
     pub(super) kick_pending: AtomicBool,
+    /// What the connection's send buffer was set to, and why (the EP's
+    /// `sndbuf` note; see [`crate::TcpConfig::near_sndbuf`]).
+    pub(super) sndbuf: OnceLock<String>,
 }
 
 pub(super) fn state_from(v: u8) -> EpState {
