@@ -53,6 +53,12 @@ pub struct TcpConfig {
     pub near_sndbuf: usize,
 }
 
+/// The default [`TcpConfig::near_sndbuf`] of an IA opened alone.
+pub const NEAR_SNDBUF: usize = 512 << 10;
+
+/// The smallest default near send buffer of one of several rails.
+pub const NEAR_SNDBUF_MIN: usize = 128 << 10;
+
 /// The round trip under which a peer counts as near (see
 /// [`TcpConfig::near_sndbuf`]): a host, a rack, a LAN switch hop.
 pub const NEAR_RTT: Duration = Duration::from_micros(50);
@@ -115,7 +121,7 @@ impl Default for TcpConfig {
             batch: true,
             stall_timeout: Duration::from_millis(30_000),
             sockbuf: None,
-            near_sndbuf: 512 << 10,
+            near_sndbuf: NEAR_SNDBUF,
         }
     }
 }
@@ -155,6 +161,8 @@ impl TcpConfig {
     /// `open`, never a silent default.
     pub fn from_given(g: &Given) -> rmr_api::Result<TcpConfig> {
         let mut c = TcpConfig::default();
+        let share = rmr_api::provider::rail_share();
+        c.near_sndbuf = (NEAR_SNDBUF / share).max(NEAR_SNDBUF_MIN);
         let queue = rmr_api::settings::within(1, MAX_QUEUE);
         if let Some(v) = g.get(&KNOBS[0], millis)? {
             c.rnr_timeout = v;

@@ -122,7 +122,8 @@
 //! - `RMR_TCP_USER_TIMEOUT_MS` (4000): TCP_USER_TIMEOUT and keepalive
 //!   budget — how fast a dead peer or a cut link breaks the EP.
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
-//! - `RMR_TCP_NEAR_SNDBUF` (512 KiB; 0: never): the send buffer of a
+//! - `RMR_TCP_NEAR_SNDBUF` (512 KiB, 512 KiB / N for one of N multirail
+//!   rails, at least 128 KiB; 0: never): the send buffer of a
 //!   connection whose round trip at connect is at most [`NEAR_RTT`]
 //!   (50 us), instead of the kernel's autotuning: a transfer the CPUs
 //!   limit keeps its bytes in the caches (see [`TcpConfig::near_sndbuf`]).
@@ -158,7 +159,7 @@ mod psp;
 mod tx;
 pub mod wire;
 
-pub use config::{KNOBS, NEAR_RTT, TcpConfig, TcpConfigBuilder};
+pub use config::{KNOBS, NEAR_RTT, NEAR_SNDBUF, NEAR_SNDBUF_MIN, TcpConfig, TcpConfigBuilder};
 pub use domain::{TcpLmr, TcpPz};
 pub use ep::TcpEp;
 pub use ia::TcpIa;

@@ -140,10 +140,12 @@ impl Provider for MultiRailProvider {
         let bad = |why: String| Error::BadSpec { spec: format!("multirail:{rest}"), why };
         let (rails_part, given) = Given::split("multirail", rest, &config::KNOBS)?;
         let cfg = MrConfig::from_given(&given)?;
-        let rails = rails_part
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(rmr_api::open)
+        let specs: Vec<&str> = rails_part.split(',').filter(|s| !s.is_empty()).collect();
+        // The rails share the node: each sizes its per-connection defaults
+        // for its share (rmr_api::provider::with_rail_share).
+        let rails = specs
+            .iter()
+            .map(|s| rmr_api::provider::with_rail_share(specs.len(), || rmr_api::open(s)))
             .collect::<Result<Vec<_>>>()?;
         if rails.is_empty() {
             return Err(bad("no rails; e.g. multirail:tcp:127.0.0.1,tcp:127.0.0.2".into()));

@@ -15,6 +15,9 @@
 //!   their sources.
 //! - [`check_local_sges`] and [`completion_result`]: the checks and mappings
 //!   every backend does the same way.
+//! - [`with_rail_share`] / [`rail_share`]: a layer that opens several IAs as
+//!   rails of one (multirail) tells them how many share the node's
+//!   resources, so their per-connection defaults can be sized for the sum.
 //! - `conformance` (feature `conformance`): the suite every backend's
 //!   `tests/conformance.rs` runs, so "passes the suite" means one thing.
 //!
@@ -40,9 +43,44 @@ pub use cpus::cpus_idle;
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
 pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
 
+thread_local! {
+    static RAIL_SHARE: std::cell::Cell<usize> = const { std::cell::Cell::new(1) };
+}
+
+/// Runs `open` (which opens an IA) as the opening of one of `rails` IAs
+/// that a layer above drives at once, as rails of one: a backend reading
+/// [`rail_share`] while it opens sizes its per-connection defaults to a
+/// share of what one IA alone would take (the tcp backend: its near send
+/// buffer). Settings given explicitly are not divided.
+pub fn with_rail_share<R>(rails: usize, open: impl FnOnce() -> R) -> R {
+    let old = RAIL_SHARE.replace(rails.max(1));
+    let r = open();
+    RAIL_SHARE.set(old);
+    r
+}
+
+/// How many rails the IA being opened on this thread shares the node with
+/// (itself included): 1 unless a layer opens it within [`with_rail_share`].
+pub fn rail_share() -> usize {
+    RAIL_SHARE.get()
+}
+
 /// A fresh process-unique id for protection zones and other objects.
 pub fn fresh_id() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+mod rail_share_tests {
+    use super::*;
+
+    #[test]
+    fn a_rail_share_holds_only_inside_its_scope_and_nests() {
+        assert_eq!(rail_share(), 1);
+        let inner = with_rail_share(3, || (rail_share(), with_rail_share(0, rail_share)));
+        assert_eq!(inner, (3, 1), "the share inside, and 0 taken as 1");
+        assert_eq!(rail_share(), 1);
+    }
 }

@@ -1,0 +1,34 @@
+//! A multirail IA opens its rails as shares of one ([`rmr_api::provider::with_rail_share`]):
+//! each tcp rail to a near peer takes its share of the near send buffer
+//! (512 KiB / 2 for two rails), so the rails' buffers together stay the
+//! size one connection alone would get. Real tcp rails on loopback.
+
+use rmr_api::provider::conformance::{Pair, Target};
+use rmr_api::{Ep, Ia};
+
+fn register() {
+    backend_tcp::register();
+    multirail::register();
+}
+
+fn sndbuf(ep: &dyn Ep) -> String {
+    ep.attr().notes.into_iter().find(|(k, _)| k == "sndbuf").map(|(_, v)| v).expect("sndbuf note")
+}
+
+#[test]
+fn each_of_two_tcp_rails_gets_half_the_near_send_buffer() {
+    let s = "multirail:tcp:127.0.0.1,tcp:127.0.0.2";
+    let t = Target::new("multirail-rail-share", register, s, s);
+    let p = Pair::new(&t);
+    for ep in [&p.a, &p.b] {
+        let mr = ep.as_any().downcast_ref::<multirail::MrEp>().expect("a multirail EP");
+        for i in 0..2 {
+            let n = sndbuf(&*mr.rail_ep(i).expect("rail"));
+            assert!(n.starts_with("262144 (near: "), "rail {i}: {n}");
+        }
+    }
+    // An IA opened alone afterwards is not a share.
+    let ia = rmr_api::open("tcp:127.0.0.1").unwrap();
+    assert_eq!(ia.attr().provider, "tcp");
+    assert_eq!(rmr_api::provider::rail_share(), 1);
+}
