@@ -3,8 +3,8 @@
 //! (512 KiB / 2 for two rails), so the rails' buffers together stay the
 //! size one connection alone would get. Real tcp rails on loopback.
 
+use rmr_api::Ep;
 use rmr_api::provider::conformance::{Pair, Target};
-use rmr_api::{Ep, Ia};
 
 fn register() {
     backend_tcp::register();
