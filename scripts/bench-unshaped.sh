@@ -12,11 +12,14 @@
 # Writes OUT/rows.jsonl (every row) and OUT/summary.md (each round, the
 # medians, the ratios the issue's goals name, with verdicts).
 #   scripts/bench-unshaped.sh [ROUNDS] [OUT]   (default 5, bench-out/unshaped)
+#   SUMMARY_ONLY=1 scripts/bench-unshaped.sh ROUNDS [OUT]: the summary again
+#   from OUT/rows.jsonl, measuring nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
 OUT=${2:-bench-out/unshaped}
 mkdir -p "$OUT"
+if [ -z "${SUMMARY_ONLY:-}" ]; then
 P=rmru
 trap 'pkill -f "rmr-bench server --rails 198.18.0.2,198.18.1.2 --port 7680" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; scripts/lab.sh down $P' EXIT
 command -v iperf3 >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
@@ -96,8 +99,10 @@ for round in $(seq "$ROUNDS"); do
     iperf "iperf3 2 streams, 1 MiB writes" 198.18.0.2,198.18.1.2 1048576
   } | tee -a "$OUT/rows.jsonl"
 done
+git rev-parse --short HEAD >"$OUT/commit"
+fi
 
-python3 - "$OUT/rows.jsonl" "$(git rev-parse --short HEAD)" "$ROUNDS" >"$OUT/summary.md" <<'PY'
+python3 - "$OUT/rows.jsonl" "$(cat "$OUT/commit")" "$ROUNDS" >"$OUT/summary.md" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 commit, rounds = sys.argv[2], int(sys.argv[3])
@@ -155,8 +160,8 @@ for size in (1 << 20, 4 << 20):
     for e in ("pinned", "inline"):
         ratio(size, f"2 rails {e}", "iperf3 2 streams, 1 MiB writes", 0.9)
     ratio(size, "1 rail", "iperf3 1 stream, 1 MiB writes", 0.95)
-print("\nThe near send buffer (512 KiB) against the kernel's autotuning, the sender's "
-      "(`RMR_TCP_NEAR_SNDBUF=0` on the client), not a goal:\n")
+print("\nThe near send buffer (512 KiB for one rail, 256 KiB per rail of two) against the "
+      "kernel's autotuning, the sender's (`RMR_TCP_NEAR_SNDBUF=0` on the client), not a goal:\n")
 for size in (1 << 20, 4 << 20):
     ratio(size, "1 rail", "1 rail, sndbuf autotuned", 1.0)
     ratio(size, "2 rails pinned", "2 rails pinned, sndbuf autotuned", 1.0)

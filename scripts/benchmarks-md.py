@@ -47,6 +47,8 @@ barofi = load(os.path.join(OUT, "barrier-ofi.jsonl"))
 ofilo = load(os.path.join(OUT, "ofi-loopback.jsonl"))
 zip_ = load(os.path.join(OUT, "zipper.jsonl"))
 rti = load(os.path.join(OUT, "rt-instructions.jsonl"))
+# scripts/bench-unshaped.sh: two unshaped rails, interleaved rounds ([mr-efficiency]).
+uns = load(os.path.join(OUT, "unshaped", "rows.jsonl"))
 
 verdicts = []
 
@@ -60,7 +62,7 @@ def g(r, k):
 
 
 # --- TCP backend, one rail
-for name, rows in (("shaped 1 Gbit/s", eq), ("unshaped", un)):
+for name, rows in (("shaped 1 Gbit/s", eq), ("unshaped", [] if uns else un)):
     rs = sorted(r["ratio_raw"] for r in rows if r["test"] == "bw" and r["rails"] == 1 and r["size"] == 1 << 20 and r.get("ratio_raw"))
     if rs:
         v = rs[len(rs) // 2]
@@ -88,18 +90,47 @@ def iperf_of(rows, rails):
     return v[len(v) // 2] if v else None
 
 
-for name, rows in (("shaped 1 Gbit/s", eq), ("unshaped", un)):
+for name, rows in (("shaped 1 Gbit/s", eq), ("unshaped", [] if uns else un)):
     ip1 = iperf_of(rows, 1)
     ones_ = sorted(r["mbps"] for r in rows if r["test"] == "bw" and r["rails"] == 1 and r["size"] == 1 << 20)
     if ip1 and ones_:
         v = ones_[len(ones_) // 2] / ip1
         verdict(f"TCP one rail, 1 MiB RDMA write / one iperf3 stream ({name}; medians)", f"{v:.2f}", v >= 0.95, ">= 0.95")
-ip2 = iperf_of(un, 2)
+ip2 = None if uns else iperf_of(un, 2)
 twos = sorted(r["mbps"] for r in un if r["test"] == "bw" and r["rails"] == 2 and r.get("engine") == "pinned" and r["size"] == 1 << 20)
 if ip2 and twos:
     v = twos[len(twos) // 2] / ip2
     verdict("2 unshaped rails (CPU-bound), 1 MiB pinned / two iperf3 streams over the same rails (medians)",
             f"{v:.2f}", v >= 0.9, ">= 0.90")
+
+# --- two unshaped rails in interleaved rounds (scripts/bench-unshaped.sh):
+# each round's ratio between its own runs, the median of the rounds.
+def uns_ratio(a, b, size):
+    rs = []
+    for k in sorted({r["round"] for r in uns}):
+        x = next((r for r in uns if r["what"] == a and r["round"] == k and r["size"] in (size, 0)), None)
+        y = next((r for r in uns if r["what"] == b and r["round"] == k and r["size"] in (size, 0)), None)
+        if x and y and y["mbps"] > 0:
+            rs.append(x["mbps"] / y["mbps"])
+    return sorted(rs)
+
+
+if uns:
+    n = len({r["round"] for r in uns})
+    for size in (1 << 20, 4 << 20):
+        mib = size >> 20
+        for a, b, goal, ok in (
+            ("1 rail", "iperf3 1 stream", ">= 0.95", lambda v: v >= 0.95),
+            ("2 rails pinned", "iperf3 2 streams", ">= 0.90", lambda v: v >= 0.9),
+            ("2 rails inline", "iperf3 2 streams", ">= 0.90", lambda v: v >= 0.9),
+            ("2 rails pinned", "1 rail", ">= 1.3", lambda v: v >= 1.3),
+            ("2 rails inline", "1 rail", ">= 1.3", lambda v: v >= 1.3),
+        ):
+            rs = uns_ratio(a, b, size)
+            if rs:
+                v = rs[len(rs) // 2]
+                verdict(f"unshaped (CPU-bound), {mib} MiB RDMA write: {a} / {b} (median of {n} interleaved rounds)",
+                        f"{v:.2f}", ok(v), goal)
 
 # --- the ofi backend against libfabric's own fi_pingpong (means, like with like)
 def med(v):
@@ -277,7 +308,7 @@ if pins and all(p.get("ratio_one") for p in pins):
     ratios = sorted(p["ratio_one"] for p in pins)
 else:
     ratios = sorted(p["mbps"] / o["mbps"] for o, p in zip(ones, pins))
-if ratios:
+if ratios and not uns:
     v = ratios[len(ratios) // 2]
     verdict(f"2 unshaped rails (CPU-bound, 2 cores), 1 MiB / one rail (median of {len(ratios)} {'paired ' if pins[0].get('paired') else ''}rounds: "
             + ", ".join(f"{x:.2f}" for x in ratios) + ")", f"{v:.2f}", v >= 1.4, ">= 1.4")
@@ -570,6 +601,12 @@ if rti:
     for r in rti:
         ratio = f"{r['per_round_trip'] / base:.2f}" if base else "-"
         print(f"| `{r['spec']}` | {r['per_round_trip']} | {ratio} |")
+
+if os.path.exists(os.path.join(OUT, "unshaped", "summary.md")):
+    print("\n### Two unshaped rails, CPU-bound ([mr-efficiency]): rmr beside iperf3 in interleaved rounds\n")
+    print(text(os.path.join(OUT, "unshaped", "summary.md")) + "\n")
+    if os.path.exists(os.path.join(OUT, "unshaped", "note.md")):
+        print(text(os.path.join(OUT, "unshaped", "note.md")) + "\n")
 
 print("\n## The latency floor: rmr-bench's raw TCP ping-pong beside plain C\n")
 print("`scripts/bench-floor.sh 3`: both busy-poll a non-blocking socket (TCP_NODELAY), one shaped 1 Gbit/s rail, client on CPU 0, server on CPU 1, interleaved rounds; every rmr latency ratio above is against the Rust one.\n")
