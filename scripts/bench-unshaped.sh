@@ -5,10 +5,13 @@
 # 4 MiB RDMA-write bandwidth over one rail (one tcp endpoint), over two rails
 # with each engine (pinned, inline, fork-join; policy even), one rail and
 # two pinned with the sender's send buffer left to the kernel's autotuning
-# (`RMR_TCP_NEAR_SNDBUF=0`), and iperf3 over the same rails with one stream
+# (`RMR_TCP_NEAR=off`), and iperf3 over the same rails with one stream
 # and with two (one per rail), with its own writes and 1 MiB ones. Every row
 # carries the busy CPUs of the whole machine over its run (client, server and
 # kernel), so CPU per Gbit/s compares transports that share the same cores.
+# The two namespaces share this machine's CPUs and caches as processes of
+# one host do, so rmr runs with RMR_TCP_NEAR=rtt on both sides (its near
+# send buffer for peers within 50 us, not only for peers on this host).
 # Writes OUT/rows.jsonl (every row) and OUT/summary.md (each round, the
 # medians, the ratios the issue's goals name, with verdicts).
 #   scripts/bench-unshaped.sh [ROUNDS] [OUT]   (default 5, bench-out/unshaped)
@@ -20,13 +23,15 @@ ROUNDS=${1:-5}
 OUT=${2:-bench-out/unshaped}
 mkdir -p "$OUT"
 if [ -z "${SUMMARY_ONLY:-}" ]; then
+# The commit measured (with -dirty when the tree differs from it).
+git describe --always --dirty --abbrev=7 >"$OUT/commit"
 P=rmru
 trap 'pkill -f "rmr-bench server --rails 198.18.0.2,198.18.1.2 --port 7680" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; scripts/lab.sh down $P' EXIT
 command -v iperf3 >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
 cargo build --release -q -p rmr-bench
 B=$PWD/target/release/rmr-bench
 scripts/lab.sh pair $P none,none >/dev/null
-ip netns exec $P-b "$B" server --rails 198.18.0.2,198.18.1.2 --port 7680 --idle 60 >>"$OUT/server.log" 2>&1 &
+ip netns exec $P-b env RMR_TCP_NEAR=rtt "$B" server --rails 198.18.0.2,198.18.1.2 --port 7680 --idle 60 >>"$OUT/server.log" 2>&1 &
 sleep 0.5
 SIZES=1M,4M
 IPORT=5301
@@ -36,7 +41,7 @@ ITERS=${ITERS:-150}
 stat() { awk '/^cpu / { b = $2 + $3 + $4 + $7 + $8 + $9; print b, b + $5 + $6 }' /proc/stat; }
 rmr() { # label, rmr-bench client arguments... (CLIENT_ENV: the client's environment)
   local label=$1; shift
-  ip netns exec $P-a env ${CLIENT_ENV:-} "$B" client --json --port 7680 --test bw --sizes $SIZES --iters "$ITERS" "$@" \
+  ip netns exec $P-a env RMR_TCP_NEAR=rtt ${CLIENT_ENV:-} "$B" client --json --port 7680 --test bw --sizes $SIZES --iters "$ITERS" "$@" \
     2>>"$OUT/client.log" |
     python3 -c '
 import json, sys
@@ -75,7 +80,12 @@ import json, sys
 rnd, label, s0, s1, ncpu = sys.argv[1:6]
 b0, t0 = map(int, s0.split()); b1, t1 = map(int, s1.split())
 cpus = (b1 - b0) / max(1, t1 - t0) * int(ncpu)
-bps = [json.load(open(p))["end"]["sum_received"]["bits_per_second"] for p in sys.argv[6:]]
+runs = [json.load(open(p)) for p in sys.argv[6:]]
+bad = [r.get("error") for r in runs if r.get("error") or "sum_received" not in r.get("end", {})]
+if bad:
+    print(f"bench-unshaped: iperf3 failed ({label}, round {rnd}): {bad}", file=sys.stderr)
+    sys.exit(0)
+bps = [r["end"]["sum_received"]["bits_per_second"] for r in runs]
 print(json.dumps({"round": int(rnd), "what": label, "size": 0,
                   "mbps": round(sum(bps) / 1e6, 3), "cpus": round(cpus, 3)}))
 PY
@@ -90,8 +100,8 @@ for round in $(seq "$ROUNDS"); do
     rmr "2 rails fork-join" --rails 198.18.0.2,198.18.1.2 --engine fork-join --policy even
     # The sender's send buffer left to the kernel's autotuning (as before
     # near_sndbuf): what the near peers' 512 KiB buffer is worth.
-    CLIENT_ENV=RMR_TCP_NEAR_SNDBUF=0 rmr "1 rail, sndbuf autotuned" --rails 198.18.0.2
-    CLIENT_ENV=RMR_TCP_NEAR_SNDBUF=0 rmr "2 rails pinned, sndbuf autotuned" \
+    CLIENT_ENV=RMR_TCP_NEAR=off rmr "1 rail, sndbuf autotuned" --rails 198.18.0.2
+    CLIENT_ENV=RMR_TCP_NEAR=off rmr "2 rails pinned, sndbuf autotuned" \
       --rails 198.18.0.2,198.18.1.2 --engine pinned --policy even
     iperf "iperf3 1 stream" 198.18.0.2
     iperf "iperf3 2 streams" 198.18.0.2,198.18.1.2
@@ -99,7 +109,6 @@ for round in $(seq "$ROUNDS"); do
     iperf "iperf3 2 streams, 1 MiB writes" 198.18.0.2,198.18.1.2 1048576
   } | tee -a "$OUT/rows.jsonl"
 done
-git rev-parse --short HEAD >"$OUT/commit"
 fi
 
 python3 - "$OUT/rows.jsonl" "$(cat "$OUT/commit")" "$ROUNDS" >"$OUT/summary.md" <<'PY'
@@ -133,7 +142,7 @@ for size in (1 << 20, 4 << 20):
         m = statistics.median(g)
         mc = statistics.median(c) if c else float("nan")
         med[(size, w)] = (m, mc)
-        per = statistics.median([r["cpus"] / (r["mbps"] / 1000) for r in rs if r.get("cpus")]) if c else float("nan")
+        per = statistics.median([r["cpus"] / (r["mbps"] / 1000) for r in rs if r.get("cpus") and r["mbps"] > 0]) if c else float("nan")
         print(f"| {size >> 20} MiB | {w} | {', '.join(f'{x:.1f}' for x in g)} | {m:.1f} | {mc:.2f} | {per:.3f} |")
 print()
 print("Goals (median of the per-round ratios, each round's ratio between its own runs):\n")
@@ -161,7 +170,7 @@ for size in (1 << 20, 4 << 20):
         ratio(size, f"2 rails {e}", "iperf3 2 streams, 1 MiB writes", 0.9)
     ratio(size, "1 rail", "iperf3 1 stream, 1 MiB writes", 0.95)
 print("\nThe near send buffer (512 KiB for one rail, 256 KiB per rail of two) against the "
-      "kernel's autotuning, the sender's (`RMR_TCP_NEAR_SNDBUF=0` on the client), not a goal:\n")
+      "kernel's autotuning, the sender's (`RMR_TCP_NEAR=off` on the client), not a goal:\n")
 for size in (1 << 20, 4 << 20):
     ratio(size, "1 rail", "1 rail, sndbuf autotuned", 1.0)
     ratio(size, "2 rails pinned", "2 rails pinned, sndbuf autotuned", 1.0)

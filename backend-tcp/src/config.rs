@@ -41,16 +41,64 @@ pub struct TcpConfig {
     /// autotuning).
     pub sockbuf: Option<usize>,
     /// The send buffer of a connection to a near peer (`near_sndbuf`,
-    /// `RMR_TCP_NEAR_SNDBUF`, default 512 KiB; 0: never). Where the
-    /// round trip the kernel measured as the connection opened is at most
-    /// [`NEAR_RTT`], and `sockbuf` is unset, the send buffer is set to
-    /// this instead of growing under the kernel's autotuning (to 4 MiB):
-    /// bytes copied into the socket are then copied out by the receiver
-    /// before they leave the caches, which is what a transfer bound by the
-    /// CPUs runs at (two processes of one host over veth: 1 MiB writes
-    /// ~1.2x, 4 MiB ~1.7x; BENCHMARKS.md). The kernel doubles the value;
-    /// 512 KiB carries 160 Gbit/s at a 50 us round trip.
+    /// `RMR_TCP_NEAR_SNDBUF`, default 512 KiB, or 512 KiB / N for one of
+    /// N rails, at least 128 KiB; 0: never), when `sockbuf` is unset.
+    /// The kernel's autotuning grows a send buffer to 4 MiB, and on a
+    /// transfer bound by the CPUs (both ends on one host) the sender then
+    /// runs megabytes ahead of the receiver, whose copy out of the socket
+    /// reads bytes that left the caches; with this buffer it keeps up (one
+    /// rail over veth: 1 MiB writes ~1.2x, 4 MiB ~1.8x; BENCHMARKS.md).
+    /// Which peers are near: [`TcpConfig::near`]. The buffer is locked at
+    /// this size (the kernel doubles it, capped by `net.core.wmem_max`;
+    /// the EP's `sndbuf` note shows what the socket got), which bounds a
+    /// connection to about twice the size per round trip: 512 KiB carries
+    /// ~80 Gbit/s at 100 us. An IA opened as one of N rails
+    /// ([`rmr_api::provider::with_rail_share`], as multirail opens its
+    /// rails) defaults to its share, the rails sharing the host's caches.
     pub near_sndbuf: usize,
+    /// Which peers get [`TcpConfig::near_sndbuf`] (`near`, `RMR_TCP_NEAR`):
+    /// [`Near::Host`] (the default) those on this host, [`Near::Rtt`] also
+    /// those whose round trip at connect was at most [`NEAR_RTT`] (hosts
+    /// that share CPUs, as the lab's namespaces do; on a fast fabric it
+    /// caps a connection, see above), [`Near::Off`] none.
+    pub near: Near,
+}
+
+/// Which peers count as near (see [`TcpConfig::near`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Near {
+    /// Peers on this host: a loopback address, or one this host owns.
+    Host,
+    /// Those, and peers whose round trip at connect was at most
+    /// [`NEAR_RTT`].
+    Rtt,
+    /// No peer: every send buffer autotuned.
+    Off,
+}
+
+impl Near {
+    /// Parses `host`, `rtt` or `off`.
+    ///
+    /// # Errors
+    /// A message listing the values.
+    pub fn parse(s: &str) -> std::result::Result<Near, String> {
+        match s {
+            "host" => Ok(Near::Host),
+            "rtt" => Ok(Near::Rtt),
+            "off" | "0" => Ok(Near::Off),
+            _ => Err("host, rtt or off".into()),
+        }
+    }
+}
+
+impl std::fmt::Display for Near {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Near::Host => "host",
+            Near::Rtt => "rtt",
+            Near::Off => "off",
+        })
+    }
 }
 
 /// The default [`TcpConfig::near_sndbuf`] of an IA opened alone.
@@ -59,13 +107,13 @@ pub const NEAR_SNDBUF: usize = 512 << 10;
 /// The smallest default near send buffer of one of several rails.
 pub const NEAR_SNDBUF_MIN: usize = 128 << 10;
 
-/// The round trip under which a peer counts as near (see
-/// [`TcpConfig::near_sndbuf`]): a host, a rack, a LAN switch hop.
+/// With [`Near::Rtt`], the round trip at connect under which a peer is
+/// near (see [`TcpConfig::near`]).
 pub const NEAR_RTT: Duration = Duration::from_micros(50);
 
 /// The knobs [`TcpConfig::from_given`] reads, in the order of
 /// [`TcpConfig::settings`].
-pub const KNOBS: [Knob; 9] = [
+pub const KNOBS: [Knob; 10] = [
     Knob {
         option: "rnr_timeout_ms",
         var: "RMR_TCP_RNR_TIMEOUT_MS",
@@ -101,7 +149,12 @@ pub const KNOBS: [Knob; 9] = [
     Knob {
         option: "near_sndbuf",
         var: "RMR_TCP_NEAR_SNDBUF",
-        doc: "send buffer of a connection whose round trip is at most 50 us (bytes; 0: autotuning)",
+        doc: "send buffer of a connection to a near peer (bytes; 0: autotuning; default 512K / rails)",
+    },
+    Knob {
+        option: "near",
+        var: "RMR_TCP_NEAR",
+        doc: "near peers: host (this host's), rtt (also round trip <= 50 us at connect) or off",
     },
 ];
 
@@ -122,6 +175,7 @@ impl Default for TcpConfig {
             stall_timeout: Duration::from_millis(30_000),
             sockbuf: None,
             near_sndbuf: NEAR_SNDBUF,
+            near: Near::Host,
         }
     }
 }
@@ -139,6 +193,7 @@ rmr_api::config_builder!(
         stall_timeout: Duration,
         sockbuf: Option<usize>,
         near_sndbuf: usize,
+        near: Near,
     }
 );
 
@@ -191,6 +246,9 @@ impl TcpConfig {
         if let Some(v) = g.get(&KNOBS[8], size)? {
             c.near_sndbuf = v as usize;
         }
+        if let Some(v) = g.get(&KNOBS[9], Near::parse)? {
+            c.near = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -199,6 +257,9 @@ impl TcpConfig {
     /// Checks the values (what a builder's `build` and the constructors
     /// taking a config as given call).
     pub(crate) fn check(&self) -> rmr_api::Result<()> {
+        if self.near_sndbuf != 0 {
+            check_within("near_sndbuf", self.near_sndbuf as u64, 16 << 10, 1 << 30)?;
+        }
         check_within("max_dtos", self.max_dtos as u64, 1, MAX_QUEUE)?;
         check_within("max_recvs", self.max_recvs as u64, 1, MAX_QUEUE)
     }
@@ -221,6 +282,7 @@ impl TcpConfig {
             c.stall_timeout.as_millis().to_string(),
             c.sockbuf.map_or("kernel autotuning".into(), |b| b.to_string()),
             c.near_sndbuf.to_string(),
+            c.near.to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

@@ -123,11 +123,13 @@
 //!   budget — how fast a dead peer or a cut link breaks the EP.
 //! - `RMR_TCP_SOCKBUF` (unset: kernel autotuning): force socket buffer sizes.
 //! - `RMR_TCP_NEAR_SNDBUF` (512 KiB, 512 KiB / N for one of N multirail
-//!   rails, at least 128 KiB; 0: never): the send buffer of a
-//!   connection whose round trip at connect is at most [`NEAR_RTT`]
-//!   (50 us), instead of the kernel's autotuning: a transfer the CPUs
-//!   limit keeps its bytes in the caches (see [`TcpConfig::near_sndbuf`]).
-//!   The EP's `sndbuf` note tells what a connection got and why.
+//!   rails, at least 128 KiB; 0: never) and `RMR_TCP_NEAR` (`host`, the
+//!   default; `rtt`; `off`): the send buffer of a connection to a peer on
+//!   this host (with `rtt`, also to one whose round trip at connect was at
+//!   most [`NEAR_RTT`]), instead of the kernel's autotuning: a transfer
+//!   the CPUs limit keeps its bytes in the caches (see
+//!   [`TcpConfig::near_sndbuf`], which also says what it costs on a fast
+//!   fabric). The EP's `sndbuf` note tells what a connection got and why.
 //! - `RMR_TCP_MAX_DTOS`, `RMR_TCP_MAX_RECVS` (4096 each): outstanding
 //!   send-side DTOs and posted receives per EP.
 //! - `RMR_TCP_STALL_TIMEOUT_MS` (30000): how long frames may wait for a
@@ -159,7 +161,9 @@ mod psp;
 mod tx;
 pub mod wire;
 
-pub use config::{KNOBS, NEAR_RTT, NEAR_SNDBUF, NEAR_SNDBUF_MIN, TcpConfig, TcpConfigBuilder};
+pub use config::{
+    KNOBS, NEAR_RTT, NEAR_SNDBUF, NEAR_SNDBUF_MIN, Near, TcpConfig, TcpConfigBuilder,
+};
 pub use domain::{TcpLmr, TcpPz};
 pub use ep::TcpEp;
 pub use ia::TcpIa;

@@ -1,29 +1,29 @@
 //! The send buffer of a connection to a near peer (`near_sndbuf`): over
-//! loopback (a round trip of microseconds) both ends set it to the knob's
-//! value instead of the kernel's autotuning, `near_sndbuf=0` leaves the
-//! kernel's, an explicit `sockbuf` wins, and the EP's `sndbuf` note says
-//! which and why. A large write still arrives whole through the small
-//! buffer.
+//! loopback (a peer on this host) both ends set it to the knob's value
+//! instead of the kernel's autotuning, `near=off` and `near_sndbuf=0`
+//! leave the kernel's, an explicit `sockbuf` wins, and the EP's `sndbuf`
+//! note says what the socket got and why. A large write still arrives
+//! whole through the small buffer. Explicit values are never divided
+//! among rails.
 
 use backend_tcp::TcpConfig;
-use rmr_api::provider::conformance::{Buf, Pair, Target, next_dto};
-use rmr_api::{Access, Cookie, DtoFlags, Ep};
+use rmr_api::provider::conformance::{Buf, Pair, Target, ep_note, next_dto};
+use rmr_api::{Access, Cookie, DtoFlags};
 
 fn pair(spec: &str) -> Pair {
     Pair::new(&Target::new("tcp-sndbuf", backend_tcp::register, spec, spec))
-}
-
-fn note(ep: &dyn Ep) -> String {
-    let notes = ep.attr().notes;
-    notes.into_iter().find(|(k, _)| k == "sndbuf").map(|(_, v)| v).expect("an sndbuf note")
 }
 
 #[test]
 fn a_near_peer_gets_the_small_send_buffer_and_a_large_write_arrives_whole() {
     let p = pair("tcp:127.0.0.1");
     for ep in [&p.a, &p.b] {
-        let n = note(&**ep);
-        assert!(n.starts_with("524288 (near: round trip "), "{n}");
+        let n = ep_note(&**ep, "sndbuf");
+        let (got, why) = n.split_once(' ').expect("size and reason");
+        // The kernel doubles what it is asked for, up to net.core.wmem_max.
+        let got: usize = got.parse().unwrap_or_else(|_| panic!("{n}"));
+        assert!(got > 0 && got <= 2 * (512 << 10), "{n}");
+        assert_eq!(why, "(524288 asked; near: the peer is on this host)");
     }
     // 4 MiB through a 512 KiB buffer: every byte lands, in place.
     let len = 4 << 20;
@@ -41,14 +41,16 @@ fn a_near_peer_gets_the_small_send_buffer_and_a_large_write_arrives_whole() {
 }
 
 #[test]
-fn near_sndbuf_zero_leaves_autotuning_and_sockbuf_wins() {
-    let p = pair("tcp:127.0.0.1;near_sndbuf=0");
-    for ep in [&p.a, &p.b] {
-        assert_eq!(note(&**ep), "kernel autotuning (near_sndbuf 0)");
+fn near_off_or_zero_leaves_autotuning_and_sockbuf_wins() {
+    for spec in ["tcp:127.0.0.1;near_sndbuf=0", "tcp:127.0.0.1;near=off"] {
+        let p = pair(spec);
+        for ep in [&p.a, &p.b] {
+            assert_eq!(ep_note(&**ep, "sndbuf"), "kernel autotuning (near off)", "{spec}");
+        }
     }
-    let p = pair("tcp:127.0.0.1;sockbuf=1M");
+    let p = pair("tcp:127.0.0.1;sockbuf=1M;near=rtt");
     for ep in [&p.a, &p.b] {
-        assert_eq!(note(&**ep), "1048576 (sockbuf)");
+        assert_eq!(ep_note(&**ep, "sndbuf"), "1048576 asked (sockbuf)");
     }
 }
 
@@ -63,4 +65,32 @@ fn the_knob_parses_from_a_spec_and_a_bad_value_is_refused() {
             .unwrap();
     let e = TcpConfig::from_given(&g).unwrap_err();
     assert!(e.to_string().contains("near_sndbuf"), "{e}");
+    for (spec, what) in [("near_sndbuf=1", "near_sndbuf"), ("near=lan", "near")] {
+        let (_, g) = rmr_api::settings::Given::split(
+            "tcp",
+            &format!("127.0.0.1;{spec}"),
+            &backend_tcp::KNOBS,
+        )
+        .unwrap();
+        let e = TcpConfig::from_given(&g).unwrap_err();
+        assert!(e.to_string().contains(what), "{spec}: {e}");
+    }
+}
+
+#[test]
+fn one_of_n_rails_gets_its_share_by_default_and_an_explicit_size_whole() {
+    use rmr_api::provider::with_rail_share;
+    let given = |opts: &str| {
+        rmr_api::settings::Given::split("tcp", &format!("127.0.0.1{opts}"), &backend_tcp::KNOBS)
+            .unwrap()
+            .1
+    };
+    let near = |share: usize, opts: &str| {
+        with_rail_share(share, || TcpConfig::from_given(&given(opts)).unwrap().near_sndbuf)
+    };
+    assert_eq!(near(1, ""), 512 << 10);
+    assert_eq!(near(2, ""), 256 << 10);
+    assert_eq!(near(8, ""), 128 << 10, "never below 128 KiB");
+    assert_eq!(near(4, ";near_sndbuf=512K"), 512 << 10, "an explicit size is not divided");
+    assert_eq!(TcpConfig::from_given(&given("")).unwrap().near, backend_tcp::Near::Host);
 }

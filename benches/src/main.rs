@@ -281,12 +281,17 @@ pub(crate) fn auto_iters(size: u64) -> u64 {
     ((256u64 << 20) / (session::WRITES_PER_SAMPLE * size.max(1))).clamp(5, 2000)
 }
 
+/// The rails' IAs, each opened as one of `addrs.len()` rails (as the
+/// `multirail:` provider opens its rails: see
+/// `rmr_api::provider::with_rail_share`).
 fn open_rails(backend: &str, addrs: &[String]) -> Vec<Arc<dyn Ia>> {
     addrs
         .iter()
         .map(|a| {
-            rmr_api::open(&format!("{backend}:{a}"))
-                .unwrap_or_else(|e| die(format!("{backend}:{a}: {e}")))
+            rmr_api::provider::with_rail_share(addrs.len(), || {
+                rmr_api::open(&format!("{backend}:{a}"))
+            })
+            .unwrap_or_else(|e| die(format!("{backend}:{a}: {e}")))
         })
         .collect()
 }

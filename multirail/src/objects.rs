@@ -22,6 +22,9 @@ pub struct MrIa {
 
 impl MrIa {
     /// Joins `rails` (at least one, at most [`rmr_api::MAX_RAIL_KEYS`]) into one IA.
+    /// Open each rail within [`rmr_api::provider::with_rail_share`]`(n, ..)`,
+    /// as the `multirail:` provider does, so that per-connection defaults
+    /// (the tcp backend's near send buffer) are sized for the rails together.
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for no rails or too many.

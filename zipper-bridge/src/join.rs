@@ -156,7 +156,9 @@ impl World {
             let mut rails: Vec<Arc<dyn Ia>> = Vec::new();
             for b in &desc.bridges[..nb] {
                 let near = b.addr(me.cluster);
-                let inner = open(nearest(&me.addrs, near))?;
+                // One of nb rails (see rmr_api::provider::with_rail_share).
+                let inner =
+                    rmr_api::provider::with_rail_share(nb, || open(nearest(&me.addrs, near)))?;
                 rails.push(BridgeIa::new(
                     inner,
                     Some((near.to_string(), b.port)),

@@ -35,28 +35,50 @@ pub(crate) fn tune(stream: &TcpStream, cfg: &crate::TcpConfig) -> std::io::Resul
 }
 
 /// Sets the send buffer of a connection to a near peer
-/// ([`crate::TcpConfig::near_sndbuf`]: the round trip measured as it
-/// opened at most [`crate::NEAR_RTT`], no `sockbuf` given). Returns what
-/// the buffer is, and why, for the EP's notes.
-fn size_send_buffer(stream: &TcpStream, cfg: &crate::TcpConfig) -> String {
+/// ([`crate::TcpConfig::near_sndbuf`], [`crate::TcpConfig::near`]; not
+/// when `sockbuf` is given). Returns what the buffer is, and why, for the
+/// EP's notes.
+fn size_send_buffer(stream: &TcpStream, peer: IpAddr, cfg: &crate::TcpConfig) -> String {
     if let Some(sz) = cfg.sockbuf {
-        return format!("{sz} (sockbuf)");
+        return format!("{sz} asked (sockbuf)");
     }
-    if cfg.near_sndbuf == 0 {
-        return "kernel autotuning (near_sndbuf 0)".into();
+    if cfg.near_sndbuf == 0 || cfg.near == crate::Near::Off {
+        return "kernel autotuning (near off)".into();
     }
-    let rtt = match rmr_api::provider::io::tcp_rtt(std::os::fd::AsFd::as_fd(stream)) {
-        Ok(rtt) => rtt,
-        Err(e) => return format!("kernel autotuning (round trip unknown: {e})"),
+    let why = if on_this_host(peer) {
+        "near: the peer is on this host".to_string()
+    } else if cfg.near == crate::Near::Host {
+        return "kernel autotuning (the peer is on another host)".into();
+    } else {
+        match rmr_api::provider::io::tcp_rtt(std::os::fd::AsFd::as_fd(stream)) {
+            // No sample (a retransmitted handshake without timestamps):
+            // nothing says the peer is near.
+            Ok(rtt) if rtt.is_zero() => {
+                return "kernel autotuning (round trip not measured)".into();
+            }
+            Ok(rtt) if rtt > crate::NEAR_RTT => {
+                return format!("kernel autotuning (round trip {} us at connect)", rtt.as_micros());
+            }
+            Ok(rtt) => format!("near: round trip {} us at connect", rtt.as_micros()),
+            Err(e) => return format!("kernel autotuning (round trip unknown: {e})"),
+        }
     };
-    let us = rtt.as_micros();
-    if rtt > crate::NEAR_RTT {
-        return format!("kernel autotuning (round trip {us} us at connect)");
-    }
-    match socket2::SockRef::from(stream).set_send_buffer_size(cfg.near_sndbuf) {
-        Ok(()) => format!("{} (near: round trip {us} us at connect)", cfg.near_sndbuf),
+    let s = socket2::SockRef::from(stream);
+    match s.set_send_buffer_size(cfg.near_sndbuf) {
+        // What the socket got: the kernel doubles the size asked for and
+        // caps it at net.core.wmem_max.
+        Ok(()) => match s.send_buffer_size() {
+            Ok(got) => format!("{got} ({} asked; {why})", cfg.near_sndbuf),
+            Err(_) => format!("{} asked ({why})", cfg.near_sndbuf),
+        },
         Err(e) => format!("kernel autotuning (setting {}: {e})", cfg.near_sndbuf),
     }
+}
+
+/// Whether `ip` is this host's (in this network namespace): a loopback
+/// address, or one a socket can bind to here.
+fn on_this_host(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
 }
 
 pub(super) fn handshake_read(stream: &mut TcpStream) -> Result<(Op, Vec<u8>)> {
@@ -100,7 +122,7 @@ impl EpShared {
     /// engine, and Established is posted.
     pub(crate) fn start(self: &Arc<Self>, stream: TcpStream, peer_pd: Vec<u8>) -> Result<()> {
         let peer = stream.peer_addr().map_err(|e| Error::io("peer_addr", e))?;
-        let _ = self.sndbuf.set(size_send_buffer(&stream, &self.ia.cfg));
+        let _ = self.sndbuf.set(size_send_buffer(&stream, peer.ip(), &self.ia.cfg));
         stream.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
         let _ = self.peer.set(peer);
         if self.tx.set(Tx::new(stream)).is_err() {

@@ -52,11 +52,17 @@ thread_local! {
 /// [`rail_share`] while it opens sizes its per-connection defaults to a
 /// share of what one IA alone would take (the tcp backend: its near send
 /// buffer). Settings given explicitly are not divided.
+/// A share nested in another replaces it for the inner call.
 pub fn with_rail_share<R>(rails: usize, open: impl FnOnce() -> R) -> R {
-    let old = RAIL_SHARE.replace(rails.max(1));
-    let r = open();
-    RAIL_SHARE.set(old);
-    r
+    /// Puts the outer share back however `open` leaves (a panic too).
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            RAIL_SHARE.set(self.0);
+        }
+    }
+    let _restore = Restore(RAIL_SHARE.replace(rails.max(1)));
+    open()
 }
 
 /// How many rails the IA being opened on this thread shares the node with
@@ -82,5 +88,8 @@ mod rail_share_tests {
         let inner = with_rail_share(3, || (rail_share(), with_rail_share(0, rail_share)));
         assert_eq!(inner, (3, 1), "the share inside, and 0 taken as 1");
         assert_eq!(rail_share(), 1);
+        let caught = std::panic::catch_unwind(|| with_rail_share(2, || panic!("open failed")));
+        assert!(caught.is_err());
+        assert_eq!(rail_share(), 1, "a panicking open leaves no share behind");
     }
 }
