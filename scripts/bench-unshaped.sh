@@ -11,7 +11,7 @@
 # kernel), so CPU per Gbit/s compares transports that share the same cores.
 # The two namespaces share this machine's CPUs and caches as processes of
 # one host do, so rmr runs with RMR_TCP_NEAR=rtt on both sides (its near
-# send buffer for peers within 50 us, not only for peers on this host).
+# send buffer for peers within 200 us at connect, not only for peers on this host).
 # Writes OUT/rows.jsonl (every row) and OUT/summary.md (each round, the
 # medians, the ratios the goals name, with verdicts).
 #   scripts/bench-unshaped.sh [ROUNDS] [OUT]   (default 5, bench-out/unshaped)

@@ -108,8 +108,11 @@ pub const NEAR_SNDBUF: usize = 512 << 10;
 pub const NEAR_SNDBUF_MIN: usize = 128 << 10;
 
 /// With [`Near::Rtt`], the round trip at connect under which a peer is
-/// near (see [`TcpConfig::near`]).
-pub const NEAR_RTT: Duration = Duration::from_micros(50);
+/// near (see [`TcpConfig::near`]). Generous: a handshake's round trip
+/// includes the scheduling of both ends (20-72 us between the lab's
+/// namespaces on a 2-CPU VM), and `rtt` is for hosts the user knows
+/// share CPUs.
+pub const NEAR_RTT: Duration = Duration::from_micros(200);
 
 /// The knobs [`TcpConfig::from_given`] reads, in the order of
 /// [`TcpConfig::settings`].
@@ -154,7 +157,7 @@ pub const KNOBS: [Knob; 10] = [
     Knob {
         option: "near",
         var: "RMR_TCP_NEAR",
-        doc: "near peers: host (this host's), rtt (also round trip <= 50 us at connect) or off",
+        doc: "near peers: host (this host's), rtt (also round trip <= 200 us at connect) or off",
     },
 ];
 
