@@ -50,7 +50,7 @@ for l in sys.stdin:
     if r.get("test") != "bw":
         continue
     print(json.dumps({"round": int(sys.argv[1]), "what": sys.argv[2], "size": r["size"],
-                      "mbps": r["mbps"], "cpus": r.get("cpus")}))
+                      "mbps": r["mbps"], "cpus": r.get("cpus"), "sndbuf": r.get("sndbuf")}))
 ' "$round" "$label"
 }
 # iperf3, one stream per rail address given, all at once, 5 s; the busy

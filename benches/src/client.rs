@@ -51,6 +51,7 @@ pub(crate) fn run_client(
             threshold: (n > 1).then(|| parse_size(&c.threshold).unwrap_or(0)),
             size,
             iters,
+            sndbuf: conn.sndbuf(),
             ..Row::default()
         };
         match a.test.as_str() {

@@ -59,6 +59,9 @@ pub(crate) struct Row {
     pub(crate) ratio_one: Option<f64>,
     /// Bandwidth over the paired session's of another engine (`--versus`).
     pub(crate) ratio_engine: Option<f64>,
+    /// The client's send buffer on each rail (the tcp backend's `sndbuf`
+    /// note, separated by ` | `), where its endpoints have one.
+    pub(crate) sndbuf: Option<String>,
 }
 
 impl Row {
@@ -123,6 +126,9 @@ impl Row {
         opt("raw_cpus", self.raw_cpus);
         if self.paired {
             m.insert("paired".into(), json!(true));
+        }
+        if let Some(b) = &self.sndbuf {
+            m.insert("sndbuf".into(), json!(b));
         }
         Value::Object(m)
     }

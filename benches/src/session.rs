@@ -525,4 +525,18 @@ impl Conn {
     pub(crate) fn ep_notes(&self) -> Vec<(String, String)> {
         self.ep.attr().notes
     }
+
+    /// The send buffer of each of the EP's connections (its rails' for a
+    /// multirail EP): the tcp backend's `sndbuf` notes, separated by ` | `;
+    /// `None` where no endpoint has one.
+    pub(crate) fn sndbuf(&self) -> Option<String> {
+        let note = |ep: &dyn rmr_api::Ep| {
+            ep.attr().notes.into_iter().find(|(k, _)| k == "sndbuf").map(|(_, v)| v)
+        };
+        let all: Vec<String> = match self.ep.as_any().downcast_ref::<multirail::MrEp>() {
+            Some(mr) => (0..).map_while(|i| mr.rail_ep(i)).filter_map(|r| note(&*r)).collect(),
+            None => note(&*self.ep).into_iter().collect(),
+        };
+        (!all.is_empty()).then(|| all.join(" | "))
+    }
 }

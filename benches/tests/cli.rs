@@ -111,6 +111,9 @@ fn csv_osu_and_json_outputs_parse() {
     let objs: Vec<&str> = out.lines().collect();
     assert!(objs[0].contains("\"test\":\"meta\"") && objs[0].contains("\"commit\""), "{out}");
     assert!(objs[1..].iter().all(|l| l.contains("\"lat_p999_us\"")), "{out}");
+    // Each row says what send buffer the client's connection had (a
+    // loopback server is on this host: the near buffer).
+    assert!(objs[1..].iter().all(|l| l.contains("near: the peer is on this host")), "{out}");
 }
 
 /// `rmr-bench scale` as a user runs it: it starts its own server, opens
