@@ -530,13 +530,12 @@ impl Conn {
     /// multirail EP): the tcp backend's `sndbuf` notes, separated by ` | `;
     /// `None` where no endpoint has one.
     pub(crate) fn sndbuf(&self) -> Option<String> {
-        let note = |ep: &dyn rmr_api::Ep| {
-            ep.attr().notes.into_iter().find(|(k, _)| k == "sndbuf").map(|(_, v)| v)
+        let eps = match self.ep.as_any().downcast_ref::<multirail::MrEp>() {
+            Some(mr) => mr.rail_eps(),
+            None => vec![self.ep.clone()],
         };
-        let all: Vec<String> = match self.ep.as_any().downcast_ref::<multirail::MrEp>() {
-            Some(mr) => (0..).map_while(|i| mr.rail_ep(i)).filter_map(|r| note(&*r)).collect(),
-            None => note(&*self.ep).into_iter().collect(),
-        };
+        let all: Vec<String> =
+            eps.iter().filter_map(|e| e.attr().note("sndbuf").map(str::to_string)).collect();
         (!all.is_empty()).then(|| all.join(" | "))
     }
 }

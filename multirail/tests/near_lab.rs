@@ -31,7 +31,7 @@ fn open(rails: &str) -> std::sync::Arc<dyn rmr_api::Ia> {
 /// The `sndbuf` notes of `ep`: its own (a tcp EP) or each rail's.
 fn notes(ep: &std::sync::Arc<dyn rmr_api::Ep>) -> Vec<String> {
     match ep.as_any().downcast_ref::<multirail::MrEp>() {
-        Some(mr) => (0..).map_while(|i| mr.rail_ep(i)).map(|r| ep_note(&*r, "sndbuf")).collect(),
+        Some(mr) => mr.rail_eps().iter().map(|r| ep_note(&**r, "sndbuf")).collect(),
         None => vec![ep_note(&**ep, "sndbuf")],
     }
 }

@@ -262,3 +262,10 @@ pub struct EpAttr {
     /// thread binding here as `rail0.cpu=1`).
     pub notes: Vec<(String, String)>,
 }
+
+impl EpAttr {
+    /// The value of note `name` ([`EpAttr::notes`]), if the EP gives one.
+    pub fn note(&self, name: &str) -> Option<&str> {
+        self.notes.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}

@@ -123,6 +123,11 @@ impl MrEp {
         self.core.rails.get(i).map(|r| r.ep.clone())
     }
 
+    /// Every rail's endpoint, in rail order (for tests and diagnostics).
+    pub fn rail_eps(&self) -> Vec<Arc<dyn Ep>> {
+        self.core.rails.iter().map(|r| r.ep.clone()).collect()
+    }
+
     pub(crate) fn accept_rails(
         &self,
         reqs: &[rmr_api::ConnRequest],

@@ -380,10 +380,10 @@ fn write_send_ping_pong_peer(
 /// The value of `ep`'s attribute note `name` ([`crate::EpAttr::notes`]);
 /// panics, listing the notes, when there is none.
 pub fn ep_note(ep: &dyn Ep, name: &str) -> String {
-    let notes = ep.attr().notes;
-    match notes.iter().find(|(n, _)| n == name) {
-        Some((_, v)) => v.clone(),
-        None => panic!("no {name} note: {notes:?}"),
+    let attr = ep.attr();
+    match attr.note(name) {
+        Some(v) => v.to_string(),
+        None => panic!("no {name} note: {:?}", attr.notes),
     }
 }
 
