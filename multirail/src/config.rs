@@ -73,6 +73,10 @@ pub struct MrConfig {
     /// every stripe (`direct=all`): with no core to spare, a woken rail
     /// thread only takes the CPU its peer's copy needs. `RMR_MR_DIRECT`.
     pub direct: Option<u64>,
+    /// Connect a lost rail again in the background (on the side that
+    /// connected; the accepting side takes it) and give it traffic again.
+    /// `RMR_MR_REJOIN`, default on.
+    pub rejoin: bool,
 }
 
 /// Parses a `direct` value: `auto` (None), `all` (every stripe) or a size.
@@ -95,13 +99,14 @@ impl Default for MrConfig {
             align: 4096,
             bind: true,
             direct: None,
+            rejoin: true,
         }
     }
 }
 
 /// The knobs [`MrConfig::from_given`] reads, in the order of
 /// [`MrConfig::settings`].
-pub const KNOBS: [Knob; 6] = [
+pub const KNOBS: [Knob; 7] = [
     Knob { option: "engine", var: "RMR_MR_ENGINE", doc: "inline, fork-join or pinned" },
     Knob {
         option: "policy",
@@ -128,6 +133,11 @@ pub const KNOBS: [Knob; 6] = [
         var: "RMR_MR_DIRECT",
         doc: "largest stripe a pinned caller posts itself (auto, all or a size)",
     },
+    Knob {
+        option: "rejoin",
+        var: "RMR_MR_REJOIN",
+        doc: "connect a lost rail again in the background (0/1)",
+    },
 ];
 
 rmr_api::config_builder!(
@@ -140,6 +150,7 @@ rmr_api::config_builder!(
         align: u64,
         bind: bool,
         direct: Option<u64>,
+        rejoin: bool,
     }
 );
 
@@ -209,6 +220,7 @@ impl MrConfig {
             c.direct.map_or("auto".into(), |d| {
                 if d == u64::MAX { "all".into() } else { d.to_string() }
             }),
+            u8::from(c.rejoin).to_string(),
         ];
         Ok(g.listed(&KNOBS, values))
     }
@@ -216,7 +228,7 @@ impl MrConfig {
 
 impl MrConfig {
     /// Applies one `key=value` option (`engine`, `policy`, `threshold`,
-    /// `align`, `bind`, `direct`).
+    /// `align`, `bind`, `direct`, `rejoin`).
     ///
     /// # Errors
     /// A message naming the bad option.
@@ -233,6 +245,7 @@ impl MrConfig {
             }
             "bind" => self.bind = rmr_api::settings::switch(value)?,
             "direct" => self.direct = parse_direct(value)?,
+            "rejoin" => self.rejoin = rmr_api::settings::switch(value)?,
             _ => return Err(format!("unknown multirail option `{key}`")),
         }
         Ok(())

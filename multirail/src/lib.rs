@@ -113,7 +113,7 @@ mod psp;
 
 pub use bind::bind_thread_to_core;
 pub use config::{Engine, KNOBS, MrConfig, MrConfigBuilder, parse_size};
-pub use ep::MrEp;
+pub use ep::{MrEp, MrStats};
 pub use evd::MrEvd;
 pub use objects::{MrIa, MrLmr, MrPz};
 pub use planner::{Planner, Policy, Stripe};

@@ -18,6 +18,9 @@ pub struct MrIa {
     /// endpoints share (the endpoint module's `RailLine`, held weakly here:
     /// it ends with the last endpoint that uses it).
     pub(crate) lines: std::sync::Mutex<Vec<std::sync::Weak<dyn Any + Send + Sync>>>,
+    /// Lost rails connected again: the endpoints that wait for one and the
+    /// accepted ones a peer's rejoin may name.
+    pub(crate) rejoins: Arc<crate::ep::rejoin::Rejoins>,
 }
 
 impl MrIa {
@@ -58,7 +61,8 @@ impl MrIa {
             link_speed_bps: a.iter().map(|x| x.link_speed_bps).sum(),
         };
         let lines = std::sync::Mutex::new(Vec::new());
-        Ok(Arc::new(MrIa { rails, cfg, attr, lines }))
+        let rejoins = crate::ep::rejoin::Rejoins::new();
+        Ok(Arc::new(MrIa { rails, cfg, attr, lines, rejoins }))
     }
 
     /// The rail IAs.

@@ -118,7 +118,15 @@ pub type Stripes = SmallVec<[Stripe; 8]>;
 pub struct Planner {
     policy: Policy,
     weights: Vec<f64>,
+    /// The weights the planner started with (a restored rail's share under
+    /// a fixed-weight policy).
+    base: Vec<f64>,
     alive: Vec<bool>,
+    /// Where ordered traffic goes: the lowest rail at first, then, each
+    /// time the control rail fails, the lowest live rail. It never moves
+    /// back when a lower rail is restored: the two ends of a connection
+    /// move it only on failures, so they agree on it.
+    control: Option<usize>,
     outstanding: Vec<u64>,
     threshold: u64,
     align: u64,
@@ -144,8 +152,10 @@ impl Planner {
         };
         Planner {
             policy,
+            base: weights.clone(),
             weights,
             alive: vec![true; rails],
+            control: Some(0),
             outstanding: vec![0; rails],
             threshold,
             align: align.max(1),
@@ -178,24 +188,67 @@ impl Planner {
         self.alive.get(r).copied().unwrap_or(false)
     }
 
-    /// The lowest-numbered live rail: where ordered traffic (sends, receives,
-    /// immediates, atomics) goes.
+    /// Where ordered traffic (sends, receives, immediates, atomics) goes:
+    /// rail 0 at first; when the control rail fails, the lowest live rail.
+    /// A restored rail does not take it back (see [`Planner::rail_restored`]).
     pub fn control_rail(&self) -> Option<usize> {
-        self.alive.iter().position(|a| *a)
+        self.control
     }
 
     /// Marks a rail dead; its weight is shared out among the live rails.
+    /// If it was the control rail, the lowest live rail becomes it.
     pub fn rail_failed(&mut self, r: usize) {
         if r >= self.alive.len() || !self.alive[r] {
             return;
         }
         self.alive[r] = false;
+        if self.control == Some(r) {
+            self.control = self.alive.iter().position(|a| *a);
+        }
         let lost = std::mem::take(&mut self.weights[r]);
         let live = self.live();
         if live > 0 {
             for (w, a) in self.weights.iter_mut().zip(&self.alive) {
                 if *a {
                     *w += lost / live as f64;
+                }
+            }
+        }
+    }
+
+    /// Marks a dead rail alive again (it was connected anew), with nothing
+    /// outstanding. Its weight: under a fixed-weight policy its configured
+    /// share again; under `adaptive` an equal share, the others scaled to
+    /// make room (the rate is learnt again from its stripes). The control
+    /// rail stays where it is (unless every rail was dead).
+    pub fn rail_restored(&mut self, r: usize) {
+        if r >= self.alive.len() || self.alive[r] {
+            return;
+        }
+        self.alive[r] = true;
+        self.outstanding[r] = 0;
+        if self.control.is_none() {
+            self.control = Some(r);
+        }
+        let live = self.live() as f64;
+        match self.policy {
+            Policy::Adaptive { .. } => {
+                let share = W_TOTAL / live;
+                let others: f64 =
+                    (0..self.weights.len()).filter(|&i| i != r).map(|i| self.weights[i]).sum();
+                for (i, w) in self.weights.iter_mut().enumerate() {
+                    if i == r {
+                        *w = share;
+                    } else if others > 0.0 {
+                        *w *= (W_TOTAL - share) / others;
+                    }
+                }
+            }
+            _ => {
+                let sum: f64 =
+                    (0..self.base.len()).filter(|&i| self.alive[i]).map(|i| self.base[i]).sum();
+                for (i, w) in self.weights.iter_mut().enumerate() {
+                    *w = if self.alive[i] { self.base[i] / sum * W_TOTAL } else { 0.0 };
                 }
             }
         }
@@ -527,6 +580,59 @@ mod tests {
         p.rail_failed(1);
         p.rail_failed(2);
         assert!(p.plan(10).is_empty());
+    }
+
+    proptest! {
+        #[test]
+        fn restored_rails_take_traffic_and_the_control_rail_stays(
+            rails in 2usize..6, policy in policies(), len in 0u64..(8 << 20),
+            threshold in 0u64..(64 << 10), fails in proptest::collection::vec(0usize..6, 1..8),
+        ) {
+            let mut p = Planner::new(rails, policy, threshold, 4096);
+            for f in fails {
+                let f = f % rails;
+                if p.live() > 1 { p.rail_failed(f); }
+                let ctl = p.control_rail().expect("a live rail");
+                prop_assert!(p.is_alive(ctl));
+                // Bring every dead rail back but one.
+                let dead: Vec<usize> = (0..rails).filter(|&r| !p.is_alive(r)).collect();
+                for &r in dead.iter().skip(1) {
+                    p.rail_restored(r);
+                    prop_assert_eq!(p.control_rail(), Some(ctl), "a restore moved the control rail");
+                }
+                let sum: f64 = p.weights().iter().sum();
+                prop_assert!((sum - W_TOTAL).abs() < 1e-9, "weights sum to {}", sum);
+                for r in 0..rails {
+                    prop_assert_eq!(p.weights()[r] > 0.0, p.is_alive(r), "rail {} weight", r);
+                }
+                let s = p.plan(len);
+                let mut next = 0;
+                for st in &s {
+                    prop_assert_eq!(st.offset, next);
+                    prop_assert!(p.is_alive(st.rail), "stripe on a dead rail");
+                    next += st.len;
+                }
+                prop_assert_eq!(next, len);
+            }
+        }
+    }
+
+    #[test]
+    fn a_restored_rail_is_striped_again_and_a_lower_one_does_not_take_control() {
+        let mut p = Planner::new(3, Policy::Even, 0, 4096);
+        p.rail_failed(0);
+        assert_eq!(p.control_rail(), Some(1));
+        p.rail_restored(0);
+        assert_eq!(p.control_rail(), Some(1), "the control rail stays");
+        assert_eq!(p.plan(3 << 20).len(), 3, "rail 0 carries stripes again");
+        let mut w = Planner::new(2, Policy::Weighted(vec![3.0, 1.0]), 0, 1);
+        w.rail_failed(1);
+        w.rail_restored(1);
+        assert!((w.weights()[0] - 0.75).abs() < 1e-12, "{:?}", w.weights());
+        let mut a = Planner::new(2, Policy::parse("adaptive").unwrap(), 0, 1);
+        a.rail_failed(1);
+        a.rail_restored(1);
+        assert!((a.weights()[1] - 0.5).abs() < 1e-12, "{:?}", a.weights());
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The multirail PSP: one rail PSP per rail on the same service id; a
 //! connector opens one rail connection per rail, each tagged with a session
 //! id, and the user sees a single connection request once every rail's
-//! request has arrived. Accepting or rejecting it answers all of them.
+//! request has arrived. Accepting or rejecting it answers all of them. A
+//! rejoin request (a lost rail of an accepted endpoint connected again)
+//! goes to its endpoint, never to the user (see the `rejoin` module).
 
 use crate::ep::MrEp;
+use crate::ep::rejoin::Rejoins;
 use crate::evd::MrEvd;
-use crate::header::parse_header;
+use crate::header::{parse_header, parse_rejoin};
 use crate::objects::MrIa;
 use rmr_api::{ConnRequest, ConnRequestOps, Ep, Error, Evd, Event, Psp, Result};
 use std::collections::HashMap;
@@ -43,6 +46,7 @@ impl MrPsp {
         let pending: Arc<Mutex<HashMap<u64, Pending>>> = Arc::default();
         for (i, evd) in evds.into_iter().enumerate() {
             let (c, pending, user) = (closed.clone(), pending.clone(), user.clone());
+            let hub = ia.rejoins.clone();
             std::thread::Builder::new()
                 .name(format!("rmr-mr-psp{i}"))
                 .spawn(move || {
@@ -50,7 +54,7 @@ impl MrPsp {
                         if let Ok(Event::ConnectionRequest(cr)) =
                             evd.wait(Some(Duration::from_millis(100)), 1)
                         {
-                            on_request(cr, i, n, &pending, &user);
+                            on_request(cr, i, n, &pending, &user, &hub);
                         }
                         // Also under a steady stream of requests, which never lets
                         // the wait time out: stale sessions must not hold their slots.
@@ -86,7 +90,12 @@ fn on_request(
     n: usize,
     pending: &Mutex<HashMap<u64, Pending>>,
     user: &Arc<dyn Evd>,
+    hub: &Rejoins,
 ) {
+    if let Some((r, mac)) = parse_rejoin(cr.private_data()) {
+        hub.request(cr, rail, &r, &mac);
+        return;
+    }
     let Some((session, idx, cnt, upd)) = parse_header(cr.private_data()) else {
         let _ = cr.reject(b"not a multirail connection");
         return;
@@ -118,6 +127,7 @@ fn on_request(
         let req = MrConnReq {
             rails: p.reqs.into_iter().map(|r| r.expect("complete")).collect(),
             pd: p.pd,
+            session,
         };
         if let Some(m) = user.as_any().downcast_ref::<MrEvd>() {
             m.q.push(Event::ConnectionRequest(ConnRequest(Arc::new(req))));
@@ -147,6 +157,8 @@ impl MrPsp {
 struct MrConnReq {
     rails: Vec<ConnRequest>,
     pd: Vec<u8>,
+    /// The connector's session id (what its rejoins name).
+    session: u64,
 }
 
 impl ConnRequestOps for MrConnReq {
@@ -155,7 +167,7 @@ impl ConnRequestOps for MrConnReq {
             .as_any()
             .downcast_ref::<MrEp>()
             .ok_or_else(|| Error::invalid("EP is not a multirail EP"))?;
-        mep.accept_rails(&self.rails, &self.pd, pd)
+        mep.accept_rails(&self.rails, &self.pd, pd, self.session)
     }
 
     fn reject(&self, pd: &[u8]) -> Result<()> {

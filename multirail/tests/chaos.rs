@@ -156,7 +156,7 @@ fn server() {
                     }
                     break;
                 }
-                Ok(Event::AsyncError { .. }) => rails_lost += 1,
+                Ok(Event::RailDown { .. }) => rails_lost += 1,
                 _ => {}
             }
         }
@@ -229,7 +229,7 @@ fn client() {
     let mut next_cookie = 1000u64;
     // Rails this connection lost (async events), and breaks that came
     // while it still had a rail: a failover that failed.
-    let (mut lost_here, mut premature) = (0u64, 0u64);
+    let (mut lost_here, mut premature, mut rails_up) = (0u64, 0u64, 0u64);
     let mut conn = connect(&ia, &pz);
     println!("LIVE connected");
     // Per slot: the round's (length, checksum, read back?) while in flight.
@@ -359,10 +359,14 @@ fn client() {
                     println!("LIVE end {e:?}");
                     broken = true;
                 }
-                Ok(Event::AsyncError { what, .. }) => {
+                Ok(Event::RailDown { rail, reason, .. }) => {
                     rails_lost += 1;
                     lost_here += 1;
-                    println!("LIVE rail lost: {what}");
+                    println!("LIVE rail {rail} lost: {reason}");
+                }
+                Ok(Event::RailUp { rail, .. }) => {
+                    rails_up += 1;
+                    println!("LIVE rail {rail} up");
                 }
                 _ => {}
             }
@@ -409,7 +413,7 @@ fn client() {
     conn.ep.post_send(&[Sge::new(&*nl, 0, NOTE)], Cookie(1), DtoFlags::empty()).unwrap();
     let _ = conn.evd.wait(Some(Duration::from_secs(10)), 1);
     println!(
-        "RESULT client started={started} done={done} aborted={aborted} dtos={dtos} bytes={bytes} reconnects={reconnects} rails_lost={rails_lost}"
+        "RESULT client started={started} done={done} aborted={aborted} dtos={dtos} bytes={bytes} reconnects={reconnects} rails_lost={rails_lost} rails_up={rails_up}"
     );
     println!("RESULT client_rss_kib={rss_start},{}", rss_kib());
     println!("RESULT mismatches={mismatches}");

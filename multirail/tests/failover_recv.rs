@@ -8,53 +8,14 @@
 
 use rmr_api::provider::conformance::checksum;
 use rmr_api::{Access, Cookie, DtoFlags, EpEvds, EpState, Evd, Event, MemRegion, Sge};
-use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+#[path = "support/proxy.rs"]
+mod proxy;
+use proxy::Proxy;
+
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A byte-for-byte proxy whose connections can all be cut at once.
-struct Proxy {
-    streams: Arc<Mutex<Vec<TcpStream>>>,
-}
-
-impl Proxy {
-    fn start(listen: &str, upstream: &str) -> Proxy {
-        let l = TcpListener::bind(listen).unwrap();
-        let streams: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (s2, up) = (streams.clone(), upstream.to_string());
-        std::thread::spawn(move || {
-            for c in l.incoming().map_while(Result::ok) {
-                let Ok(u) = TcpStream::connect(&up) else { continue };
-                let _ = (c.set_nodelay(true), u.set_nodelay(true));
-                let mut kept = s2.lock().unwrap();
-                kept.push(c.try_clone().unwrap());
-                kept.push(u.try_clone().unwrap());
-                for (mut from, mut to) in [(c.try_clone().unwrap(), u.try_clone().unwrap()), (u, c)]
-                {
-                    std::thread::spawn(move || {
-                        let mut b = vec![0u8; 64 << 10];
-                        while let Ok(n @ 1..) = from.read(&mut b) {
-                            if to.write_all(&b[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = (from.shutdown(Shutdown::Both), to.shutdown(Shutdown::Both));
-                    });
-                }
-            }
-        });
-        Proxy { streams }
-    }
-
-    fn cut(&self) {
-        for s in self.streams.lock().unwrap().iter() {
-            let _ = s.shutdown(Shutdown::Both);
-        }
-    }
-}
 
 fn next_event(evd: &Arc<dyn Evd>, until: Instant) -> Option<Event> {
     let left = until.saturating_duration_since(Instant::now());

@@ -33,7 +33,8 @@ fn next_dto(evd: &Arc<dyn Evd>) -> rmr_api::DtoCompletion {
     loop {
         match evd.wait(Some(Duration::from_secs(60)), 1).expect("event") {
             Event::Dto(c) => return c,
-            Event::AsyncError { what, .. } => println!("RESULT async={what}"),
+            Event::RailDown { rail, reason, .. } => println!("RESULT rail_down={rail} ({reason})"),
+            Event::RailUp { rail, .. } => println!("RESULT rail_up={rail}"),
             _ => {}
         }
     }
@@ -208,7 +209,7 @@ fn lab_failover_rail_cut_mid_transfer() {
         let s = finish(srv, "server");
         assert_eq!(result(&c, "ok"), "1", "the striped write did not complete intact");
         assert_eq!(result(&s, "bad_rounds"), "0");
-        assert!(result(&c, "async").contains("rail 1"), "no async event named the lost rail:\n{c}");
+        assert!(result(&c, "rail_down").starts_with('1'), "no RailDown named the lost rail:\n{c}");
         println!("failover: {} s", result(&c, "secs"));
     });
 }
@@ -256,8 +257,8 @@ fn lab_rail_down_then_up_degrades_and_keeps_going() {
         std::thread::sleep(Duration::from_millis(600));
         lab.cut(1);
         let lost = Instant::now();
-        let l = wait_line(&lines, "RESULT async=", Duration::from_secs(30));
-        assert!(l.contains("rail 1"), "the async event does not name rail 1: {l}");
+        let l = wait_line(&lines, "RESULT rail_down=", Duration::from_secs(30));
+        assert!(l.contains("rail_down=1"), "the RailDown event does not name rail 1: {l}");
         println!("rail 1 declared lost {:?} after the cut", lost.elapsed());
         lab.heal(1);
         let l = wait_line(&lines, "RESULT ok=", Duration::from_secs(60));
@@ -287,7 +288,7 @@ fn lab_rail_flap_shorter_than_timeout_completes_intact() {
         let s = finish(srv, "server");
         assert_eq!(result(&c, "ok"), "1");
         assert_eq!(result(&s, "bad_rounds"), "0");
-        println!("flap: {} s, rail lost: {}", result(&c, "secs"), c.contains("RESULT async="));
+        println!("flap: {} s, rail lost: {}", result(&c, "secs"), c.contains("RESULT rail_down="));
     });
 }
 

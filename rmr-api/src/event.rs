@@ -146,7 +146,27 @@ pub enum Event {
         /// What happened.
         reason: String,
     },
-    /// An asynchronous error not tied to one DTO (for example a lost rail).
+    /// One rail of a multirail endpoint was lost; the endpoint goes on over
+    /// the others (the last rail's loss is [`Event::Broken`] instead). Its
+    /// unfinished stripes go again on the survivors, and the endpoint tries
+    /// to bring the rail back ([`Event::RailUp`] when it does).
+    RailDown {
+        /// The multirail endpoint.
+        ep: EpId,
+        /// The rail's index (its place in the IA's rail list).
+        rail: u8,
+        /// Why the rail was lost.
+        reason: String,
+    },
+    /// A rail lost earlier ([`Event::RailDown`]) was connected again, as the
+    /// same endpoint's rail, and carries traffic again.
+    RailUp {
+        /// The multirail endpoint.
+        ep: EpId,
+        /// The rail's index.
+        rail: u8,
+    },
+    /// An asynchronous error not tied to one DTO.
     AsyncError {
         /// The endpoint concerned, when there is one.
         ep: Option<EpId>,

@@ -135,7 +135,7 @@ fn next_dto(p: &Peer) -> rmr_api::DtoCompletion {
             ev.unwrap_or_else(|e| panic!("{e}: rank {} notes {:?}", p.rank, p.ep.attr().notes));
         match ev {
             Event::Dto(c) => return c,
-            Event::AsyncError { what, .. } => println!("RESULT async={what}"),
+            Event::RailDown { rail, reason, .. } => println!("RESULT rail_down={rail} ({reason})"),
             e => println!("event {e:?}"),
         }
     }
@@ -478,7 +478,7 @@ fn zipper_lab_two_bridges_one_killed_mid_transfer() {
     let s = finish(server, "server");
     assert!(carried >= 8 << 20, "bridge 1 carried {carried} bytes before the kill");
     assert!(c.contains("RESULT write=ok"), "{c}");
-    assert!(c.contains("RESULT async=rail 1 lost"), "the loss of bridge 1 is reported:\n{c}");
+    assert!(c.contains("RESULT rail_down=1"), "the loss of bridge 1 is reported:\n{c}");
     assert!(s.contains("RESULT intact=1"), "{s}");
 }
 
@@ -514,10 +514,10 @@ fn worker_failover() {
         // Drain the rail-loss report if it came after the completion.
         let t = Instant::now();
         while t.elapsed() < Duration::from_secs(5) {
-            if let Ok(Event::AsyncError { what, .. }) =
+            if let Ok(Event::RailDown { rail, reason, .. }) =
                 p.evd.wait(Some(Duration::from_millis(200)), 1)
             {
-                println!("RESULT async={what}");
+                println!("RESULT rail_down={rail} ({reason})");
                 break;
             }
         }

@@ -184,8 +184,11 @@ impl Core {
             // the new one. The rail's own end may not have been handled yet
             // (its flushed receives can come before its Broken event): it is
             // out of the plan from now on, so the new control rail is a
-            // survivor.
-            st.planner.rail_failed(rail);
+            // survivor. (Unless the receive is an old endpoint's, flushed
+            // after the rail was connected again: the rail lives.)
+            if c.ep == st.cur[rail] {
+                st.planner.rail_failed(rail);
+            }
             if let (Some(nr), Some(Some(r))) = (st.planner.control_rail(), st.recvs.get(i)) {
                 if self.post_recv_on(nr, id, &r.local).is_ok() {
                     return SmallVec::new();
@@ -222,11 +225,21 @@ impl Core {
         ev: Event,
         evs: &mut UserEvents,
     ) -> Works {
+        // Only the rail's current endpoint counts (and this EP's own
+        // completions of failed posts): what an endpoint the rail had before
+        // it was connected again still reports is stale — its stripes were
+        // settled when the new one was swapped in, and its end is old news.
+        // Receives are the exception: a late one is still the user's.
         match ev {
             Event::Dto(c) if c.cookie.0 & RECV_BIT != 0 => self.on_recv(st, rail, &c, evs),
+            Event::Dto(c) if c.ep != st.cur[rail] && c.ep != self.id => SmallVec::new(),
             Event::Dto(c) => self.on_stripe(st, rail, &c, evs),
-            Event::Broken { reason, .. } => self.rail_broken(st, rail, &reason, evs),
-            Event::Disconnected { .. } => self.rail_disconnected(st, rail, evs),
+            Event::Broken { ep, reason } if ep == st.cur[rail] && !st.ended[rail] => {
+                self.rail_broken(st, rail, &reason, evs)
+            }
+            Event::Disconnected { ep } if ep == st.cur[rail] && !st.ended[rail] => {
+                self.rail_disconnected(st, rail, evs)
+            }
             _ => SmallVec::new(),
         }
     }

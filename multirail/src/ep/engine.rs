@@ -140,7 +140,7 @@ impl LineShared {
             let mut moved = false;
             active.retain(|c| {
                 let mut writing = false;
-                for d in c.rails[r].drivers.get().into_iter().flatten() {
+                for d in c.rails[r].drivers().iter() {
                     if d.wait_on().fd.is_some_and(|(_, i)| i.write) {
                         moved |= d.drive();
                         writing = true;
@@ -164,16 +164,17 @@ impl LineShared {
                 continue;
             }
             {
+                // (The drivers' handles, out of their lock: a rail connected
+                // again swaps them.)
+                let drivers: Vec<_> =
+                    active.iter().flat_map(|c| c.rails[r].drivers().clone()).collect();
                 let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(active.len() + 1);
                 if let Some(b) = &self.bell {
                     fds.push(PollFd::new(b, PollFlags::IN));
                 }
-                for c in &active {
-                    for d in c.rails[r].drivers.get().into_iter().flatten() {
-                        if let Some((fd, i)) = d.wait_on().fd.filter(|(_, i)| i.write) {
-                            let _ = i;
-                            fds.push(PollFd::from_borrowed_fd(fd, PollFlags::OUT));
-                        }
+                for d in &drivers {
+                    if let Some((fd, _)) = d.wait_on().fd.filter(|(_, i)| i.write) {
+                        fds.push(PollFd::from_borrowed_fd(fd, PollFlags::OUT));
                     }
                 }
                 let left = look_at.saturating_duration_since(Instant::now());
@@ -243,7 +244,7 @@ impl Core {
         // as in a write+notify ping-pong) are harvested later.
         for r in &self.rails {
             if let Some(s) = r.evd.as_any().downcast_ref::<SoftEvd>() {
-                let _ = r.drivers.set(s.own_driver_handles());
+                *r.drivers.write().unwrap_or_else(|e| e.into_inner()) = s.own_driver_handles();
                 let me = Arc::downgrade(self);
                 s.set_sink(Box::new(move |ev, ahead| {
                     if !matches!(&ev, Event::Dto(c) if c.cookie.0 & RECV_BIT != 0) {

@@ -1,7 +1,9 @@
 //! Failover: a rail that breaks or ends. Its stripes in flight go again on
 //! the survivors (ordered DTOs on the new control rail), its silent stripes
-//! (never to be implied now) with them; the user sees an async error while
-//! rails survive, and `Broken` (or `Disconnected`) when the last one ends.
+//! (never to be implied now) with them; the user sees `RailDown` while
+//! rails survive (and the connecting side tries to bring the rail back, see
+//! the `rejoin` module), and `Broken` (or `Disconnected`) when the last one
+//! ends.
 
 use crate::ep::state::*;
 use crate::planner::Stripe;
@@ -59,9 +61,9 @@ impl Core {
         }
     }
 
-    /// Rail `rail` broke: the EP goes on with the survivors (an async error
-    /// tells the user), or breaks with the last rail; the rail's silent
-    /// stripes fail over.
+    /// Rail `rail` broke: the EP goes on with the survivors (`RailDown`
+    /// tells the user; the rail is connected again later), or breaks with
+    /// the last rail; the rail's silent stripes fail over.
     pub(super) fn rail_broken(
         &self,
         st: &mut State,
@@ -88,11 +90,9 @@ impl Core {
             } else {
                 evs.push((
                     TO_CONN,
-                    Event::AsyncError {
-                        ep: Some(self.id),
-                        what: format!("rail {rail} lost: {reason}"),
-                    },
+                    Event::RailDown { ep: self.id, rail: rail as u8, reason: reason.to_string() },
                 ));
+                self.rail_lost(rail);
             }
         }
         let works = self.orphan_silent(st, rail, Status::Broken, evs);
@@ -114,7 +114,7 @@ impl Core {
             st.conn = EpState::Disconnected;
             for (r, rl) in self.rails.iter().enumerate() {
                 if r != rail {
-                    let _ = rl.ep.disconnect();
+                    let _ = rl.ep().disconnect();
                 }
             }
         }

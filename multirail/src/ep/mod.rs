@@ -18,12 +18,13 @@ mod failover;
 mod issue;
 mod post;
 mod progress;
+pub(crate) mod rejoin;
 mod silent;
 mod state;
 
 use crate::ep::state::*;
 use crate::evd::MrEvd;
-use crate::header::header;
+use crate::header::{KEY_LEN, header, key_pd, parse_key};
 use crate::objects::{MrIa, MrLmr, MrPz};
 use crate::planner::Planner;
 use crate::planner::RailRate;
@@ -49,9 +50,9 @@ impl MrEp {
             let evd = r.create_evd()?;
             let ep = r.create_ep(&pz.rails[i], &EpEvds::single(&evd))?;
             rails.push(Rail {
-                ep,
+                ep: std::sync::RwLock::new(ep),
                 evd,
-                drivers: std::sync::OnceLock::new(),
+                drivers: Default::default(),
                 pending: Default::default(),
                 line: Mutex::new(None),
             });
@@ -60,6 +61,13 @@ impl MrEp {
         let cfg = ia.cfg.clone();
         let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
         let attr = rmr_api::Ia::attr(ia);
+        let cur = rails.iter().map(|r| r.ep().id()).collect();
+        let rejoin = rejoin::RejoinState::new(
+            cfg.rejoin,
+            ia.rails.clone(),
+            pz.rails.clone(),
+            ia.rejoins.clone(),
+        );
         let make = |me: &std::sync::Weak<Core>| Core {
             me: me.clone(),
             id: EpId::fresh(),
@@ -88,6 +96,7 @@ impl MrEp {
                 probes_posted: 0,
                 recv_direct: 0,
                 ended: smallvec::smallvec![false; n],
+                cur,
                 broken: false,
                 rate: smallvec::smallvec![RailRate::new(); n],
             }),
@@ -100,6 +109,7 @@ impl MrEp {
             adaptive: matches!(cfg.policy, crate::planner::Policy::Adaptive { .. }),
             soft_rails,
             watchers: Mutex::default(),
+            rejoin,
             cfg,
         };
         let core = Arc::new_cyclic(make);
@@ -118,14 +128,32 @@ impl MrEp {
         self.core.lock().planner.weights().to_vec()
     }
 
-    /// Rail `i`'s endpoint (for tests and diagnostics).
+    /// Rail `i`'s current endpoint (for tests and diagnostics; a rail
+    /// connected again has a new one).
     pub fn rail_ep(&self, i: usize) -> Option<Arc<dyn Ep>> {
-        self.core.rails.get(i).map(|r| r.ep.clone())
+        self.core.rails.get(i).map(Rail::ep)
     }
 
-    /// Every rail's endpoint, in rail order (for tests and diagnostics).
+    /// Every rail's current endpoint, in rail order (for tests and
+    /// diagnostics).
     pub fn rail_eps(&self) -> Vec<Arc<dyn Ep>> {
-        self.core.rails.iter().map(|r| r.ep.clone()).collect()
+        self.core.rails.iter().map(Rail::ep).collect()
+    }
+
+    /// What happened to the rails: how many are live, and how often a rail
+    /// was lost and connected again.
+    pub fn stats(&self) -> MrStats {
+        let c = &self.core;
+        let st = c.lock();
+        let j = &c.rejoin;
+        MrStats {
+            rails: c.rails.len(),
+            rails_live: st.ended.iter().filter(|e| !**e).count(),
+            rails_down: j.rails_down.load(Ordering::Relaxed),
+            rails_up: j.rails_up.load(Ordering::Relaxed),
+            rejoin_attempts: j.attempts.load(Ordering::Relaxed),
+            rejoin_failures: j.failures.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn accept_rails(
@@ -133,6 +161,7 @@ impl MrEp {
         reqs: &[rmr_api::ConnRequest],
         peer_pd: &[u8],
         pd: &[u8],
+        session: u64,
     ) -> Result<()> {
         let c = &self.core;
         if reqs.len() != c.rails.len() {
@@ -145,23 +174,62 @@ impl MrEp {
             }
             st.conn = EpState::Pending;
         }
+        // Rails 1.. answer with the key a rejoin of this endpoint must prove
+        // (drawn here, known to the peer only).
+        let key: [u8; KEY_LEN] = rand_key();
+        let answer = key_pd(&key);
         for (i, r) in reqs.iter().enumerate() {
-            if let Err(e) = r.accept(&c.rails[i].ep, if i == 0 { pd } else { &[] }) {
+            if let Err(e) = r.accept(&c.rails[i].ep(), if i == 0 { pd } else { &answer }) {
                 for rl in &c.rails[..i] {
-                    let _ = rl.ep.disconnect();
+                    let _ = rl.ep().disconnect();
                 }
                 c.lock().conn = EpState::Unconnected;
                 return Err(e);
             }
         }
+        if c.rejoin.on && c.rejoin.hub.register(session, c) {
+            let _ = c.rejoin.role.set(rejoin::Role::Passive { session, key });
+        }
         c.start(peer_pd.to_vec())
     }
+}
+
+/// What happened to a multirail endpoint's rails ([`MrEp::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MrStats {
+    /// Rails the endpoint has.
+    pub rails: usize,
+    /// Rails that carry traffic now.
+    pub rails_live: usize,
+    /// Rails lost while others lived ([`rmr_api::Event::RailDown`]).
+    pub rails_down: u64,
+    /// Lost rails connected again ([`rmr_api::Event::RailUp`]).
+    pub rails_up: u64,
+    /// Attempts to connect a lost rail again (the connecting side's).
+    pub rejoin_attempts: u64,
+    /// Attempts that failed (the peer unreachable, or refusing).
+    pub rejoin_failures: u64,
+}
+
+/// A fresh random rejoin key.
+fn rand_key() -> [u8; KEY_LEN] {
+    let mut k = [0u8; KEY_LEN];
+    if getrandom::fill(&mut k).is_err() {
+        // No entropy source: a key nobody can guess is not to be had, so
+        // one nobody will match (rejoins of this endpoint then fail).
+        for (i, b) in k.iter_mut().enumerate() {
+            *b = (rmr_api::provider::fresh_id() >> (i % 8)) as u8;
+        }
+    }
+    k
 }
 
 impl Drop for MrEp {
     fn drop(&mut self) {
         let _ = self.disconnect();
         self.core.stop.store(true, Ordering::Release);
+        self.core.rejoin.forget();
         // The rail threads forget the core at their next look; the IA's
         // thread for a rail ends with its last endpoint.
         for r in &self.core.rails {
@@ -177,8 +245,38 @@ impl Ep for MrEp {
 
     fn attr(&self) -> EpAttr {
         let c = &self.core;
+        let s = self.stats();
+        let rejoin = match c.rejoin.role.get() {
+            _ if !c.rejoin.on => "off",
+            Some(rejoin::Role::Active { .. }) => "connects lost rails again",
+            Some(rejoin::Role::Passive { .. }) => "takes the peer's rejoins",
+            None => "not connected, or the peer does not rejoin",
+        };
         let mut notes = vec![
             ("engine".to_string(), c.cfg.engine.to_string()),
+            ("rejoin".to_string(), rejoin.to_string()),
+            (
+                "session".to_string(),
+                match c.rejoin.role.get() {
+                    Some(
+                        rejoin::Role::Active { session, .. }
+                        | rejoin::Role::Passive { session, .. },
+                    ) => format!("{session:016x}"),
+                    None => "-".into(),
+                },
+            ),
+            (
+                "rails".to_string(),
+                format!(
+                    "{} live of {}; down {} up {}; attempts {} failed {}",
+                    s.rails_live,
+                    s.rails,
+                    s.rails_down,
+                    s.rails_up,
+                    s.rejoin_attempts,
+                    s.rejoin_failures
+                ),
+            ),
             ("policy".to_string(), c.cfg.policy.to_string()),
             ("threshold".to_string(), c.cfg.threshold.to_string()),
             (
@@ -217,12 +315,12 @@ impl Ep for MrEp {
             ));
         }
         for (i, r) in c.rails.iter().enumerate() {
-            for (k, v) in r.ep.attr().notes {
+            for (k, v) in r.ep().attr().notes {
                 notes.push((format!("rail{i}.{k}"), v));
             }
             notes.push((format!("rail{i}.evd_len"), r.evd.len().to_string()));
         }
-        let r0 = c.rails[0].ep.attr();
+        let r0 = c.rails[0].ep().attr();
         EpAttr {
             max_msg_size: r0.max_msg_size,
             max_dtos: c.max_dtos,
@@ -262,7 +360,7 @@ impl Ep for MrEp {
                     if i == 0 {
                         rpd.extend_from_slice(pd);
                     }
-                    let (ep, addr) = (c.rails[i].ep.clone(), addrs[i]);
+                    let (ep, addr) = (c.rails[i].ep(), addrs[i]);
                     s.spawn(move || ep.connect(addr, service, &rpd, timeout))
                 })
                 .collect();
@@ -273,7 +371,7 @@ impl Ep for MrEp {
         if let Some(pos) = results.iter().position(Result::is_err) {
             for (i, r) in results.iter().enumerate() {
                 if r.is_ok() {
-                    let _ = c.rails[i].ep.disconnect();
+                    let _ = c.rails[i].ep().disconnect();
                 }
             }
             c.lock().conn = EpState::Unconnected;
@@ -290,6 +388,13 @@ impl Ep for MrEp {
             }
             return Err(err);
         }
+        // The key a rejoin must prove, in the peer's answer on rails 1..
+        // (none from a peer that does not take rejoins).
+        let key = results.iter().skip(1).find_map(|r| r.as_ref().ok().and_then(|pd| parse_key(pd)));
+        if let (Some(key), true) = (key, c.rejoin.on) {
+            let addrs = addrs.iter().map(|a| a.to_string()).collect();
+            let _ = c.rejoin.role.set(rejoin::Role::Active { addrs, service, session, key });
+        }
         let peer_pd = results.into_iter().next().expect("rail 0")?;
         c.start(peer_pd.clone())?;
         Ok(peer_pd)
@@ -305,7 +410,7 @@ impl Ep for MrEp {
             st.conn = EpState::Disconnected;
         }
         for r in &c.rails {
-            let _ = r.ep.disconnect();
+            let _ = r.ep().disconnect();
         }
         Ok(())
     }
@@ -344,7 +449,7 @@ impl Ep for MrEp {
         // Then each rail ends in order behind what it carries.
         for rail in &c.rails {
             let left = deadline.saturating_duration_since(Instant::now());
-            if let Err(e) = rail.ep.close(left) {
+            if let Err(e) = rail.ep().close(left) {
                 r = r.and(Err(e));
             }
         }
@@ -454,7 +559,7 @@ impl Ep for MrEp {
     }
 
     fn peer_address(&self) -> Option<String> {
-        let a: Vec<String> = self.core.rails.iter().filter_map(|r| r.ep.peer_address()).collect();
+        let a: Vec<String> = self.core.rails.iter().filter_map(|r| r.ep().peer_address()).collect();
         if a.is_empty() { None } else { Some(a.join(",")) }
     }
 

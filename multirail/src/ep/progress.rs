@@ -16,8 +16,10 @@ impl Core {
     /// over this EP's rails, with no driver lookup. Returns whether any went.
     pub(crate) fn flush_rails(&self) -> bool {
         let mut moved = false;
-        for d in self.rails.iter().filter_map(|r| r.drivers.get()).flatten() {
-            moved |= d.flush();
+        for r in &self.rails {
+            for d in r.drivers().iter() {
+                moved |= d.flush();
+            }
         }
         moved
     }

@@ -11,7 +11,7 @@ use rmr_api::{DtoOp, Ep, EpEvds, EpId, EpState, Error, Evd, Event, RmrContext, S
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 pub(super) const RECV_BIT: u64 = 1 << 63;
 /// Cookie bit of a probe: a zero-length signalled write whose completion
@@ -203,22 +203,43 @@ pub(super) struct State {
     /// Receives delivered by [`Core::sink`] (diagnostics: `attr().notes`).
     pub(super) recv_direct: u64,
     pub(super) ended: SmallVec<[bool; 8]>,
+    /// Per rail, the id of its current endpoint: events of an endpoint the
+    /// rail had before it was connected again are stale (see
+    /// [`Core::on_event`]).
+    pub(super) cur: SmallVec<[EpId; 8]>,
     pub(super) broken: bool,
     /// Per-rail service-rate estimate for adaptive striping.
     pub(super) rate: SmallVec<[RailRate; 8]>,
 }
 
 pub(crate) struct Rail {
-    pub(super) ep: Arc<dyn Ep>,
+    /// The rail's endpoint: replaced when a lost rail is connected again
+    /// (see [`Rail::ep`]).
+    pub(super) ep: RwLock<Arc<dyn Ep>>,
     pub(super) evd: Arc<dyn Evd>,
     /// The drivers of the rail EVD (its endpoint's socket), taken once the
-    /// rail is connected: what [`Core::flush_rails`] pushes out.
-    pub(super) drivers: std::sync::OnceLock<Vec<Arc<dyn rmr_api::provider::Driver>>>,
+    /// rail is connected (and again when it is connected anew): what
+    /// [`Core::flush_rails`] pushes out.
+    pub(super) drivers: RwLock<Vec<Arc<dyn rmr_api::provider::Driver>>>,
     /// Work handed to the rail thread and not yet posted by it.
     pub(super) pending: std::sync::atomic::AtomicUsize,
     /// Under `pinned`, the IA's thread for this rail (dropped with the
     /// endpoint's handle).
     pub(super) line: Mutex<Option<Arc<crate::ep::engine::RailLine>>>,
+}
+
+impl Rail {
+    /// The rail's current endpoint.
+    pub(super) fn ep(&self) -> Arc<dyn Ep> {
+        self.ep.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The rail EVD's drivers (see [`Rail::drivers`]).
+    pub(super) fn drivers(
+        &self,
+    ) -> std::sync::RwLockReadGuard<'_, Vec<Arc<dyn rmr_api::provider::Driver>>> {
+        self.drivers.read().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 /// State shared by the user's handle, the rail threads and polling EVDs.
@@ -255,6 +276,9 @@ pub(crate) struct Core {
     /// Told when this core has something to harvest (see
     /// [`crate::evd::Polled::watch`]).
     pub(super) watchers: Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>,
+    /// What a lost rail needs to be connected again (see the `rejoin`
+    /// module).
+    pub(super) rejoin: crate::ep::rejoin::RejoinState,
 }
 
 pub(super) type UserEvents = SmallVec<[(u8, Event); 4]>;

@@ -493,6 +493,12 @@ pub fn trace_event(ev: &Event) {
         Event::Broken { ep, reason } => {
             tracing::warn!(target: "rmr", ep = ep.0, reason = %reason, "connection broken");
         }
+        Event::RailDown { ep, rail, reason } => {
+            tracing::warn!(target: "rmr", ep = ep.0, rail, reason = %reason, "rail down");
+        }
+        Event::RailUp { ep, rail } => {
+            tracing::info!(target: "rmr", ep = ep.0, rail, "rail up");
+        }
         Event::AsyncError { ep, what } => {
             tracing::warn!(target: "rmr", ep = ?ep.map(|e| e.0), what = %what, "asynchronous error");
         }

@@ -1,0 +1,323 @@
+//! A lost rail comes back: rail 1 of a two-rail endpoint runs through a
+//! proxy the test cuts three times during a checked stream. Each time both
+//! ends see `RailDown`, the connecting side connects the rail again through
+//! the proxy (which keeps accepting, like a link that heals), both ends see
+//! `RailUp`, and striped writes cross rail 1 again. Every round's data is
+//! checked by the server, every DTO completes exactly once, and the
+//! counters of `MrEp::stats` agree. A forged or replayed rejoin request is
+//! refused.
+
+use multirail::MrEp;
+use rmr_api::provider::conformance::{checksum, pattern};
+use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, EpState, Evd, Event, MemRegion, RmrContext};
+use rmr_api::{Sge, Status};
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[path = "support/proxy.rs"]
+mod proxy;
+use proxy::Proxy;
+
+const WAIT: Duration = Duration::from_secs(20);
+const LEN: usize = 256 << 10;
+
+/// Rail events seen by one side.
+#[derive(Default, Debug)]
+struct Seen {
+    down: Vec<u8>,
+    up: Vec<u8>,
+}
+
+impl Seen {
+    /// Notes a rail event; false for anything else.
+    fn note(&mut self, e: &Event) -> bool {
+        match e {
+            Event::RailDown { rail, reason, .. } => {
+                println!("rail {rail} down: {reason}");
+                self.down.push(*rail);
+            }
+            Event::RailUp { rail, .. } => {
+                println!("rail {rail} up");
+                self.up.push(*rail);
+            }
+            _ => return false,
+        }
+        true
+    }
+}
+
+fn mr(ep: &Arc<dyn Ep>) -> &MrEp {
+    ep.as_any().downcast_ref::<MrEp>().expect("a multirail EP")
+}
+
+/// The server: for each notify, checks the target's checksum against the
+/// one in the notify and answers 1 or 0; stops at a notify of 0.
+fn serve(
+    ep: Arc<dyn Ep>,
+    evd: Arc<dyn Evd>,
+    target: Arc<MemRegion>,
+    cl: Arc<dyn rmr_api::Lmr>,
+    ctl: Arc<MemRegion>,
+) -> (u64, u64, Seen) {
+    let (mut good, mut bad, mut seen) = (0, 0, Seen::default());
+    for r in 0.. {
+        ep.post_recv(&[Sge::new(&*cl, 0, 8)], Cookie(r), DtoFlags::empty()).unwrap();
+        let c = loop {
+            match evd.wait(Some(WAIT), 1).expect("server: an event") {
+                Event::Dto(c) if c.cookie.0 == r => break c,
+                Event::Dto(c) if c.status.is_ok() => {}
+                Event::Established { .. } => {}
+                e if seen.note(&e) => {}
+                e => panic!("server: {e:?}"),
+            }
+        };
+        assert_eq!(c.status, Status::Success, "server: receive {r}");
+        let want = ctl.load_u64(0).unwrap();
+        if want == 0 {
+            break;
+        }
+        let ok = checksum(&target.to_vec(0, LEN).unwrap()) == want;
+        if ok {
+            good += 1
+        } else {
+            bad += 1
+        }
+        ctl.store_u64(8, u64::from(ok)).unwrap();
+        ep.post_send(&[Sge::new(&*cl, 8, 8)], Cookie(1 << 40 | r), DtoFlags::SUPPRESS).unwrap();
+    }
+    // RailUp may come after the last round on this side: a short look.
+    let t = Instant::now();
+    while seen.up.len() < seen.down.len() && t.elapsed() < Duration::from_secs(5) {
+        if let Ok(e) = evd.wait(Some(Duration::from_millis(50)), 1) {
+            seen.note(&e);
+        }
+    }
+    (good, bad, seen)
+}
+
+fn run(opts: &str, net: u8, service: u16) {
+    backend_tcp::register();
+    multirail::register();
+    let ip = |h: u8| format!("127.0.{net}.{h}");
+    let open = |a: u8, b: u8| {
+        rmr_api::open(&format!("multirail:tcp:{},tcp:{};threshold=16K;{opts}", ip(a), ip(b)))
+            .unwrap()
+    };
+    // Server rails .1 and .2; the client's .4 and .5, its rail 1 through
+    // the proxy at .3.
+    let (ia_b, ia_a) = (open(1, 2), open(4, 5));
+    let proxy = Proxy::start(&format!("{}:{service}", ip(3)), &format!("{}:{service}", ip(2)));
+    let (pz_b, evd_b, pevd) =
+        (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let _psp = ia_b.create_psp(service, &pevd).unwrap();
+    let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
+    let target = MemRegion::new(LEN);
+    let tl = pz_b.register_all(&target, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let sctl = MemRegion::new(64);
+    let scl = pz_b.register_all(&sctl, Access::LOCAL_WRITE).unwrap();
+    let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
+    let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
+    let (eb, pe, ctx) = (ep_b.clone(), pevd.clone(), tl.rmr_context().to_bytes());
+    let acceptor = std::thread::spawn(move || match pe.wait(Some(WAIT), 1).unwrap() {
+        Event::ConnectionRequest(cr) => cr.accept(&eb, &ctx).unwrap(),
+        e => panic!("{e:?}"),
+    });
+    let pd = ep_a.connect(&format!("{},{}", ip(1), ip(3)), service, b"", WAIT).unwrap();
+    acceptor.join().unwrap();
+    let ctx = RmrContext::from_bytes(&pd).unwrap();
+    forged_rejoins_are_refused(&ep_a, &ep_b, &ip(2), &ip(6), service);
+    let (eb, ev) = (ep_b.clone(), evd_b.clone());
+    let server = std::thread::spawn(move || serve(eb, ev, target, scl, sctl));
+
+    let src = MemRegion::new(LEN);
+    let sl = pz_a.register_all(&src, Access::empty()).unwrap();
+    let ctl = MemRegion::new(64);
+    let cl = pz_a.register_all(&ctl, Access::LOCAL_WRITE).unwrap();
+    let mut seen = Seen::default();
+    let mut done: HashSet<u64> = HashSet::new();
+    let mut round = 0u64;
+    // One round: a striped write of a fresh pattern, a notify with its
+    // checksum, the server's verdict. Returns the rail events it saw.
+    let mut one_round = |seen: &mut Seen| {
+        round += 1;
+        let p = pattern(round, LEN);
+        src.write(0, &p).unwrap();
+        ctl.store_u64(0, checksum(&p)).unwrap();
+        ep_a.post_recv(&[Sge::new(&*cl, 8, 8)], Cookie(3 << 40 | round), DtoFlags::empty())
+            .unwrap();
+        ep_a.post_rdma_write(
+            &[Sge::whole(&*sl)],
+            ctx.at(0),
+            Cookie(1 << 40 | round),
+            DtoFlags::empty(),
+        )
+        .unwrap();
+        ep_a.post_send(&[Sge::new(&*cl, 0, 8)], Cookie(2 << 40 | round), DtoFlags::empty())
+            .unwrap();
+        let mut left = 3;
+        while left > 0 {
+            match evd_a.wait(Some(WAIT), 1).expect("client: an event") {
+                Event::Dto(c) => {
+                    assert_eq!(c.status, Status::Success, "{opts}: round {round}: {c:?}");
+                    assert!(done.insert(c.cookie.0), "{opts}: {:#x} completed twice", c.cookie.0);
+                    left -= 1;
+                }
+                Event::Established { .. } => {}
+                e if seen.note(&e) => {}
+                e => panic!("{opts}: client: {e:?}"),
+            }
+        }
+        assert_eq!(
+            ctl.load_u64(8).unwrap(),
+            1,
+            "{opts}: round {round}: the server found the data damaged"
+        );
+        ctl.store_u64(8, 7).unwrap();
+    };
+    for cut in 1..=3 {
+        // Rail 1 carries stripes.
+        let before = proxy.bytes();
+        for _ in 0..4 {
+            one_round(&mut seen);
+        }
+        assert!(
+            proxy.bytes() > before + LEN as u64 / 4,
+            "{opts}: cut {cut}: rail 1 carried {} bytes",
+            proxy.bytes() - before
+        );
+        proxy.cut();
+        // The stream goes on over rail 0 until rail 1 is back.
+        let t = Instant::now();
+        while seen.up.len() < cut {
+            one_round(&mut seen);
+            assert!(
+                t.elapsed() < WAIT,
+                "{opts}: cut {cut}: rail 1 not back: {seen:?}, {:?}",
+                mr(&ep_a).stats()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(seen.down.len(), cut, "{opts}: {seen:?}");
+        assert_eq!(ep_a.state(), EpState::Connected);
+    }
+    // The healed rail takes stripes again.
+    let before = proxy.bytes();
+    for _ in 0..4 {
+        one_round(&mut seen);
+    }
+    assert!(
+        proxy.bytes() > before + LEN as u64 / 4,
+        "{opts}: after the last rejoin rail 1 carried {} bytes",
+        proxy.bytes() - before
+    );
+    // The end: a notify of 0.
+    ctl.store_u64(0, 0).unwrap();
+    ep_a.post_send(&[Sge::new(&*cl, 0, 8)], Cookie(9 << 40), DtoFlags::SUPPRESS).unwrap();
+    let (good, bad, sseen) = server.join().unwrap();
+    assert_eq!((good, bad), (round, 0), "{opts}: rounds checked by the server");
+    assert_eq!(done.len() as u64, 3 * round, "{opts}: every DTO completed once");
+    assert_eq!(seen.down, vec![1, 1, 1], "{opts}: client");
+    assert_eq!(seen.up, vec![1, 1, 1], "{opts}: client");
+    assert_eq!(sseen.down, vec![1, 1, 1], "{opts}: server");
+    assert_eq!(sseen.up, vec![1, 1, 1], "{opts}: server");
+    let (sa, sb) = (mr(&ep_a).stats(), mr(&ep_b).stats());
+    println!("{opts}: {round} rounds; client {sa:?}; server {sb:?}");
+    for s in [sa, sb] {
+        assert_eq!((s.rails, s.rails_live, s.rails_down, s.rails_up), (2, 2, 3, 3), "{opts}");
+    }
+    assert!(
+        sa.rejoin_attempts >= 3 && sa.rejoin_failures == sa.rejoin_attempts - 3,
+        "{opts}: {sa:?}"
+    );
+}
+
+#[test]
+fn a_cut_rail_rejoins_three_times_pinned_even() {
+    run("engine=pinned;policy=even", 81, 7681);
+}
+
+#[test]
+fn a_cut_rail_rejoins_three_times_inline_adaptive() {
+    run("engine=inline;policy=adaptive", 82, 7682);
+}
+
+#[test]
+fn a_cut_rail_rejoins_three_times_fork_join_even() {
+    run("engine=fork-join;policy=even", 83, 7683);
+}
+
+/// A rejoin request for the live session that does not prove the key, and
+/// one for a session nobody has, are refused, and change nothing.
+fn forged_rejoins_are_refused(
+    ep_a: &Arc<dyn Ep>,
+    ep_b: &Arc<dyn Ep>,
+    rail1: &str,
+    me: &str,
+    service: u16,
+) {
+    let note = rmr_api::provider::conformance::ep_note(&**ep_a, "session");
+    let session = u64::from_str_radix(&note, 16).expect("the session note");
+    let raw = rmr_api::open(&format!("tcp:{me}")).unwrap();
+    let (pz, evd) = (raw.create_pz().unwrap(), raw.create_evd().unwrap());
+    for (what, s) in [("a wrong key", session), ("an unknown session", session ^ 1)] {
+        let mut pd = b"MRR1".to_vec();
+        pd.extend_from_slice(&s.to_le_bytes());
+        pd.extend_from_slice(&[1, 2]);
+        pd.extend_from_slice(&1000u32.to_le_bytes());
+        pd.extend_from_slice(&[0x5a; 16]);
+        let ep = raw.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+        match ep.connect(rail1, service, &pd, WAIT) {
+            Err(rmr_api::Error::Rejected { private_data }) => {
+                assert_eq!(private_data, b"rejoin refused", "{what}");
+            }
+            r => panic!("a rejoin with {what} was not refused: {r:?}"),
+        }
+    }
+    let s = mr(ep_b).stats();
+    assert_eq!((s.rails_live, s.rails_down, s.rails_up), (2, 0, 0), "{s:?}");
+}
+
+/// With `rejoin=0` a cut rail stays lost: `RailDown`, no attempt.
+#[test]
+fn rejoin_off_leaves_the_rail_lost() {
+    run_off(84, 7684);
+}
+
+fn run_off(net: u8, service: u16) {
+    backend_tcp::register();
+    multirail::register();
+    let ip = |h: u8| format!("127.0.{net}.{h}");
+    let open = |a: u8, b: u8| {
+        rmr_api::open(&format!("multirail:tcp:{},tcp:{};rejoin=0", ip(a), ip(b))).unwrap()
+    };
+    let (ia_b, ia_a) = (open(1, 2), open(4, 5));
+    let proxy = Proxy::start(&format!("{}:{service}", ip(3)), &format!("{}:{service}", ip(2)));
+    let (pz_b, evd_b, pevd) =
+        (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let _psp = ia_b.create_psp(service, &pevd).unwrap();
+    let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
+    let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
+    let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
+    let (eb, pe) = (ep_b.clone(), pevd.clone());
+    let acceptor = std::thread::spawn(move || match pe.wait(Some(WAIT), 1).unwrap() {
+        Event::ConnectionRequest(cr) => cr.accept(&eb, b"").unwrap(),
+        e => panic!("{e:?}"),
+    });
+    ep_a.connect(&format!("{},{}", ip(1), ip(3)), service, b"", WAIT).unwrap();
+    acceptor.join().unwrap();
+    let _ = &pz_a;
+    proxy.cut();
+    let mut seen = Seen::default();
+    let t = Instant::now();
+    while seen.down.is_empty() && t.elapsed() < WAIT {
+        if let Ok(e) = evd_a.wait(Some(Duration::from_millis(50)), 1) {
+            seen.note(&e);
+        }
+    }
+    assert_eq!(seen.down, vec![1]);
+    std::thread::sleep(Duration::from_millis(800));
+    let s = mr(&ep_a).stats();
+    assert_eq!((s.rails_live, s.rails_down, s.rails_up, s.rejoin_attempts), (1, 1, 0, 0), "{s:?}");
+    assert!(rmr_api::provider::conformance::ep_note(&*ep_a, "rejoin").contains("off"));
+}
