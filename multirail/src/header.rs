@@ -3,7 +3,8 @@
 //! connector's rail connections into one request (session id, rail index,
 //! rail count); and the two headers of a rail's rejoin: the key the
 //! accepting side hands out on rails 1.. (`MRK1`), and the rejoin request
-//! (`MRR1`) that proves it knows that key.
+//! (`MRR1`) that proves it knows that key, and the same for a notice of
+//! the connecting side's new control rail (`MRC1`).
 
 /// Bytes of each rail's connection private data the multirail header takes.
 pub(crate) const MR_HDR: usize = 14;
@@ -46,12 +47,17 @@ pub(crate) fn parse_key(pd: &[u8]) -> Option<[u8; KEY_LEN]> {
 
 /// The magic of a rejoin request.
 pub(crate) const REJOIN_MAGIC: &[u8; 4] = b"MRR1";
+/// The magic of a control-rail notice (same layout; `rail` is the new
+/// control rail).
+pub(crate) const CONTROL_MAGIC: &[u8; 4] = b"MRC1";
 /// Bytes of a rejoin request: magic, session, rail, rail count, attempt, MAC.
 pub(crate) const REJOIN_LEN: usize = 4 + 8 + 1 + 1 + 4 + 16;
 
 /// A rejoin request's fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Rejoin {
+    /// A control-rail notice (`MRC1`), not a rejoin (`MRR1`).
+    pub(crate) control: bool,
     pub(crate) session: u64,
     pub(crate) rail: usize,
     pub(crate) rails: usize,
@@ -64,7 +70,7 @@ type HmacSha256 = hmac::Hmac<sha2::Sha256>;
 fn rejoin_mac(key: &[u8; KEY_LEN], r: &Rejoin) -> HmacSha256 {
     use hmac::Mac;
     let mut m = HmacSha256::new_from_slice(key).expect("HMAC takes keys of any length");
-    m.update(b"rmr-mr-rejoin");
+    m.update(if r.control { b"rmr-mr-control" } else { b"rmr-mr-rejoin" });
     m.update(&r.session.to_le_bytes());
     m.update(&[r.rail as u8, r.rails as u8]);
     m.update(&r.attempt.to_le_bytes());
@@ -75,7 +81,7 @@ fn rejoin_mac(key: &[u8; KEY_LEN], r: &Rejoin) -> HmacSha256 {
 pub(crate) fn rejoin_header(key: &[u8; KEY_LEN], r: &Rejoin) -> [u8; REJOIN_LEN] {
     use hmac::Mac;
     let mut h = [0u8; REJOIN_LEN];
-    h[..4].copy_from_slice(REJOIN_MAGIC);
+    h[..4].copy_from_slice(if r.control { CONTROL_MAGIC } else { REJOIN_MAGIC });
     h[4..12].copy_from_slice(&r.session.to_le_bytes());
     h[12] = r.rail as u8;
     h[13] = r.rails as u8;
@@ -86,10 +92,11 @@ pub(crate) fn rejoin_header(key: &[u8; KEY_LEN], r: &Rejoin) -> [u8; REJOIN_LEN]
 
 /// Decodes a rejoin request (not yet its MAC: see [`rejoin_verify`]).
 pub(crate) fn parse_rejoin(pd: &[u8]) -> Option<(Rejoin, [u8; 16])> {
-    if pd.len() != REJOIN_LEN || &pd[..4] != REJOIN_MAGIC {
+    if pd.len() != REJOIN_LEN || (&pd[..4] != REJOIN_MAGIC && &pd[..4] != CONTROL_MAGIC) {
         return None;
     }
     let r = Rejoin {
+        control: &pd[..4] == CONTROL_MAGIC,
         session: u64::from_le_bytes(pd[4..12].try_into().ok()?),
         rail: pd[12] as usize,
         rails: pd[13] as usize,
@@ -111,7 +118,7 @@ mod tests {
     #[test]
     fn rejoin_request_round_trip_and_forgeries_refused() {
         let key = [7u8; KEY_LEN];
-        let r = Rejoin { session: 0xfeed_beef, rail: 1, rails: 2, attempt: 3 };
+        let r = Rejoin { control: false, session: 0xfeed_beef, rail: 1, rails: 2, attempt: 3 };
         let h = rejoin_header(&key, &r);
         let (got, mac) = parse_rejoin(&h).expect("parses");
         assert_eq!(got, r);
@@ -126,6 +133,16 @@ mod tests {
             assert!(!rejoin_verify(&key, &b, &m), "a changed {field} is refused");
         }
         assert_eq!(parse_rejoin(&h[..REJOIN_LEN - 1]), None);
+        // A notice is signed apart: a rejoin's MAC does not make one.
+        let mut notice = h;
+        notice[..4].copy_from_slice(CONTROL_MAGIC);
+        let (n, m) = parse_rejoin(&notice).expect("parses");
+        assert!(n.control);
+        assert!(!rejoin_verify(&key, &n, &m), "a rejoin's MAC on a notice");
+        let c = Rejoin { control: true, ..r };
+        let (n, m) = parse_rejoin(&rejoin_header(&key, &c)).expect("parses");
+        assert_eq!(n, c);
+        assert!(rejoin_verify(&key, &n, &m));
         assert_eq!(parse_header(&h), None, "not a connection header");
         assert_eq!(parse_key(&key_pd(&key)), Some(key));
         assert_eq!(parse_key(b"MRK1short"), None);

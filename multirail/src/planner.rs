@@ -216,6 +216,16 @@ impl Planner {
         }
     }
 
+    /// Makes live rail `r` the control rail (the peer's choice, so that
+    /// both ends send and receive on one rail). False if `r` is not live.
+    pub fn set_control(&mut self, r: usize) -> bool {
+        if !self.is_alive(r) {
+            return false;
+        }
+        self.control = Some(r);
+        true
+    }
+
     /// Marks a dead rail alive again (it was connected anew), with nothing
     /// outstanding. Its weight: under a fixed-weight policy its configured
     /// share again; under `adaptive` an equal share, the others scaled to

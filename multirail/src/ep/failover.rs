@@ -92,7 +92,7 @@ impl Core {
                     TO_CONN,
                     Event::RailDown { ep: self.id, rail: rail as u8, reason: reason.to_string() },
                 ));
-                self.rail_lost(rail);
+                self.rail_lost(rail, st.planner.control_rail());
             }
         }
         let works = self.orphan_silent(st, rail, Status::Broken, evs);

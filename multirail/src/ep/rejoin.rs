@@ -26,6 +26,16 @@
 //!   it is, so both ends keep sending and receiving on the same rail.
 //!   Events of the old endpoint that come later are dropped (see
 //!   [`Core::on_event`]).
+//! - **One control rail for both ends.** Sends and receives travel on the
+//!   control rail, which moves only when it fails. The two ends notice a
+//!   failure at different moments (an idle end can take seconds), and a
+//!   rail may come back in between, so each end's "lowest live rail" could
+//!   differ. The connecting side therefore tells the other its new control
+//!   rail (`MRC1`, signed like a rejoin, through the PSP of that rail; the
+//!   answer is a rejection that carries the verdict), and the accepting
+//!   side takes it: it ends its own old control rail (which the connecting
+//!   side has lost; its receives come back flushed and are posted again on
+//!   the new one).
 //! - The user sees [`Event::RailDown`] and [`Event::RailUp`];
 //!   [`crate::MrEp::stats`] counts them.
 
@@ -87,7 +97,14 @@ pub(crate) struct RejoinState {
     pub(super) hub: Arc<Rejoins>,
     pub(super) role: OnceLock<Role>,
     tries: Mutex<Vec<Tries>>,
+    /// The connecting side: the control rail to tell the peer about, and
+    /// when to try (none: the peer knows the current one).
+    notice: Mutex<Option<(usize, Instant, Duration)>>,
+    /// The accepting side: the last notice's number taken (replays refused).
+    notice_seen: AtomicU32,
     attempt: AtomicU32,
+    /// The connecting side: the control rail the peer was last told of.
+    told: std::sync::atomic::AtomicUsize,
     pub(super) rails_down: AtomicU64,
     pub(super) rails_up: AtomicU64,
     pub(super) attempts: AtomicU64,
@@ -110,7 +127,10 @@ impl RejoinState {
             pzs,
             hub,
             role: OnceLock::new(),
+            notice: Mutex::new(None),
+            notice_seen: AtomicU32::new(0),
             attempt: AtomicU32::new(0),
+            told: std::sync::atomic::AtomicUsize::new(0),
             rails_down: AtomicU64::new(0),
             rails_up: AtomicU64::new(0),
             attempts: AtomicU64::new(0),
@@ -120,6 +140,10 @@ impl RejoinState {
 
     fn tries(&self) -> std::sync::MutexGuard<'_, Vec<Tries>> {
         self.tries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn notice(&self) -> std::sync::MutexGuard<'_, Option<(usize, Instant, Duration)>> {
+        self.notice.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The next attempt on `rail` waits longer (doubling, with jitter).
@@ -226,14 +250,19 @@ impl Core {
             return false;
         }
         let st = self.lock();
-        st.conn == EpState::Connected && st.ended.iter().any(|e| *e)
+        st.conn == EpState::Connected
+            && (st.ended.iter().any(|e| *e) || self.rejoin.notice().is_some())
     }
 
-    /// Rail `rail` was lost (the state lock is held): count it and, on the
-    /// connecting side, have it connected again.
-    pub(super) fn rail_lost(&self, rail: usize) {
+    /// Rail `rail` was lost (the state lock is held), `control` is the
+    /// control rail now: count it and, on the connecting side, have the
+    /// rail connected again and the peer told of a new control rail.
+    pub(super) fn rail_lost(&self, rail: usize, control: Option<usize>) {
         self.rejoin.lost(rail);
         if self.rejoin.on && matches!(self.rejoin.role.get(), Some(Role::Active { .. })) {
+            if let Some(c) = control.filter(|&c| c != self.rejoin.told.load(Ordering::Relaxed)) {
+                *self.rejoin.notice() = Some((c, Instant::now(), BACKOFF_MIN));
+            }
             if let Some(me) = self.me.upgrade() {
                 self.rejoin.hub.schedule(&me);
             }
@@ -246,11 +275,21 @@ impl Core {
         if !self.wants_rail() {
             return None;
         }
+        let mut next = None::<Instant>;
+        // The peer first learns the control rail: sends wait on it.
+        let notice = *self.rejoin.notice();
+        if let Some((c, due, _)) = notice {
+            if Instant::now() >= due {
+                self.tell_control(c);
+            }
+            if let Some((_, due, _)) = *self.rejoin.notice() {
+                next = Some(due);
+            }
+        }
         let lost: Vec<usize> = {
             let st = self.lock();
             (0..self.rails.len()).filter(|&r| st.ended[r]).collect()
         };
-        let mut next = None::<Instant>;
         for r in lost {
             let due = self.rejoin.tries()[r].next;
             if Instant::now() >= due {
@@ -270,7 +309,8 @@ impl Core {
         };
         let attempt = self.rejoin.attempt.fetch_add(1, Ordering::Relaxed) + 1;
         self.rejoin.attempts.fetch_add(1, Ordering::Relaxed);
-        let r = Rejoin { session: *session, rail, rails: self.rails.len(), attempt };
+        let r =
+            Rejoin { control: false, session: *session, rail, rails: self.rails.len(), attempt };
         let pd = rejoin_header(key, &r);
         let res = (|| -> Result<()> {
             let ep = self.new_rail_ep(rail)?;
@@ -292,6 +332,97 @@ impl Core {
                 self.rejoin.back_off(rail);
             }
         }
+    }
+
+    /// Tells the peer that rail `c` is the control rail now (through rail
+    /// `c`'s PSP; the answer is a rejection naming the verdict).
+    fn tell_control(self: &Arc<Self>, c: usize) {
+        let Some(Role::Active { addrs, service, session, key }) = self.rejoin.role.get() else {
+            return;
+        };
+        let attempt = self.rejoin.attempt.fetch_add(1, Ordering::Relaxed) + 1;
+        let r =
+            Rejoin { control: true, session: *session, rail: c, rails: self.rails.len(), attempt };
+        let pd = rejoin_header(key, &r);
+        let res = self.new_rail_ep(c).and_then(|ep| {
+            let r = ep.connect(&addrs[c], *service, &pd, CONNECT_TIMEOUT);
+            if r.is_ok() {
+                let _ = ep.disconnect();
+            }
+            r
+        });
+        let mut n = self.rejoin.notice();
+        match res {
+            // The peer's verdict (taken, or not live there: then it will
+            // lose that rail too, and a later notice follows).
+            Err(Error::Rejected { private_data }) => {
+                tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, verdict = %String::from_utf8_lossy(&private_data), "peer told of the control rail");
+                self.rejoin.told.store(c, Ordering::Relaxed);
+                if n.is_some_and(|(x, ..)| x == c) {
+                    *n = None;
+                }
+            }
+            Ok(_) => {
+                self.rejoin.told.store(c, Ordering::Relaxed);
+                if n.is_some_and(|(x, ..)| x == c) {
+                    *n = None;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, error = %e, "control notice failed; backing off");
+                if let Some((x, due, d)) = n.as_mut().filter(|(x, ..)| *x == c) {
+                    let _ = x;
+                    *due = Instant::now() + *d;
+                    *d = (*d * 2).min(BACKOFF_MAX);
+                }
+            }
+        }
+    }
+
+    /// The accepting side: the peer's control rail is `r.rail` now. Takes
+    /// it; its own old control rail (lost at the peer) ends here too, and
+    /// the receives it held are posted again on the new one.
+    fn control_notice(&self, r: &Rejoin, mac: &[u8; 16]) -> std::result::Result<(), &'static str> {
+        let Some(Role::Passive { key, .. }) = self.rejoin.role.get() else {
+            return Err("not an accepted endpoint");
+        };
+        if r.rails != self.rails.len() || r.rail >= self.rails.len() || !rejoin_verify(key, r, mac)
+        {
+            return Err("rejoin refused");
+        }
+        if self.rejoin.notice_seen.fetch_max(r.attempt, Ordering::AcqRel) >= r.attempt {
+            return Err("rejoin refused: replayed");
+        }
+        let old = {
+            let _h = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+            let mut st = self.lock();
+            if st.conn != EpState::Connected {
+                return Err("endpoint not connected");
+            }
+            if !st.planner.is_alive(r.rail) {
+                return Err("control rail not live here");
+            }
+            let cur = st.planner.control_rail();
+            match cur.filter(|&k| k != r.rail) {
+                None => None,
+                Some(k) => {
+                    let mut evs = UserEvents::new();
+                    let works =
+                        self.rail_broken(&mut st, k, "the peer's control rail moved", &mut evs);
+                    st.planner.set_control(r.rail);
+                    if !works.is_empty() {
+                        self.issue(works);
+                    }
+                    drop(st);
+                    self.deliver(evs);
+                    Some(self.rails[k].ep())
+                }
+            }
+        };
+        if let Some(old) = old {
+            let _ = old.disconnect();
+        }
+        Ok(())
     }
 
     /// A new endpoint for rail `rail`, in the rail's PZ and EVD.
@@ -474,6 +605,9 @@ impl Rejoins {
             Err("rail index does not match the rail")
         } else {
             match self.find(r.session) {
+                Some(core) if r.control => core.control_notice(r, mac).map(|()| {
+                    let _ = cr.reject(b"control rail taken");
+                }),
                 Some(core) => core.rejoin_request(&cr, r, mac),
                 None => Err("rejoin refused"),
             }
