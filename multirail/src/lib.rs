@@ -13,7 +13,8 @@
 //! - `config`: [`Engine`] and [`MrConfig`], the settings an IA opens with.
 //! - `evd`: [`MrEvd`], the user's EVD; a waiter harvests the rails of the
 //!   endpoints that report to it (it knows them only as `Polled`).
-//! - `header`: the per-rail connection header (session, rail, count).
+//! - `header`: the per-rail connection header (session, rail, count), and
+//!   the signed headers of a rejoin and of a control-rail notice.
 //! - `objects`: [`MrIa`]'s data, [`MrPz`] and [`MrLmr`]: one per rail
 //!   underneath.
 //! - `ep`: [`MrEp`], in files by concern: `state` (requests, stripes, the
@@ -21,7 +22,8 @@
 //!   rules and probes), `issue` (work onto rails, events to the user),
 //!   `progress` (harvesting rail EVDs), `complete` (stripes into one
 //!   completion per DTO, in order), `failover` (a lost rail), `engine`
-//!   (connecting the rails; the pinned rail threads).
+//!   (connecting the rails; the pinned rail threads), `rejoin` (a lost
+//!   rail connected again).
 //! - `psp`: [`MrPsp`], a connector's rail connections as one request.
 //! - `ia`: the IA as the factory of everything above.
 //!
@@ -78,7 +80,22 @@
 //!   rail threads, the blocked poster drives the rails' sockets itself while
 //!   it waits.
 //! - Failover: a broken rail's unfinished stripes are re-issued on the
-//!   survivors and an [`rmr_api::Event::AsyncError`] names the lost rail.
+//!   survivors and an [`rmr_api::Event::RailDown`] names the lost rail (the
+//!   last rail's loss is `Broken`).
+//! - Rails that heal: the side that connected keeps trying to connect a
+//!   lost rail again in the background (one thread per IA, shared by its
+//!   endpoints; backoff 100 ms doubling to 2 s, for as long as the endpoint
+//!   is connected), through the peer's PSP, proving a key the accepting
+//!   side handed out when the endpoint was connected (so no other process
+//!   can take the slot; replays are refused). Once both ends have swapped
+//!   the new rail endpoint in, the rail carries stripes again (the adaptive
+//!   policy learns its rate again) and [`rmr_api::Event::RailUp`] tells the
+//!   user. The control rail (sends, receives, atomics) moves only when it
+//!   fails, never back to a rail that returns, and the connecting side
+//!   tells the other end where it moved, so both ends use one control rail.
+//!   [`MrEp::stats`] counts losses, returns and attempts. The accepting
+//!   side's PSP must stay open for rejoins; `rejoin=0` / `RMR_MR_REJOIN=0`
+//!   turns it off.
 //!
 //! ## Thread safety
 //! Everything is `Send + Sync`; posts from several threads are serialised

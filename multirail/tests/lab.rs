@@ -214,34 +214,6 @@ fn lab_failover_rail_cut_mid_transfer() {
     });
 }
 
-/// Lines of a child's output as they come (echoed), and the child back
-/// for `finish`-style waiting.
-fn stream_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
-    use std::io::BufRead;
-    let out = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
-            println!("  client: {l}");
-            if tx.send(l).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
-
-fn wait_line(rx: &std::sync::mpsc::Receiver<String>, pat: &str, within: Duration) -> String {
-    let end = Instant::now() + within;
-    loop {
-        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
-            Ok(l) if l.contains(pat) => return l,
-            Ok(_) => {}
-            Err(_) => panic!("no `{pat}` from the client within {within:?}"),
-        }
-    }
-}
-
 /// A rail's link goes down mid-transfer and comes back after the rail was
 /// declared lost: the transfer degrades to the surviving rail and goes on
 /// (every round's data verified by the server), nothing hangs.

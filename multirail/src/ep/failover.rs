@@ -100,14 +100,21 @@ impl Core {
         works
     }
 
-    /// Rail `rail` ended in an orderly disconnect: the peer closed the
-    /// logical EP, so every rail closes.
+    /// Rail `rail` ended in an orderly disconnect. On the control rail: the
+    /// peer closed the logical EP (it disconnects that rail first), so every
+    /// rail closes. On another rail, while the control rail lives: the peer
+    /// ended that rail alone (it replaced it, or gave up a rail this end
+    /// thought alive), which is that rail's loss.
     pub(super) fn rail_disconnected(
         &self,
         st: &mut State,
         rail: usize,
         evs: &mut UserEvents,
     ) -> Works {
+        let ctl = st.planner.control_rail();
+        if st.conn == EpState::Connected && ctl.is_some_and(|c| c != rail) {
+            return self.rail_broken(st, rail, "the peer ended this rail", evs);
+        }
         st.ended[rail] = true;
         if st.conn == EpState::Connected {
             // The peer closed the logical EP: close every rail.

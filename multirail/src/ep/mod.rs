@@ -175,9 +175,14 @@ impl MrEp {
             st.conn = EpState::Pending;
         }
         // Rails 1.. answer with the key a rejoin of this endpoint must prove
-        // (drawn here, known to the peer only).
-        let key: [u8; KEY_LEN] = rand_key();
-        let answer = key_pd(&key);
+        // (drawn here, handed to the peer only), once the endpoint is known
+        // under the connector's session; with rejoin off, or no key to be
+        // had, nothing (the peer then never tries).
+        let key = rand_key().filter(|_| c.rejoin.on && c.rejoin.hub.register(session, c));
+        if let Some(key) = key {
+            let _ = c.rejoin.role.set(rejoin::Role::Passive { session, key });
+        }
+        let answer = key.map(|k| key_pd(&k)).unwrap_or_default();
         for (i, r) in reqs.iter().enumerate() {
             if let Err(e) = r.accept(&c.rails[i].ep(), if i == 0 { pd } else { &answer }) {
                 for rl in &c.rails[..i] {
@@ -186,9 +191,6 @@ impl MrEp {
                 c.lock().conn = EpState::Unconnected;
                 return Err(e);
             }
-        }
-        if c.rejoin.on && c.rejoin.hub.register(session, c) {
-            let _ = c.rejoin.role.set(rejoin::Role::Passive { session, key });
         }
         c.start(peer_pd.to_vec())
     }
@@ -212,17 +214,11 @@ pub struct MrStats {
     pub rejoin_failures: u64,
 }
 
-/// A fresh random rejoin key.
-fn rand_key() -> [u8; KEY_LEN] {
+/// A fresh random rejoin key (none without an entropy source: a guessable
+/// key would let anyone take a rail).
+fn rand_key() -> Option<[u8; KEY_LEN]> {
     let mut k = [0u8; KEY_LEN];
-    if getrandom::fill(&mut k).is_err() {
-        // No entropy source: a key nobody can guess is not to be had, so
-        // one nobody will match (rejoins of this endpoint then fail).
-        for (i, b) in k.iter_mut().enumerate() {
-            *b = (rmr_api::provider::fresh_id() >> (i % 8)) as u8;
-        }
-    }
-    k
+    getrandom::fill(&mut k).ok().map(|()| k)
 }
 
 impl Drop for MrEp {
@@ -409,8 +405,14 @@ impl Ep for MrEp {
             }
             st.conn = EpState::Disconnected;
         }
-        for r in &c.rails {
-            let _ = r.ep().disconnect();
+        // The control rail first: the peer takes its `Disconnected` as the
+        // end of the endpoint, another rail's alone as that rail's loss.
+        let ctl = c.lock().planner.control_rail().unwrap_or(0);
+        let _ = c.rails[ctl].ep().disconnect();
+        for (i, r) in c.rails.iter().enumerate() {
+            if i != ctl {
+                let _ = r.ep().disconnect();
+            }
         }
         Ok(())
     }
@@ -446,10 +448,13 @@ impl Ep for MrEp {
                 st.conn = EpState::Disconnected;
             }
         }
-        // Then each rail ends in order behind what it carries.
-        for rail in &c.rails {
+        // Then each rail ends in order behind what it carries, the control
+        // rail first (see `disconnect`).
+        let ctl = c.lock().planner.control_rail().unwrap_or(0);
+        let order = std::iter::once(ctl).chain((0..c.rails.len()).filter(|&i| i != ctl));
+        for i in order {
             let left = deadline.saturating_duration_since(Instant::now());
-            if let Err(e) = rail.ep().close(left) {
+            if let Err(e) = c.rails[i].ep().close(left) {
                 r = r.and(Err(e));
             }
         }

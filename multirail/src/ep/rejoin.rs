@@ -53,6 +53,8 @@ use std::time::{Duration, Instant};
 pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(100);
 /// The longest wait between two attempts.
 pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// The accepting side's answer to a control-rail notice it took.
+const TAKEN: &[u8] = b"control rail taken";
 /// How long one attempt's connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the swap waits for the old rail endpoint's stripes to come
@@ -65,9 +67,18 @@ const SETTLE: Duration = Duration::from_secs(2);
 pub(crate) struct Rejoins {
     /// Accepted endpoints by session (held weakly; removed when dropped).
     sessions: Mutex<HashMap<u64, Weak<Core>>>,
-    /// Connecting endpoints with a lost rail, and whether the thread runs.
-    waiting: Mutex<(Vec<Weak<Core>>, bool)>,
+    /// Connecting endpoints with a lost rail, and the thread's state.
+    waiting: Mutex<Waiting>,
     bell: Condvar,
+}
+
+#[derive(Default)]
+struct Waiting {
+    cores: Vec<Weak<Core>>,
+    /// The thread runs.
+    running: bool,
+    /// Something was scheduled since the thread last looked.
+    kick: bool,
 }
 
 /// Which end of the connection this endpoint is, with what a rejoin needs.
@@ -197,17 +208,18 @@ impl Rejoins {
     /// `core` lost a rail: the thread will connect it again.
     fn schedule(self: &Arc<Self>, core: &Arc<Core>) {
         let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-        if !w.0.iter().any(|c| std::ptr::eq(c.as_ptr(), Arc::as_ptr(core))) {
-            w.0.push(Arc::downgrade(core));
+        if !w.cores.iter().any(|c| std::ptr::eq(c.as_ptr(), Arc::as_ptr(core))) {
+            w.cores.push(Arc::downgrade(core));
         }
-        if !w.1 {
+        w.kick = true;
+        if !w.running {
             let hub = self.clone();
             let spawned =
                 std::thread::Builder::new().name("rmr-mr-rejoin".into()).spawn(move || hub.run());
             match spawned {
-                Ok(_) => w.1 = true,
+                Ok(_) => w.running = true,
                 Err(e) => {
-                    tracing::warn!(target: "rmr::multirail", error = %e, "no rejoin thread: lost rails stay lost")
+                    tracing::warn!(target: "rmr::multirail", error = %e, "no rejoin thread: lost rails stay lost");
                 }
             }
         }
@@ -215,26 +227,34 @@ impl Rejoins {
     }
 
     /// The rejoin thread: tries every waiting endpoint's lost rails when
-    /// they are due; ends once none waits.
+    /// they are due; ends once none waits. (No endpoint's state lock is
+    /// taken under `waiting`: a harvester that holds one schedules.)
     fn run(&self) {
         loop {
             let cores: Vec<Arc<Core>> = {
                 let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
-                w.0.retain(|c| c.upgrade().is_some_and(|c| c.wants_rail()));
-                if w.0.is_empty() {
-                    w.1 = false;
-                    return;
-                }
-                w.0.iter().filter_map(Weak::upgrade).collect()
+                w.kick = false;
+                w.cores.iter().filter_map(Weak::upgrade).collect()
             };
             let mut next = Instant::now() + BACKOFF_MAX;
+            let mut done: Vec<*const Core> = Vec::new();
             for c in &cores {
-                if let Some(due) = c.rejoin_tick() {
-                    next = next.min(due);
+                match c.rejoin_tick() {
+                    Some(due) => next = next.min(due),
+                    None => done.push(Arc::as_ptr(c)),
                 }
             }
             drop(cores);
-            let w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            let mut w = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+            if w.kick {
+                // Scheduled meanwhile: look again before anyone leaves.
+                continue;
+            }
+            w.cores.retain(|c| c.strong_count() > 0 && !done.contains(&c.as_ptr()));
+            if w.cores.is_empty() {
+                w.running = false;
+                return;
+            }
             let left = next.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
             let _ = self.bell.wait_timeout(w, left);
         }
@@ -260,9 +280,15 @@ impl Core {
     pub(super) fn rail_lost(&self, rail: usize, control: Option<usize>) {
         self.rejoin.lost(rail);
         if self.rejoin.on && matches!(self.rejoin.role.get(), Some(Role::Active { .. })) {
-            if let Some(c) = control.filter(|&c| c != self.rejoin.told.load(Ordering::Relaxed)) {
-                *self.rejoin.notice() = Some((c, Instant::now(), BACKOFF_MIN));
+            let mut n = self.rejoin.notice();
+            match control {
+                Some(c) if c != self.rejoin.told.load(Ordering::Relaxed) => {
+                    *n = Some((c, Instant::now(), BACKOFF_MIN));
+                }
+                // Back where the peer was told last (or none left).
+                _ => *n = None,
             }
+            drop(n);
             if let Some(me) = self.me.upgrade() {
                 self.rejoin.hub.schedule(&me);
             }
@@ -276,7 +302,7 @@ impl Core {
             return None;
         }
         let mut next = None::<Instant>;
-        // The peer first learns the control rail: sends wait on it.
+        // The peer learns the control rail first (its receives move there).
         let notice = *self.rejoin.notice();
         if let Some((c, due, _)) = notice {
             if Instant::now() >= due {
@@ -292,8 +318,13 @@ impl Core {
         };
         for r in lost {
             let due = self.rejoin.tries()[r].next;
-            if Instant::now() >= due {
+            // Work handed to the rail thread before the loss fails first
+            // (on the old endpoint), so the swap never waits for it.
+            let idle = self.rails[r].pending.load(Ordering::Acquire) == 0;
+            if Instant::now() >= due && idle {
                 self.try_rail(r);
+            } else if !idle {
+                next = Some(Instant::now() + Duration::from_millis(10));
             }
             let due = self.rejoin.tries()[r].next;
             next = Some(next.map_or(due, |n| n.min(due)));
@@ -340,6 +371,15 @@ impl Core {
         let Some(Role::Active { addrs, service, session, key }) = self.rejoin.role.get() else {
             return;
         };
+        // The control rail may have moved again since the notice was due.
+        let now = self.lock().planner.control_rail();
+        if now != Some(c) {
+            let mut n = self.rejoin.notice();
+            *n = now
+                .filter(|&x| x != self.rejoin.told.load(Ordering::Relaxed))
+                .map(|x| (x, Instant::now(), BACKOFF_MIN));
+            return;
+        }
         let attempt = self.rejoin.attempt.fetch_add(1, Ordering::Relaxed) + 1;
         let r =
             Rejoin { control: true, session: *session, rail: c, rails: self.rails.len(), attempt };
@@ -353,17 +393,19 @@ impl Core {
         });
         let mut n = self.rejoin.notice();
         match res {
-            // The peer's verdict (taken, or not live there: then it will
-            // lose that rail too, and a later notice follows).
+            // The peer's verdict: taken; or refused (not live there: that
+            // end will lose the rail too and a later notice follows; or the
+            // endpoint is going): not retried either way.
             Err(Error::Rejected { private_data }) => {
                 tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, verdict = %String::from_utf8_lossy(&private_data), "peer told of the control rail");
-                self.rejoin.told.store(c, Ordering::Relaxed);
+                if private_data == TAKEN {
+                    self.rejoin.told.store(c, Ordering::Relaxed);
+                }
                 if n.is_some_and(|(x, ..)| x == c) {
                     *n = None;
                 }
             }
             Ok(_) => {
-                self.rejoin.told.store(c, Ordering::Relaxed);
                 if n.is_some_and(|(x, ..)| x == c) {
                     *n = None;
                 }
@@ -384,9 +426,12 @@ impl Core {
     /// the receives it held are posted again on the new one.
     fn control_notice(&self, r: &Rejoin, mac: &[u8; 16]) -> std::result::Result<(), &'static str> {
         let Some(Role::Passive { key, .. }) = self.rejoin.role.get() else {
-            return Err("not an accepted endpoint");
+            return Err("rejoin refused");
         };
-        if r.rails != self.rails.len() || r.rail >= self.rails.len() || !rejoin_verify(key, r, mac)
+        if !self.rejoin.on
+            || r.rails != self.rails.len()
+            || r.rail >= self.rails.len()
+            || !rejoin_verify(key, r, mac)
         {
             return Err("rejoin refused");
         }
@@ -406,10 +451,12 @@ impl Core {
             match cur.filter(|&k| k != r.rail) {
                 None => None,
                 Some(k) => {
+                    // The new control rail first: what rail k's end sends
+                    // again (its silent stripes) goes there.
+                    st.planner.set_control(r.rail);
                     let mut evs = UserEvents::new();
                     let works =
                         self.rail_broken(&mut st, k, "the peer's control rail moved", &mut evs);
-                    st.planner.set_control(r.rail);
                     if !works.is_empty() {
                         self.issue(works);
                     }
@@ -441,15 +488,15 @@ impl Core {
         mac: &[u8; 16],
     ) -> std::result::Result<(), &'static str> {
         let Some(Role::Passive { key, .. }) = self.rejoin.role.get() else {
-            return Err("not an accepted endpoint");
+            return Err("rejoin refused");
         };
-        if !self.rejoin.on {
-            return Err("rejoin is off");
-        }
-        if r.rails != self.rails.len() || r.rail >= self.rails.len() {
-            return Err("rail count mismatch");
-        }
-        if !rejoin_verify(key, r, mac) {
+        // One answer for everything before the MAC is checked: a process
+        // without the key learns nothing about the session.
+        if !self.rejoin.on
+            || r.rails != self.rails.len()
+            || r.rail >= self.rails.len()
+            || !rejoin_verify(key, r, mac)
+        {
             return Err("rejoin refused");
         }
         {
@@ -483,6 +530,15 @@ impl Core {
         };
         if let Some(old) = old {
             let _ = old.disconnect();
+        }
+        // Work handed to the rail thread before the loss fails first (on
+        // the old endpoint): once accepted, the swap must not fail.
+        let t = Instant::now();
+        while self.rails[r.rail].pending.load(Ordering::Acquire) != 0 {
+            if t.elapsed() > SETTLE {
+                return Err("busy; try again");
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
         let ep = self.new_rail_ep(r.rail).map_err(|_| "no rail endpoint")?;
         cr.accept(&ep, &[]).map_err(|_| "accept failed")?;
@@ -606,7 +662,7 @@ impl Rejoins {
         } else {
             match self.find(r.session) {
                 Some(core) if r.control => core.control_notice(r, mac).map(|()| {
-                    let _ = cr.reject(b"control rail taken");
+                    let _ = cr.reject(TAKEN);
                 }),
                 Some(core) => core.rejoin_request(&cr, r, mac),
                 None => Err("rejoin refused"),

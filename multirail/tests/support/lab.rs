@@ -5,6 +5,7 @@
 
 use std::process::{Command, Output, Stdio};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 pub(crate) const ROLE: &str = "RMR_TEST_LAB_ROLE";
 /// The lab tests share the CPU: run them one at a time.
@@ -130,5 +131,37 @@ impl Lab {
             .status()
             .expect("lab.sh");
         assert!(st.success(), "lab.sh rate failed");
+    }
+}
+
+/// Lines of a child's output as they come (echoed), and the child back
+/// for `finish`-style waiting.
+pub(crate) fn stream_lines(child: &mut std::process::Child) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let out = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            println!("  client: {l}");
+            if tx.send(l).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+pub(crate) fn wait_line(
+    rx: &std::sync::mpsc::Receiver<String>,
+    pat: &str,
+    within: Duration,
+) -> String {
+    let end = Instant::now() + within;
+    loop {
+        match rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains(pat) => return l,
+            Ok(_) => {}
+            Err(_) => panic!("no `{pat}` from the client within {within:?}"),
+        }
     }
 }
