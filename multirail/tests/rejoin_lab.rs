@@ -10,7 +10,6 @@
 //! BENCHMARKS.md; no timing is asserted here).
 
 use multirail::MrEp;
-use rmr_api::provider::conformance::{checksum, pattern};
 use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, Event, MemRegion, RmrContext, Sge, Status};
 use std::collections::HashSet;
 use std::sync::Arc;
