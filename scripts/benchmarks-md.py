@@ -57,6 +57,19 @@ def verdict(what, value, ok, target):
     verdicts.append((what, value, "met" if ok else "**not met**", target))
 
 
+# scripts/bench-rejoin.sh: a healed rail's bandwidth after it rejoins ([resilience-2]).
+rejoin_rows = []
+if os.path.exists(os.path.join(OUT, "rejoin", "rows.txt")):
+    for line in open(os.path.join(OUT, "rejoin", "rows.txt")):
+        kv = dict(x.split("=", 1) for x in line.split())
+        if "cycle" in kv:
+            rejoin_rows.append(float(kv["ratio"]))
+if rejoin_rows:
+    rm = sorted(rejoin_rows)[len(rejoin_rows) // 2]
+    verdict(f"a healed rail rejoins: two rails in the 2 s after RailUp / one rail (median of {len(rejoin_rows)} restores)",
+            f"{rm:.2f}x", rm >= 1.9, ">= 1.9x")
+
+
 def g(r, k):
     return (r or {}).get(k)
 
@@ -607,6 +620,10 @@ if os.path.exists(os.path.join(OUT, "unshaped", "summary.md")):
     print(text(os.path.join(OUT, "unshaped", "summary.md")) + "\n")
     if os.path.exists(os.path.join(OUT, "unshaped", "note.md")):
         print(text(os.path.join(OUT, "unshaped", "note.md")) + "\n")
+
+if os.path.exists(os.path.join(OUT, "rejoin", "summary.md")):
+    print("\n### A rail that rejoins ([resilience-2]): the stream's rate after each RailUp\n")
+    print(text(os.path.join(OUT, "rejoin", "summary.md")) + "\n")
 
 print("\n## The latency floor: rmr-bench's raw TCP ping-pong beside plain C\n")
 print("`scripts/bench-floor.sh 3`: both busy-poll a non-blocking socket (TCP_NODELAY), one shaped 1 Gbit/s rail, client on CPU 0, server on CPU 1, interleaved rounds; every rmr latency ratio above is against the Rust one.\n")

@@ -86,8 +86,8 @@
 //!   lost rail again in the background (one thread per IA, shared by its
 //!   endpoints; backoff 100 ms doubling to 2 s, for as long as the endpoint
 //!   is connected), through the peer's PSP, proving a key the accepting
-//!   side handed out when the endpoint was connected (so no other process
-//!   can take the slot; replays are refused). Once both ends have swapped
+//!   side handed out when the endpoint was connected (a process that did
+//!   not see that answer cannot take the slot; replays are refused). Once both ends have swapped
 //!   the new rail endpoint in, the rail carries stripes again (the adaptive
 //!   policy learns its rate again) and [`rmr_api::Event::RailUp`] tells the
 //!   user. The control rail (sends, receives, atomics) moves only when it
@@ -95,7 +95,10 @@
 //!   tells the other end where it moved, so both ends use one control rail.
 //!   [`MrEp::stats`] counts losses, returns and attempts. The accepting
 //!   side's PSP must stay open for rejoins; `rejoin=0` / `RMR_MR_REJOIN=0`
-//!   turns it off.
+//!   turns it off. An orderly disconnect ends the control rail first: the
+//!   peer takes that rail's `Disconnected` as the endpoint's end, and
+//!   another rail's alone as that rail's loss (so an end that replaces or
+//!   gives up one rail does not close the endpoint).
 //!
 //! ## Thread safety
 //! Everything is `Send + Sync`; posts from several threads are serialised

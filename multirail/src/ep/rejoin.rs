@@ -11,7 +11,9 @@
 //!   as the first connection and carries `MRR1` (session, rail, rail count,
 //!   attempt) with a MAC under a key the accepting side drew for this
 //!   endpoint and handed out once, in its accept answer on rails 1.. (`MRK1`).
-//!   Nobody else knows the key, and a replayed request (an attempt number
+//!   A process that did not see that answer cannot make a request the
+//!   accepting side takes (on TCP the answer crosses the wire in the clear,
+//!   like everything else), and a replayed request (an attempt number
 //!   already seen) is refused.
 //! - **The accepting side** (its PSP thread) ends its own copy of the rail
 //!   first if it still thinks it alive (the other end lost it alone), then
