@@ -63,10 +63,10 @@ if os.path.exists(os.path.join(OUT, "rejoin", "rows.txt")):
     for line in open(os.path.join(OUT, "rejoin", "rows.txt")):
         kv = dict(x.split("=", 1) for x in line.split())
         if "cycle" in kv:
-            rejoin_rows.append(float(kv["ratio"]))
+            rejoin_rows.append(float(kv["ratio_by_2s"]))
 if rejoin_rows:
     rm = sorted(rejoin_rows)[len(rejoin_rows) // 2]
-    verdict(f"a healed rail rejoins: two rails in the 2 s after RailUp / one rail (median of {len(rejoin_rows)} restores)",
+    verdict(f"a healed rail rejoins: two rails in the second second after RailUp / one rail (median of {len(rejoin_rows)} restores)",
             f"{rm:.2f}x", rm >= 1.9, ">= 1.9x")
 
 

@@ -164,7 +164,10 @@ impl RejoinState {
         let mut t = self.tries();
         let d = t[rail].delay;
         // ±20 % so that many endpoints do not try in step.
-        let jitter = 0.8 + (rmr_api::provider::fresh_id() % 400) as f64 / 1000.0;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let jitter = 0.8 + f64::from(nanos % 400) / 1000.0;
         t[rail].next = Instant::now() + d.mul_f64(jitter);
         t[rail].delay = (d * 2).min(BACKOFF_MAX);
     }
