@@ -19,8 +19,9 @@ pub struct MrIa {
     /// it ends with the last endpoint that uses it).
     pub(crate) lines: std::sync::Mutex<Vec<std::sync::Weak<dyn Any + Send + Sync>>>,
     /// Lost rails connected again: the endpoints that wait for one and the
-    /// accepted ones a peer's rejoin may name.
-    pub(crate) rejoins: Arc<crate::ep::rejoin::Rejoins>,
+    /// accepted ones a peer's rejoin may name (the endpoint module's
+    /// `Rejoins`, made when first needed).
+    pub(crate) rejoins: std::sync::OnceLock<Arc<dyn Any + Send + Sync>>,
 }
 
 impl MrIa {
@@ -61,7 +62,7 @@ impl MrIa {
             link_speed_bps: a.iter().map(|x| x.link_speed_bps).sum(),
         };
         let lines = std::sync::Mutex::new(Vec::new());
-        let rejoins = crate::ep::rejoin::Rejoins::new();
+        let rejoins = std::sync::OnceLock::new();
         Ok(Arc::new(MrIa { rails, cfg, attr, lines, rejoins }))
     }
 

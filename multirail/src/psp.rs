@@ -46,7 +46,7 @@ impl MrPsp {
         let pending: Arc<Mutex<HashMap<u64, Pending>>> = Arc::default();
         for (i, evd) in evds.into_iter().enumerate() {
             let (c, pending, user) = (closed.clone(), pending.clone(), user.clone());
-            let hub = ia.rejoins.clone();
+            let hub = Rejoins::of(ia);
             std::thread::Builder::new()
                 .name(format!("rmr-mr-psp{i}"))
                 .spawn(move || {

@@ -66,7 +66,7 @@ impl MrEp {
             cfg.rejoin,
             ia.rails.clone(),
             pz.rails.clone(),
-            ia.rejoins.clone(),
+            rejoin::Rejoins::of(ia),
         );
         let make = |me: &std::sync::Weak<Core>| Core {
             me: me.clone(),

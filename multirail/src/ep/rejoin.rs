@@ -190,8 +190,13 @@ impl RejoinState {
 }
 
 impl Rejoins {
-    pub(crate) fn new() -> Arc<Rejoins> {
-        Arc::default()
+    /// The IA's (made on first use).
+    pub(crate) fn of(ia: &crate::objects::MrIa) -> Arc<Rejoins> {
+        let any = ia.rejoins.get_or_init(|| {
+            let hub: Arc<dyn std::any::Any + Send + Sync> = Arc::new(Rejoins::default());
+            hub
+        });
+        any.clone().downcast::<Rejoins>().expect("the IA's rejoins")
     }
 
     /// Registers an accepted endpoint under its session (a session already
