@@ -96,35 +96,66 @@ fn serve(
     (good, bad, seen)
 }
 
-fn run(opts: &str, net: u8, service: u16) {
+/// A connected pair over two loopback rails, the client's rail 1 through
+/// a proxy: client rails .4 and .5, server rails .1 and .2, the proxy at .3.
+struct Pair {
+    pz_a: Arc<dyn rmr_api::Pz>,
+    pz_b: Arc<dyn rmr_api::Pz>,
+    evd_a: Arc<dyn Evd>,
+    evd_b: Arc<dyn Evd>,
+    ep_a: Arc<dyn Ep>,
+    ep_b: Arc<dyn Ep>,
+    proxy: Proxy,
+    /// What the server's accept answered.
+    pd: Vec<u8>,
+    _psp: Arc<dyn rmr_api::Psp>,
+}
+
+/// Opens both IAs with `opts` and connects; the server accepts with what
+/// `answer` makes of its PZ.
+fn pair(
+    opts: &str,
+    net: u8,
+    service: u16,
+    answer: impl FnOnce(&Arc<dyn rmr_api::Pz>) -> Vec<u8>,
+) -> Pair {
     backend_tcp::register();
     multirail::register();
     let ip = |h: u8| format!("127.0.{net}.{h}");
     let open = |a: u8, b: u8| {
-        rmr_api::open(&format!("multirail:tcp:{},tcp:{};threshold=16K;{opts}", ip(a), ip(b)))
-            .unwrap()
+        rmr_api::open(&format!("multirail:tcp:{},tcp:{};{opts}", ip(a), ip(b))).unwrap()
     };
-    // Server rails .1 and .2; the client's .4 and .5, its rail 1 through
-    // the proxy at .3.
     let (ia_b, ia_a) = (open(1, 2), open(4, 5));
     let proxy = Proxy::start(&format!("{}:{service}", ip(3)), &format!("{}:{service}", ip(2)));
     let (pz_b, evd_b, pevd) =
         (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
     let _psp = ia_b.create_psp(service, &pevd).unwrap();
     let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
-    let target = MemRegion::new(LEN);
-    let tl = pz_b.register_all(&target, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
-    let sctl = MemRegion::new(64);
-    let scl = pz_b.register_all(&sctl, Access::LOCAL_WRITE).unwrap();
     let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
     let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
-    let (eb, pe, ctx) = (ep_b.clone(), pevd.clone(), tl.rmr_context().to_bytes());
+    let (eb, pe, mine) = (ep_b.clone(), pevd.clone(), answer(&pz_b));
     let acceptor = std::thread::spawn(move || match pe.wait(Some(WAIT), 1).unwrap() {
-        Event::ConnectionRequest(cr) => cr.accept(&eb, &ctx).unwrap(),
+        Event::ConnectionRequest(cr) => cr.accept(&eb, &mine).unwrap(),
         e => panic!("{e:?}"),
     });
     let pd = ep_a.connect(&format!("{},{}", ip(1), ip(3)), service, b"", WAIT).unwrap();
     acceptor.join().unwrap();
+    Pair { pz_a, pz_b, evd_a, evd_b, ep_a, ep_b, proxy, pd, _psp }
+}
+
+fn run(opts: &str, net: u8, service: u16) {
+    let ip = |h: u8| format!("127.0.{net}.{h}");
+    let target = MemRegion::new(LEN);
+    let mut tl = None;
+    let p = pair(&format!("threshold=16K;{opts}"), net, service, |pz| {
+        let l = pz.register_all(&target, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+        let ctx = l.rmr_context().to_bytes().to_vec();
+        tl = Some(l);
+        ctx
+    });
+    let Pair { pz_a, pz_b, evd_a, evd_b, ep_a, ep_b, proxy, pd, _psp } = p;
+    let sctl = MemRegion::new(64);
+    let scl = pz_b.register_all(&sctl, Access::LOCAL_WRITE).unwrap();
     let ctx = RmrContext::from_bytes(&pd).unwrap();
     forged_rejoins_are_refused(&ep_a, &ep_b, &ip(2), &ip(6), service);
     let (eb, ev) = (ep_b.clone(), evd_b.clone());
@@ -175,17 +206,17 @@ fn run(opts: &str, net: u8, service: u16) {
         );
         ctl.store_u64(8, 7).unwrap();
     };
-    for cut in 1..=3 {
-        // Rail 1 carries stripes.
+    // Four rounds, and rail 1 carried stripes of them.
+    let striped = |one_round: &mut dyn FnMut(&mut Seen), seen: &mut Seen, when: &str| {
         let before = proxy.bytes();
         for _ in 0..4 {
-            one_round(&mut seen);
+            one_round(seen);
         }
-        assert!(
-            proxy.bytes() > before + LEN as u64 / 4,
-            "{opts}: cut {cut}: rail 1 carried {} bytes",
-            proxy.bytes() - before
-        );
+        let carried = proxy.bytes() - before;
+        assert!(carried > LEN as u64 / 4, "{opts}: {when}: rail 1 carried {carried} bytes");
+    };
+    for cut in 1..=3 {
+        striped(&mut one_round, &mut seen, &format!("before cut {cut}"));
         proxy.cut();
         // The stream goes on over rail 0 until rail 1 is back.
         let t = Instant::now();
@@ -202,15 +233,7 @@ fn run(opts: &str, net: u8, service: u16) {
         assert_eq!(ep_a.state(), EpState::Connected);
     }
     // The healed rail takes stripes again.
-    let before = proxy.bytes();
-    for _ in 0..4 {
-        one_round(&mut seen);
-    }
-    assert!(
-        proxy.bytes() > before + LEN as u64 / 4,
-        "{opts}: after the last rejoin rail 1 carried {} bytes",
-        proxy.bytes() - before
-    );
+    striped(&mut one_round, &mut seen, "after the last rejoin");
     // The end: a notify of 0.
     ctl.store_u64(0, 0).unwrap();
     ep_a.post_send(&[Sge::new(&*cl, 0, 8)], Cookie(9 << 40), DtoFlags::SUPPRESS).unwrap();
@@ -285,28 +308,9 @@ fn rejoin_off_leaves_the_rail_lost() {
 }
 
 fn run_off(net: u8, service: u16) {
-    backend_tcp::register();
-    multirail::register();
-    let ip = |h: u8| format!("127.0.{net}.{h}");
-    let open = |a: u8, b: u8| {
-        rmr_api::open(&format!("multirail:tcp:{},tcp:{};rejoin=0", ip(a), ip(b))).unwrap()
-    };
-    let (ia_b, ia_a) = (open(1, 2), open(4, 5));
-    let proxy = Proxy::start(&format!("{}:{service}", ip(3)), &format!("{}:{service}", ip(2)));
-    let (pz_b, evd_b, pevd) =
-        (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
-    let _psp = ia_b.create_psp(service, &pevd).unwrap();
-    let ep_b = ia_b.create_ep(&pz_b, &EpEvds::single(&evd_b)).unwrap();
-    let (pz_a, evd_a) = (ia_a.create_pz().unwrap(), ia_a.create_evd().unwrap());
-    let ep_a = ia_a.create_ep(&pz_a, &EpEvds::single(&evd_a)).unwrap();
-    let (eb, pe) = (ep_b.clone(), pevd.clone());
-    let acceptor = std::thread::spawn(move || match pe.wait(Some(WAIT), 1).unwrap() {
-        Event::ConnectionRequest(cr) => cr.accept(&eb, b"").unwrap(),
-        e => panic!("{e:?}"),
-    });
-    ep_a.connect(&format!("{},{}", ip(1), ip(3)), service, b"", WAIT).unwrap();
-    acceptor.join().unwrap();
-    let _ = &pz_a;
+    // (All of the pair kept: the server's end lives to the end.)
+    let p = pair("rejoin=0", net, service, |_| Vec::new());
+    let (evd_a, ep_a, proxy) = (&p.evd_a, &p.ep_a, &p.proxy);
     proxy.cut();
     let mut seen = Seen::default();
     let t = Instant::now();
@@ -317,7 +321,7 @@ fn run_off(net: u8, service: u16) {
     }
     assert_eq!(seen.down, vec![1]);
     std::thread::sleep(Duration::from_millis(800));
-    let s = mr(&ep_a).stats();
+    let s = mr(ep_a).stats();
     assert_eq!((s.rails_live, s.rails_down, s.rails_up, s.rejoin_attempts), (1, 1, 0, 0), "{s:?}");
-    assert!(rmr_api::provider::conformance::ep_note(&*ep_a, "rejoin").contains("off"));
+    assert!(rmr_api::provider::conformance::ep_note(&**ep_a, "rejoin").contains("off"));
 }

@@ -121,17 +121,7 @@ fn client() {
     let ia = open("tcp:198.18.0.1,tcp:198.18.1.1");
     let (pz, evd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
     let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
-    let start = Instant::now();
-    let pd = loop {
-        match ep.connect("198.18.0.2,198.18.1.2", SERVICE, b"", Duration::from_secs(5)) {
-            Ok(pd) => break pd,
-            Err(e) if start.elapsed() < Duration::from_secs(10) => {
-                println!("retrying connect: {e}");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => panic!("connect: {e}"),
-        }
-    };
+    let pd = connect_retry(&*ep, "198.18.0.2,198.18.1.2", SERVICE);
     let ctx = RmrContext::from_bytes(&pd).unwrap();
     let src = MemRegion::new(SLOTS * LEN);
     let sl = pz.register_all(&src, Access::empty()).unwrap();

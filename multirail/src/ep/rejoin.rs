@@ -435,16 +435,7 @@ impl Core {
     /// it; its own old control rail (lost at the peer) ends here too, and
     /// the receives it held are posted again on the new one.
     fn control_notice(&self, r: &Rejoin, mac: &[u8; 16]) -> std::result::Result<(), &'static str> {
-        let Some(Role::Passive { key, .. }) = self.rejoin.role.get() else {
-            return Err("rejoin refused");
-        };
-        if !self.rejoin.on
-            || r.rails != self.rails.len()
-            || r.rail >= self.rails.len()
-            || !rejoin_verify(key, r, mac)
-        {
-            return Err("rejoin refused");
-        }
+        self.check_request(r, mac)?;
         if self.rejoin.notice_seen.fetch_max(r.attempt, Ordering::AcqRel) >= r.attempt {
             return Err("rejoin refused: replayed");
         }
@@ -482,6 +473,23 @@ impl Core {
         Ok(())
     }
 
+    /// The accepting side: whether `r` is a request of this endpoint's peer
+    /// (it proves the key). One answer for everything checked here: a
+    /// process without the key learns nothing about the session.
+    fn check_request(&self, r: &Rejoin, mac: &[u8; 16]) -> std::result::Result<(), &'static str> {
+        match self.rejoin.role.get() {
+            Some(Role::Passive { key, .. })
+                if self.rejoin.on
+                    && r.rails == self.rails.len()
+                    && r.rail < self.rails.len()
+                    && rejoin_verify(key, r, mac) =>
+            {
+                Ok(())
+            }
+            _ => Err("rejoin refused"),
+        }
+    }
+
     /// A new endpoint for rail `rail`, in the rail's PZ and EVD.
     fn new_rail_ep(&self, rail: usize) -> Result<Arc<dyn Ep>> {
         let evds = EpEvds::single(&self.rails[rail].evd);
@@ -497,18 +505,7 @@ impl Core {
         r: &Rejoin,
         mac: &[u8; 16],
     ) -> std::result::Result<(), &'static str> {
-        let Some(Role::Passive { key, .. }) = self.rejoin.role.get() else {
-            return Err("rejoin refused");
-        };
-        // One answer for everything before the MAC is checked: a process
-        // without the key learns nothing about the session.
-        if !self.rejoin.on
-            || r.rails != self.rails.len()
-            || r.rail >= self.rails.len()
-            || !rejoin_verify(key, r, mac)
-        {
-            return Err("rejoin refused");
-        }
+        self.check_request(r, mac)?;
         {
             let mut t = self.rejoin.tries();
             if r.attempt <= t[r.rail].last_seen {

@@ -165,3 +165,19 @@ pub(crate) fn wait_line(
         }
     }
 }
+
+/// Connects `ep` to the server's rails at `addrs`, retrying for 10 s while
+/// the server is not listening yet; the server's private data.
+pub(crate) fn connect_retry(ep: &dyn rmr_api::Ep, addrs: &str, service: u16) -> Vec<u8> {
+    let start = Instant::now();
+    loop {
+        match ep.connect(addrs, service, b"", Duration::from_secs(5)) {
+            Ok(pd) => return pd,
+            Err(e) if start.elapsed() < Duration::from_secs(10) => {
+                println!("retrying connect: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("connect: {e}"),
+        }
+    }
+}
