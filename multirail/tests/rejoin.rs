@@ -119,14 +119,39 @@ fn pair(
     service: u16,
     answer: impl FnOnce(&Arc<dyn rmr_api::Pz>) -> Vec<u8>,
 ) -> Pair {
+    pair_with(opts, net, service, "", None, answer)
+}
+
+/// [`pair`], the client's tcp rails opened with `rail_opts`, and the
+/// proxy's receive buffer set to `rcvbuf`.
+fn pair_with(
+    opts: &str,
+    net: u8,
+    service: u16,
+    rail_opts: &str,
+    rcvbuf: Option<usize>,
+    answer: impl FnOnce(&Arc<dyn rmr_api::Pz>) -> Vec<u8>,
+) -> Pair {
     backend_tcp::register();
     multirail::register();
     let ip = |h: u8| format!("127.0.{net}.{h}");
     let open = |a: u8, b: u8| {
         rmr_api::open(&format!("multirail:tcp:{},tcp:{};{opts}", ip(a), ip(b))).unwrap()
     };
-    let (ia_b, ia_a) = (open(1, 2), open(4, 5));
-    let proxy = Proxy::start(&format!("{}:{service}", ip(3)), &format!("{}:{service}", ip(2)));
+    let ia_b = open(1, 2);
+    let ia_a: Arc<dyn rmr_api::Ia> = if rail_opts.is_empty() {
+        open(4, 5)
+    } else {
+        let mut cfg = multirail::MrConfig::default();
+        for kv in opts.split(';').filter(|kv| !kv.is_empty()) {
+            let (k, v) = kv.split_once('=').unwrap();
+            cfg.set(k, v).unwrap();
+        }
+        let rail = |h: u8| rmr_api::open(&format!("tcp:{};{rail_opts}", ip(h))).unwrap();
+        multirail::MrIa::new(vec![rail(4), rail(5)], cfg).unwrap()
+    };
+    let proxy =
+        Proxy::start_with(&format!("{}:{service}", ip(3)), &format!("{}:{service}", ip(2)), rcvbuf);
     let (pz_b, evd_b, pevd) =
         (ia_b.create_pz().unwrap(), ia_b.create_evd().unwrap(), ia_b.create_evd().unwrap());
     let _psp = ia_b.create_psp(service, &pevd).unwrap();
@@ -299,6 +324,94 @@ fn forged_rejoins_are_refused(
     }
     let s = mr(ep_b).stats();
     assert_eq!((s.rails_live, s.rails_down, s.rails_up), (2, 0, 0), "{s:?}");
+}
+
+/// A rail lost at one end only: the proxy stops forwarding rail 1 (both
+/// connections stay open), the client's stalled stripes end its rail 1
+/// (`PeerStalled` after 1 s, its stall timeout) while the server's end,
+/// idle, stays up. The client brings the rail back; the server, asked to
+/// rejoin a rail it thinks alive, ends its old one first. Both ends see one
+/// `RailDown`/`RailUp` pair, every write lands, and rail 1 carries stripes
+/// again.
+#[test]
+fn a_rail_lost_at_one_end_only_rejoins() {
+    let (net, service) = (85, 7685);
+    let target = MemRegion::new(LEN);
+    let mut tl = None;
+    let p =
+        pair_with("threshold=16K", net, service, "stall_timeout_ms=1000", Some(64 << 10), |pz| {
+            let l = pz.register_all(&target, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+            let ctx = l.rmr_context().to_bytes().to_vec();
+            tl = Some(l);
+            ctx
+        });
+    let sctl = MemRegion::new(64);
+    let scl = p.pz_b.register_all(&sctl, Access::LOCAL_WRITE).unwrap();
+    let ctx = RmrContext::from_bytes(&p.pd).unwrap();
+    let (eb, ev) = (p.ep_b.clone(), p.evd_b.clone());
+    let server = std::thread::spawn(move || serve(eb, ev, target, scl, sctl));
+    let src = MemRegion::new(LEN);
+    let sl = p.pz_a.register_all(&src, Access::empty()).unwrap();
+    let ctl = MemRegion::new(64);
+    let cl = p.pz_a.register_all(&ctl, Access::LOCAL_WRITE).unwrap();
+    let (ep, evd) = (&p.ep_a, &p.evd_a);
+    let mut seen = Seen::default();
+    // `writes` writes of pattern `k` (the last one notified with its
+    // checksum), then the server's verdict.
+    let batch = |seen: &mut Seen, k: u64, writes: u64| {
+        let pat = pattern(k, LEN);
+        src.write(0, &pat).unwrap();
+        ctl.store_u64(0, checksum(&pat)).unwrap();
+        let f = DtoFlags::empty();
+        ep.post_recv(&[Sge::new(&*cl, 8, 8)], Cookie(3 << 40 | k), f).unwrap();
+        for w in 0..writes {
+            ep.post_rdma_write(&[Sge::whole(&*sl)], ctx.at(0), Cookie(1 << 40 | k << 8 | w), f)
+                .unwrap();
+        }
+        ep.post_send(&[Sge::new(&*cl, 0, 8)], Cookie(2 << 40 | k), f).unwrap();
+        let mut left = writes + 2;
+        while left > 0 {
+            match evd.wait(Some(WAIT), 1).expect("client: an event") {
+                Event::Dto(c) => {
+                    assert_eq!(c.status, Status::Success, "batch {k}: {c:?}");
+                    left -= 1;
+                }
+                Event::Established { .. } => {}
+                e if seen.note(&e) => {}
+                e => panic!("client: {e:?}"),
+            }
+        }
+        assert_eq!(ctl.load_u64(8).unwrap(), 1, "batch {k}: the server found the data damaged");
+        ctl.store_u64(8, 7).unwrap();
+    };
+    batch(&mut seen, 1, 2);
+    p.proxy.stall();
+    // 8 MiB, half of it for rail 1: more than the stalled sockets hold.
+    batch(&mut seen, 2, 32);
+    assert_eq!(seen.down, vec![1], "the client lost rail 1: {seen:?}");
+    let t = Instant::now();
+    let mut k = 3;
+    while seen.up.is_empty() {
+        assert!(t.elapsed() < WAIT, "rail 1 not back: {seen:?}, {:?}", mr(ep).stats());
+        batch(&mut seen, k, 1);
+        k += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let before = p.proxy.bytes();
+    for _ in 0..4 {
+        batch(&mut seen, k, 1);
+        k += 1;
+    }
+    let carried = p.proxy.bytes() - before;
+    assert!(carried > LEN as u64 / 4, "after the rejoin rail 1 carried {carried} bytes");
+    ctl.store_u64(0, 0).unwrap();
+    ep.post_send(&[Sge::new(&*cl, 0, 8)], Cookie(9 << 40), DtoFlags::SUPPRESS).unwrap();
+    let (good, bad, sseen) = server.join().unwrap();
+    assert_eq!((good, bad), (k - 1, 0), "batches checked by the server");
+    println!("client {seen:?} {:?}; server {sseen:?} {:?}", mr(ep).stats(), mr(&p.ep_b).stats());
+    assert_eq!((seen.down, seen.up), (vec![1], vec![1]), "client");
+    assert_eq!((sseen.down, sseen.up), (vec![1], vec![1]), "server");
+    drop(tl);
 }
 
 /// With `rejoin=0` a cut rail stays lost: `RailDown`, no attempt.
