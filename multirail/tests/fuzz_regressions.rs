@@ -17,3 +17,21 @@ fn replay_mr_psp() {
         println!("{}: {a:?}", p.display());
     }
 }
+
+/// A rejoin request and a control-rail notice of the right length for a
+/// session nobody has are refused alike, and reach nobody.
+#[test]
+fn a_rejoin_or_notice_for_no_session_is_refused() {
+    let rig = mr_rig::MrRig::new();
+    for (mode, what) in [(4u8, "rejoin"), (4 | 8 | 1, "notice")] {
+        // Session, rail (the one it arrives on), rail count, attempt, MAC.
+        let mut input = vec![mode];
+        input.extend_from_slice(&[0x42; 8]);
+        input.extend_from_slice(&[mode & 1, 2]);
+        input.extend_from_slice(&[0x42; 20]);
+        let (rail, pd) = mr_rig::build(&input);
+        assert_eq!(pd.len(), 34, "{what}: the length of a real request");
+        let a = rig.feed(rail, &pd);
+        assert_eq!(a, mr_rig::Answer::Rejected(b"rejoin refused".to_vec()), "{what}");
+    }
+}

@@ -171,10 +171,18 @@ fn settle_threads(baseline: usize) {
 
 /// Fuzz input -> (rail, private data): byte 0 picks the rail (bit 0) and
 /// whether to prefix a hand-written header (bit 1) from the next 10 bytes
-/// (session, index, count); the rest follows as the private data.
+/// (session, index, count); the rest follows as the private data. Bit 2
+/// instead prefixes the magic of a rejoin request (`MRR1`) or, with bit 3,
+/// of a control-rail notice (`MRC1`): a session nobody has, so each is
+/// refused (`rejoin refused`) whatever follows.
 pub fn build(data: &[u8]) -> (usize, Vec<u8>) {
     let Some((&mode, rest)) = data.split_first() else { return (0, Vec::new()) };
     let rail = usize::from(mode & 1);
+    if mode & 4 != 0 {
+        let mut pd = if mode & 8 != 0 { b"MRC1".to_vec() } else { b"MRR1".to_vec() };
+        pd.extend_from_slice(rest);
+        return (rail, pd);
+    }
     if mode & 2 == 0 || rest.len() < 10 {
         return (rail, rest.to_vec());
     }
