@@ -115,6 +115,9 @@ impl LineShared {
         let mut active: Vec<Arc<Core>> = Vec::new();
         let mut nap = NAP_MIN;
         let mut look_at = Instant::now() + nap;
+        // The drivers polled while asleep, taken out of their lock (a rail
+        // connected again swaps them); reused from nap to nap.
+        let mut held: Vec<Arc<dyn rmr_api::provider::Driver>> = Vec::new();
         loop {
             let mut got = false;
             loop {
@@ -164,15 +167,13 @@ impl LineShared {
                 continue;
             }
             {
-                // (The drivers' handles, out of their lock: a rail connected
-                // again swaps them.)
-                let drivers: Vec<_> =
-                    active.iter().flat_map(|c| c.rails[r].drivers().clone()).collect();
+                held.clear();
+                held.extend(active.iter().flat_map(|c| c.rails[r].drivers().clone()));
                 let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(active.len() + 1);
                 if let Some(b) = &self.bell {
                     fds.push(PollFd::new(b, PollFlags::IN));
                 }
-                for d in &drivers {
+                for d in &held {
                     if let Some((fd, _)) = d.wait_on().fd.filter(|(_, i)| i.write) {
                         fds.push(PollFd::from_borrowed_fd(fd, PollFlags::OUT));
                     }

@@ -90,7 +90,7 @@ impl Core {
         cookie: u64,
         silent: bool,
     ) -> Result<()> {
-        let ep = self.rails[rail].ep();
+        let ep = self.rails[rail].posting();
         // One segment (every small message): no collection.
         let one: [Sge<'_>; 1];
         let many: SmallVec<[Sge<'_>; 4]>;
@@ -169,7 +169,7 @@ impl Core {
     }
 
     pub(super) fn post_recv_on(&self, rail: usize, id: u64, local: &Segs) -> Result<()> {
-        let ep = self.rails[rail].ep();
+        let ep = self.rails[rail].posting();
         if let [(l, o, n)] = &local[..] {
             return ep.post_recv(
                 &[Sge::new(&*l.rails[rail], *o, *n)],

@@ -402,31 +402,25 @@ impl Core {
             r
         });
         let mut n = self.rejoin.notice();
+        let Some((_, due, delay)) = n.as_mut().filter(|(x, ..)| *x == c) else { return };
         match res {
+            // Not answered: again later.
+            Err(e) if !matches!(e, Error::Rejected { .. }) => {
+                tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, error = %e, "control notice failed; backing off");
+                *due = Instant::now() + *delay;
+                *delay = (*delay * 2).min(BACKOFF_MAX);
+            }
             // The peer's verdict: taken; or refused (not live there: that
             // end will lose the rail too and a later notice follows; or the
             // endpoint is going): not retried either way.
-            Err(Error::Rejected { private_data }) => {
-                tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, verdict = %String::from_utf8_lossy(&private_data), "peer told of the control rail");
-                if private_data == TAKEN {
+            r => {
+                let taken =
+                    matches!(&r, Err(Error::Rejected { private_data }) if private_data == TAKEN);
+                tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, taken, "peer told of the control rail");
+                if taken {
                     self.rejoin.told.store(c, Ordering::Relaxed);
                 }
-                if n.is_some_and(|(x, ..)| x == c) {
-                    *n = None;
-                }
-            }
-            Ok(_) => {
-                if n.is_some_and(|(x, ..)| x == c) {
-                    *n = None;
-                }
-            }
-            Err(e) => {
-                tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = c, error = %e, "control notice failed; backing off");
-                if let Some((x, due, d)) = n.as_mut().filter(|(x, ..)| *x == c) {
-                    let _ = x;
-                    *due = Instant::now() + *d;
-                    *d = (*d * 2).min(BACKOFF_MAX);
-                }
+                *n = None;
             }
         }
     }
@@ -456,11 +450,7 @@ impl Core {
                     // again (its silent stripes) goes there.
                     st.planner.set_control(r.rail);
                     let mut evs = UserEvents::new();
-                    let works =
-                        self.rail_broken(&mut st, k, "the peer's control rail moved", &mut evs);
-                    if !works.is_empty() {
-                        self.issue(works);
-                    }
+                    self.drop_rail(&mut st, k, "the peer's control rail moved", &mut evs);
                     drop(st);
                     self.deliver(evs);
                     Some(self.rails[k].ep())
@@ -525,11 +515,7 @@ impl Core {
                 // The peer lost the rail and this end did not notice: end it
                 // here first, so its bytes cannot land after the new rail's.
                 let mut evs = UserEvents::new();
-                let works =
-                    self.rail_broken(&mut st, r.rail, "the peer connects it again", &mut evs);
-                if !works.is_empty() {
-                    self.issue(works);
-                }
+                self.drop_rail(&mut st, r.rail, "the peer connects it again", &mut evs);
                 drop(st);
                 self.deliver(evs);
                 Some(self.rails[r.rail].ep())
@@ -538,14 +524,9 @@ impl Core {
         if let Some(old) = old {
             let _ = old.disconnect();
         }
-        // Work handed to the rail thread before the loss fails first (on
-        // the old endpoint): once accepted, the swap must not fail.
-        let t = Instant::now();
-        while self.rails[r.rail].pending.load(Ordering::Acquire) != 0 {
-            if t.elapsed() > SETTLE {
-                return Err("busy; try again");
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        // Once accepted, the swap must not fail.
+        if !self.rail_idle(r.rail) {
+            return Err("busy; try again");
         }
         let ep = self.new_rail_ep(r.rail).map_err(|_| "no rail endpoint")?;
         cr.accept(&ep, &[]).map_err(|_| "accept failed")?;
@@ -560,15 +541,12 @@ impl Core {
     /// module docs). False if the endpoint no longer takes it (closed, or
     /// the rail is not lost).
     fn finish_rejoin(self: &Arc<Self>, rail: usize, ep: &Arc<dyn Ep>) -> bool {
-        // Work handed to the rail thread before the loss fails on the old
-        // endpoint first; then the old endpoint's stripes come back.
-        let t = Instant::now();
-        while self.rails[rail].pending.load(Ordering::Acquire) != 0 {
-            if t.elapsed() > SETTLE {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(1));
+        // The old endpoint's pending work fails first; then its stripes
+        // come back.
+        if !self.rail_idle(rail) {
+            return false;
         }
+        let t = Instant::now();
         let h = loop {
             let h = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
             let mut batch = Batch::new();
@@ -630,10 +608,7 @@ impl Core {
         }
         // Broke again before it was swapped in (its end was stale then).
         if ep.state() != EpState::Connected {
-            let works = self.rail_broken(&mut st, rail, "lost again while connecting", &mut evs);
-            if !works.is_empty() {
-                self.issue(works);
-            }
+            self.drop_rail(&mut st, rail, "lost again while connecting", &mut evs);
         }
         drop(st);
         drop(h);
@@ -649,6 +624,29 @@ impl Core {
         // stale one only costs a look).
         self.refresh_drivers(rail);
         true
+    }
+
+    /// Waits (at most [`SETTLE`]) until no work handed to rail `rail`'s
+    /// thread before the loss is still to be posted (it fails on the old
+    /// endpoint). False if some still is.
+    fn rail_idle(&self, rail: usize) -> bool {
+        let t = Instant::now();
+        while self.rails[rail].pending.load(Ordering::Acquire) != 0 {
+            if t.elapsed() > SETTLE {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// Ends rail `rail` here (the state lock held): its loss, with the
+    /// work that fails over posted at once; the user's events into `evs`.
+    fn drop_rail(&self, st: &mut State, rail: usize, reason: &str, evs: &mut UserEvents) {
+        let works = self.rail_broken(st, rail, reason, evs);
+        if !works.is_empty() {
+            self.issue(works);
+        }
     }
 
     /// Takes the rail EVD's drivers again (its endpoint changed).

@@ -231,7 +231,16 @@ pub(crate) struct Rail {
 impl Rail {
     /// The rail's current endpoint.
     pub(super) fn ep(&self) -> Arc<dyn Ep> {
-        self.ep.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.posting().clone()
+    }
+
+    /// The rail's current endpoint, borrowed for a post (no reference count
+    /// taken on the hot path). A swap takes the write side only under the
+    /// state lock with no work pending on the rail, so no post holds this
+    /// then (direct posts run under the state lock, the rail thread's are
+    /// counted in `pending`).
+    pub(super) fn posting(&self) -> std::sync::RwLockReadGuard<'_, Arc<dyn Ep>> {
+        self.ep.read().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The rail EVD's drivers (see [`Rail::drivers`]).
