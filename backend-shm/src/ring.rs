@@ -202,7 +202,10 @@ impl Ring {
 
     /// A producer that breaks the protocol (tests and fuzzing only): copies
     /// `bytes` to the ring from the producer's position on, wrapping, and
-    /// moves `head` by `advance` whatever it is.
+    /// moves the published `head` by `advance` whatever it is. Its own next
+    /// position stays frame-aligned (rounded up), so that the frames this
+    /// producer later writes honestly (its endpoint's answers, its
+    /// disconnect) are aligned stores; the consumer sees the raw `head`.
     pub(crate) fn raw_produce(&self, bytes: &[u8], advance: u64) {
         let head = self.head_mine.load(Ordering::Relaxed);
         for (i, b) in bytes.iter().take(self.cap as usize).enumerate() {
@@ -211,8 +214,10 @@ impl Ring {
             // store the consumer may race with is what this simulates.
             unsafe { self.data(pos).write_volatile(*b) };
         }
-        self.head_mine.store(head.wrapping_add(advance), Ordering::Relaxed);
-        self.head().store(head.wrapping_add(advance), Ordering::SeqCst);
+        let raw = head.wrapping_add(advance);
+        self.head_mine
+            .store(raw.wrapping_add(HDR as u64 - 1) & !(HDR as u64 - 1), Ordering::Relaxed);
+        self.head().store(raw, Ordering::SeqCst);
     }
 
     /// Consumer: done with the frame [`Ring::peek`] returned (the room is
