@@ -194,9 +194,28 @@ impl Core {
                     return SmallVec::new();
                 }
             }
+            // No rail took it: it ends here, but receives complete in posting
+            // order, and earlier ones re-posted on a rail that has ended
+            // since are still to be flushed there. Hold it until they are.
+            let earlier = st.recvs.iter().take(i).flatten().any(|r| r.held.is_none());
+            if let Some(Some(r)) = st.recvs.get_mut(i).filter(|_| earlier) {
+                if r.held.is_none() {
+                    r.held = Some(*c);
+                    st.held += 1;
+                }
+                return SmallVec::new();
+            }
         }
         if let Some(ev) = self.recv_done(st, c) {
             evs.push((TO_RECV, ev));
+        }
+        // Receives held back behind this one can go now.
+        while let Some(Some(RecvReq { held: Some(h), .. })) = st.recvs.front() {
+            let h = *h;
+            st.held -= 1;
+            if let Some(ev) = self.recv_done(st, &h) {
+                evs.push((TO_RECV, ev));
+            }
         }
         SmallVec::new()
     }
@@ -261,6 +280,9 @@ impl Core {
         }
         let Ok(_h) = self.harvest.try_lock() else { return Some(ev) };
         let Ok(mut st) = self.st.try_lock() else { return Some(ev) };
+        if st.held > 0 {
+            return Some(ev);
+        }
         // A receive already settled (none): dropped, as a harvest would.
         let u = self.recv_done(&mut st, &c)?;
         st.recv_direct += 1;
@@ -281,9 +303,14 @@ impl Core {
         // no request and releases no fence.
         if let [(_, Event::Dto(c))] = batch[..] {
             if c.cookie.0 & RECV_BIT != 0 && c.status.is_ok() && !self.has_failed() {
-                batch.clear();
-                let ev = self.recv_done(&mut self.lock(), &c)?;
-                return self.deliver_one(TO_RECV, ev, take);
+                let mut st = self.lock();
+                if st.held == 0 {
+                    batch.clear();
+                    let ev = self.recv_done(&mut st, &c)?;
+                    drop(st);
+                    return self.deliver_one(TO_RECV, ev, take);
+                }
+                drop(st);
             }
         }
         self.handle_all(batch, take)

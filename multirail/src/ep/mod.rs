@@ -85,6 +85,7 @@ impl MrEp {
                 reqs: VecDeque::new(),
                 recv_front: 0,
                 recvs: VecDeque::new(),
+                held: 0,
                 posted: smallvec::smallvec![0; n],
                 completed: smallvec::smallvec![0; n],
                 deferred: VecDeque::new(),
@@ -494,7 +495,7 @@ impl Ep for MrEp {
             st.planner.control_rail().ok_or_else(|| Error::Broken("all rails lost".into()))?;
         let id = st.recv_front + st.recvs.len() as u64;
         c.post_recv_on(rail, id, &segs)?;
-        st.recvs.push_back(Some(RecvReq { cookie, local: segs }));
+        st.recvs.push_back(Some(RecvReq { cookie, local: segs, held: None }));
         Ok(())
     }
 

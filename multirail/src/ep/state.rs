@@ -167,6 +167,9 @@ impl Req {
 pub(super) struct RecvReq {
     pub(super) cookie: u64,
     pub(super) local: Segs,
+    /// Its final completion, held back until every receive posted before it
+    /// has completed (a failover re-post that failed: see `on_recv`).
+    pub(super) held: Option<rmr_api::DtoCompletion>,
 }
 
 pub(super) struct Deferred {
@@ -184,6 +187,9 @@ pub(super) struct State {
     pub(super) reqs: VecDeque<Req>,
     pub(super) recv_front: u64,
     pub(super) recvs: VecDeque<Option<RecvReq>>,
+    /// How many of `recvs` hold a completion back (the fast paths that
+    /// deliver one receive at once stand back while any does).
+    pub(super) held: usize,
     pub(super) posted: SmallVec<[u64; 8]>,
     pub(super) completed: SmallVec<[u64; 8]>,
     pub(super) deferred: VecDeque<Deferred>,
