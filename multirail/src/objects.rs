@@ -95,6 +95,23 @@ impl Pz for MrPz {
         len: u64,
         access: Access,
     ) -> Result<Arc<dyn Lmr>> {
+        Ok(Arc::new(MrLmr { inner: self.register_inner(region, offset, len, access)? }))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+impl MrPz {
+    /// [`Pz::register`] on every rail, as the crate's own record.
+    pub(crate) fn register_inner(
+        &self,
+        region: &Arc<MemRegion>,
+        offset: u64,
+        len: u64,
+        access: Access,
+    ) -> Result<Arc<MrLmrInner>> {
         let rails = self
             .rails
             .iter()
@@ -102,21 +119,15 @@ impl Pz for MrPz {
             .collect::<Result<Vec<_>>>()?;
         let keys: Vec<u64> = rails.iter().map(|l| l.rmr_context().key()).collect();
         let ctx = RmrContext::with_keys(&keys, rails[0].rmr_context().addr, len)?;
-        Ok(Arc::new(MrLmr {
-            inner: Arc::new(MrLmrInner {
-                rails,
-                region: region.clone(),
-                offset,
-                len,
-                access,
-                pz_id: self.id,
-                ctx,
-            }),
+        Ok(Arc::new(MrLmrInner {
+            rails,
+            region: region.clone(),
+            offset,
+            len,
+            access,
+            pz_id: self.id,
+            ctx,
         }))
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
     }
 }
 

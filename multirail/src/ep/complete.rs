@@ -3,6 +3,7 @@
 //! matched in order; deferred (fenced) requests go out once their fence
 //! clears. A lost rail's stripes go to [`failover`](super::failover).
 
+use crate::ep::handover::NOTICE_BIT;
 use crate::ep::state::*;
 use rmr_api::Cookie;
 use rmr_api::provider::SoftEvd;
@@ -35,6 +36,12 @@ impl Core {
     pub(super) fn release_deferred(&self, st: &mut State) -> Works {
         let mut works = SmallVec::new();
         while let Some(d) = st.deferred.front() {
+            // Ordered DTOs wait for the control rail's handover.
+            if st.handover.is_some()
+                && st.reqs.get((d.id - st.front_id) as usize).is_some_and(|r| r.kind.ordered())
+            {
+                break;
+            }
             if d.need.iter().zip(&st.completed).any(|(n, c)| c < n) {
                 let need = d.need.clone();
                 works.extend(self.probe_waiting(st, &need));
@@ -73,6 +80,11 @@ impl Core {
         // peer reported in order) tells that every silent stripe posted
         // before it on this rail completed: their errors would have come first.
         let lost = matches!(c.status, Status::Broken | Status::Flushed);
+        if c.cookie.0 & NOTICE_BIT != 0 {
+            // The handover's own count (sent or failed).
+            st.completed[rail] += 1;
+            return works;
+        }
         if c.cookie.0 & PROBE_BIT != 0 {
             let seq = c.cookie.0 & !PROBE_BIT;
             st.completed[rail] += 1;
@@ -172,6 +184,10 @@ impl Core {
         c: &DtoCompletion,
         evs: &mut UserEvents,
     ) -> Works {
+        if c.cookie.0 & NOTICE_BIT != 0 {
+            self.on_notice(st, rail, c);
+            return SmallVec::new();
+        }
         let id = c.cookie.0 & !RECV_BIT;
         if id < st.recv_front {
             return SmallVec::new();
@@ -187,7 +203,7 @@ impl Core {
             // survivor. (Unless the receive is an old endpoint's, flushed
             // after the rail was connected again: the rail lives.)
             if c.ep == st.cur[rail] {
-                st.planner.rail_failed(rail);
+                self.fail_rail(st, rail);
             }
             if let (Some(nr), Some(Some(r))) = (st.planner.control_rail(), st.recvs.get(i)) {
                 if self.post_recv_on(nr, id, &r.local).is_ok() {
@@ -223,7 +239,9 @@ impl Core {
     /// Receive `c` completed (for good): its user completion.
     pub(super) fn recv_done(&self, st: &mut State, c: &DtoCompletion) -> Option<Event> {
         let i = (c.cookie.0 & !RECV_BIT).checked_sub(st.recv_front)? as usize;
+        let taken = !matches!(c.status, Status::Flushed | Status::Broken);
         let ev = st.recvs.get_mut(i).and_then(Option::take).map(|r| {
+            st.recv_msgs += u64::from(taken);
             let mut u = *c;
             u.ep = self.id;
             u.cookie = Cookie(r.cookie);
@@ -272,7 +290,11 @@ impl Core {
     /// its own locks only by trying.
     pub(super) fn sink(&self, ev: Event) -> Option<Event> {
         let c = match ev {
-            Event::Dto(c) if c.cookie.0 & RECV_BIT != 0 && c.status.is_ok() => c,
+            Event::Dto(c)
+                if c.cookie.0 & (RECV_BIT | NOTICE_BIT) == RECV_BIT && c.status.is_ok() =>
+            {
+                c
+            }
             ev => return Some(ev),
         };
         if self.has_failed() {
@@ -302,7 +324,10 @@ impl Core {
         // A ping-pong's usual harvest, one receive that completed: it changes
         // no request and releases no fence.
         if let [(_, Event::Dto(c))] = batch[..] {
-            if c.cookie.0 & RECV_BIT != 0 && c.status.is_ok() && !self.has_failed() {
+            if c.cookie.0 & (RECV_BIT | NOTICE_BIT) == RECV_BIT
+                && c.status.is_ok()
+                && !self.has_failed()
+            {
                 let mut st = self.lock();
                 if st.held == 0 {
                     batch.clear();
@@ -336,6 +361,7 @@ impl Core {
         for (rail, ev) in batch.drain(..) {
             works.extend(self.on_event(&mut st, rail, ev, &mut evs));
         }
+        works.extend(self.handover_step(&mut st));
         works.extend(self.release_deferred(&mut st));
         self.release(&mut st, &mut evs);
         if !works.is_empty() {

@@ -6,7 +6,6 @@
 //! ends.
 
 use crate::ep::state::*;
-use crate::planner::Stripe;
 use rmr_api::{DtoOp, EpState, Event, Status};
 use smallvec::SmallVec;
 
@@ -28,30 +27,15 @@ impl Core {
         idx: usize,
         works: &mut Works,
     ) {
-        let i = (id - st.front_id) as usize;
-        let (soff, slen) = {
-            let s = &st.reqs[i].stripes[idx];
-            (s.off, s.len)
-        };
-        st.planner.rail_failed(rail);
-        let target = st.planner.control_rail();
-        match target {
-            Some(nr) => {
-                let req = &mut st.reqs[(id - st.front_id) as usize];
-                let s = &mut req.stripes[idx];
-                s.rail = nr;
-                let stripe = Stripe { rail: nr, offset: soff, len: slen };
-                works.push(Self::stripe_work(req, id, idx, &stripe));
-                st.planner.posted(nr, slen);
-                st.posted[nr] += 1;
-                let seq = st.posted[nr];
-                st.reqs[(id - st.front_id) as usize].stripes[idx].seq = seq;
-                // Fenced requests must also wait for the re-issued stripe.
-                let p = st.posted[nr];
-                for d in st.deferred.iter_mut() {
-                    d.need[nr] = d.need[nr].max(p);
-                }
-            }
+        self.fail_rail(st, rail);
+        // Lost with the control rail: held until the counts are compared
+        // (see the `handover` module).
+        if self.holds(st, rail) {
+            self.hold(st, id, idx);
+            return;
+        }
+        match st.planner.control_rail() {
+            Some(nr) => self.send_again(st, id, idx, nr, works),
             None => {
                 let req = &mut st.reqs[(id - st.front_id) as usize];
                 req.stripes[idx].done = true;
@@ -76,9 +60,10 @@ impl Core {
             .entered();
         tracing::warn!(target: "rmr::multirail", reason, "rail lost; its stripes go again on the survivors");
         if st.conn == EpState::Connected {
-            st.planner.rail_failed(rail);
+            self.fail_rail(st, rail);
             if st.planner.live() == 0 {
                 st.conn = EpState::Broken;
+                self.end_handover(st, Status::Broken);
                 st.broken = true;
                 evs.push((
                     TO_CONN,
@@ -119,6 +104,7 @@ impl Core {
         if st.conn == EpState::Connected {
             // The peer closed the logical EP: close every rail.
             st.conn = EpState::Disconnected;
+            self.end_handover(st, Status::Flushed);
             for (r, rl) in self.rails.iter().enumerate() {
                 if r != rail {
                     let _ = rl.ep().disconnect();
@@ -155,6 +141,7 @@ impl Core {
                 evs.push((TO_CONN, Event::Disconnected { ep: self.id }));
             } else {
                 st.conn = EpState::Broken;
+                self.end_handover(st, Status::Broken);
                 evs.push((
                     TO_CONN,
                     Event::Broken { ep: self.id, reason: "every rail ended".into() },

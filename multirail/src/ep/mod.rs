@@ -15,6 +15,7 @@
 mod complete;
 mod engine;
 mod failover;
+mod handover;
 mod issue;
 mod post;
 mod progress;
@@ -29,6 +30,7 @@ use crate::objects::{MrIa, MrLmr, MrPz};
 use crate::planner::Planner;
 use crate::planner::RailRate;
 use rmr_api::provider::SoftEvd;
+use rmr_api::{Access, Status};
 use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, Result, Sge};
 use std::any::Any;
@@ -62,6 +64,9 @@ impl MrEp {
         let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
         let attr = rmr_api::Ia::attr(ia);
         let cur = rails.iter().map(|r| r.ep().id()).collect();
+        let notice_mem = rmr_api::MemRegion::new(handover::NOTICE_LEN as usize);
+        let notice =
+            pz.register_inner(&notice_mem, 0, handover::NOTICE_LEN, Access::LOCAL_WRITE)?;
         let rejoin = rejoin::RejoinState::new(
             cfg.rejoin,
             ia.rails.clone(),
@@ -100,6 +105,11 @@ impl MrEp {
                 cur,
                 broken: false,
                 rate: smallvec::smallvec![RailRate::new(); n],
+                sent_msgs: 0,
+                recv_msgs: 0,
+                handover: None,
+                notices: 0,
+                redundant: 0,
             }),
             stop: AtomicBool::new(false),
             harvest: Mutex::new(()),
@@ -111,6 +121,8 @@ impl MrEp {
             soft_rails,
             watchers: Mutex::default(),
             rejoin,
+            notice,
+            notice_mem,
             cfg,
         };
         let core = Arc::new_cyclic(make);
@@ -297,6 +309,17 @@ impl Ep for MrEp {
             notes.push(("silent".into(), st.silent_posted.to_string()));
             notes.push(("probes".into(), st.probes_posted.to_string()));
             notes.push(("recv_direct".into(), st.recv_direct.to_string()));
+            notes.push((
+                "handover".into(),
+                format!(
+                    "messages sent {} taken {}; handovers {} (in progress: {}); not sent again {}",
+                    st.sent_msgs,
+                    st.recv_msgs,
+                    st.notices,
+                    st.handover.is_some(),
+                    st.redundant
+                ),
+            ));
             notes.push(("handed_off".into(), c.handed.load(Ordering::Relaxed).to_string()));
             notes.push((
                 "state".into(),
@@ -405,6 +428,7 @@ impl Ep for MrEp {
                 return Err(Error::NotConnected);
             }
             st.conn = EpState::Disconnected;
+            c.end_handover(&mut st, Status::Flushed);
         }
         // The control rail first: the peer takes its `Disconnected` as the
         // end of the endpoint, another rail's alone as that rail's loss.
@@ -430,7 +454,7 @@ impl Ep for MrEp {
                 if st.conn != EpState::Connected {
                     break Ok(());
                 }
-                st.deferred.is_empty()
+                st.deferred.is_empty() && st.handover.is_none()
             } && c.rails.iter().all(|r| r.pending.load(Ordering::Acquire) == 0);
             if handed {
                 break Ok(());
@@ -447,6 +471,7 @@ impl Ep for MrEp {
             let mut st = c.lock();
             if st.conn == EpState::Connected {
                 st.conn = EpState::Disconnected;
+                c.end_handover(&mut st, Status::Flushed);
             }
         }
         // Then each rail ends in order behind what it carries, the control

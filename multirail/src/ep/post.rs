@@ -140,6 +140,11 @@ impl Core {
     ) {
         let kind = req.kind;
         st.reqs.push_back(req);
+        if kind.message() {
+            st.sent_msgs += 1;
+            let n = st.sent_msgs;
+            st.reqs.back_mut().expect("just queued").msg = n;
+        }
         // Fence: ordered operations wait for earlier stripes on other rails;
         // BARRIER_FENCE waits for every earlier stripe.
         let ctl = st.planner.control_rail().unwrap_or(0);
@@ -147,8 +152,9 @@ impl Core {
             let need: SmallVec<[u64; 8]> = (0..self.rails.len())
                 .map(|r| if r == ctl && !full { 0 } else { st.posted[r] })
                 .collect();
-            let blocked =
-                !st.deferred.is_empty() || need.iter().zip(&st.completed).any(|(n, c)| c < n);
+            let blocked = !st.deferred.is_empty()
+                || (kind.ordered() && st.handover.is_some())
+                || need.iter().zip(&st.completed).any(|(n, c)| c < n);
             if blocked {
                 let probes = self.probe_waiting(&mut st, &need);
                 let fence = (kind.ordered() || full).then_some(full);
@@ -205,6 +211,7 @@ impl Core {
     pub(super) fn fenced(&self, st: &State, full: bool) -> bool {
         let ctl = st.planner.control_rail().unwrap_or(0);
         !st.deferred.is_empty()
+            || st.handover.is_some()
             || (0..self.rails.len()).any(|r| (r != ctl || full) && st.completed[r] < st.posted[r])
     }
 
@@ -335,7 +342,12 @@ impl Core {
         let now = self.adaptive.then(Instant::now);
         let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
         let stripe = StripeRec { rail, off: 0, len: bytes, done: false, seq, time: None };
-        st.reqs.push_back(Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]));
+        let mut req = Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]);
+        if what.1.message() {
+            st.sent_msgs += 1;
+            req.msg = st.sent_msgs;
+        }
+        st.reqs.push_back(req);
     }
 
     /// The rail a DTO goes to whole, now and from the caller, if it can:

@@ -447,10 +447,16 @@ impl Core {
                 None => None,
                 Some(k) => {
                     // The new control rail first: what rail k's end sends
-                    // again (its silent stripes) goes there.
+                    // again (its silent stripes) goes there, after the
+                    // handover's counts.
                     st.planner.set_control(r.rail);
+                    self.control_moved(&mut st, Some(k));
                     let mut evs = UserEvents::new();
                     self.drop_rail(&mut st, k, "the peer's control rail moved", &mut evs);
+                    let works = self.handover_step(&mut st);
+                    if !works.is_empty() {
+                        self.issue(works);
+                    }
                     drop(st);
                     self.deliver(evs);
                     Some(self.rails[k].ep())

@@ -76,6 +76,11 @@ impl Kind {
     pub(super) fn ordered(self) -> bool {
         !matches!(self, Kind::Write | Kind::Read)
     }
+    /// Takes one of the peer's receives (a message: see the `handover`
+    /// module).
+    pub(super) fn message(self) -> bool {
+        matches!(self, Kind::Send { .. } | Kind::WriteImm(_))
+    }
 }
 
 /// One unit of work for one rail.
@@ -127,6 +132,8 @@ pub(super) struct Req {
     /// The rail whose stripe failed, when one did.
     pub(super) failed_on: Option<u8>,
     pub(super) imm: Option<u64>,
+    /// A message's place among this end's messages, from 1 (0: not one).
+    pub(super) msg: u64,
     pub(super) local: Segs,
     pub(super) remote: Option<(RmrContext, u64)>,
     /// One inline (a whole DTO); a striped DTO's go to the heap. Kept
@@ -157,6 +164,7 @@ impl Req {
             status: Status::Success,
             failed_on: None,
             imm: None,
+            msg: 0,
             local,
             remote,
             stripes,
@@ -216,6 +224,16 @@ pub(super) struct State {
     pub(super) broken: bool,
     /// Per-rail service-rate estimate for adaptive striping.
     pub(super) rate: SmallVec<[RailRate; 8]>,
+    /// Messages (sends, writes with immediate data) posted, and messages
+    /// this end's receives took (see the `handover` module).
+    pub(super) sent_msgs: u64,
+    pub(super) recv_msgs: u64,
+    /// The control-rail handover in progress.
+    pub(super) handover: Option<crate::ep::handover::Handover>,
+    /// Handovers begun, and messages not sent again because the peer's
+    /// count showed them delivered (diagnostics).
+    pub(super) notices: u64,
+    pub(super) redundant: u64,
 }
 
 pub(crate) struct Rail {
@@ -294,6 +312,10 @@ pub(crate) struct Core {
     /// What a lost rail needs to be connected again (see the `rejoin`
     /// module).
     pub(super) rejoin: crate::ep::rejoin::RejoinState,
+    /// The handover's counts (see the `handover` module), registered on
+    /// every rail, and its memory.
+    pub(super) notice: Arc<MrLmrInner>,
+    pub(super) notice_mem: Arc<rmr_api::MemRegion>,
 }
 
 pub(super) type UserEvents = SmallVec<[(u8, Event); 4]>;

@@ -1,0 +1,209 @@
+//! Exactly-once messages across a control-rail failover.
+//!
+//! Sends and writes with immediate data (the DTOs that take one of the
+//! peer's receives) travel on the control rail. When it is lost, the ones
+//! whose completions died with it may or may not have reached the peer:
+//! sending them all again would hand the peer some twice (each taking a
+//! receive of its own), sending none would lose some. So the two ends
+//! compare counts before anything ordered goes on the new control rail:
+//!
+//! 1. When this end's control rail moves, it posts one receive of its own
+//!    on the new control rail, ahead of the user's receives that move
+//!    there, and holds back the stripes the old control rail loses (and
+//!    every ordered DTO posted meanwhile).
+//! 2. Once the old control rail has ended here (every receive it completed
+//!    has been counted), this end sends, first on the new control rail,
+//!    the number of messages its receives have taken so far.
+//! 3. When the peer's count arrives in that receive, every held message
+//!    the peer counted is complete (it was delivered); the rest, and the
+//!    other held stripes, go again on the new control rail, in order; then
+//!    ordered DTOs flow again.
+//!
+//! A peer that has not yet noticed the loss holds the count in its rail
+//! (a send waits for a receive there) until it does. If the new control
+//! rail is lost as well, the exchange starts over on the next one; with
+//! no rail left the held DTOs fail with the endpoint.
+//!
+//! Not covered: atomics lost with the control rail are performed again,
+//! as before (the peer keeps no count of them).
+
+use crate::ep::state::*;
+use crate::planner::Stripe;
+use rmr_api::{DtoCompletion, EpState, Status};
+use smallvec::SmallVec;
+
+/// Cookie bit of the handover's own send and receive.
+pub(super) const NOTICE_BIT: u64 = 1 << 61;
+/// The notice region: the peer's count lands at 0, this end's goes from 8.
+pub(super) const NOTICE_LEN: u64 = 16;
+
+/// A control-rail handover in progress (see the module docs).
+pub(super) struct Handover {
+    /// The rails that were the control rail since it began.
+    pub(super) olds: SmallVec<[usize; 2]>,
+    /// The control rail now: where the counts are exchanged.
+    pub(super) new: usize,
+    /// This end's count has been sent on `new`.
+    pub(super) sent: bool,
+    /// The peer's count, from its notice on `new`.
+    pub(super) peer: Option<u64>,
+    /// Stripes lost with an old control rail, in the order they failed.
+    pub(super) held: Vec<(u64, usize)>,
+}
+
+impl Core {
+    /// Marks `rail` failed in the plan; a control rail that moves (while
+    /// connected) starts a handover, or moves the one in progress along.
+    pub(super) fn fail_rail(&self, st: &mut State, rail: usize) {
+        let before = st.planner.control_rail();
+        st.planner.rail_failed(rail);
+        self.control_moved(st, before);
+    }
+
+    /// The control rail was `before` and may have moved: see
+    /// [`Core::fail_rail`]. Posts the handover's receive on the new one
+    /// before anything else of this end's goes there.
+    pub(super) fn control_moved(&self, st: &mut State, before: Option<usize>) {
+        let (Some(old), Some(new)) = (before, st.planner.control_rail()) else { return };
+        if old == new || st.conn != EpState::Connected {
+            return;
+        }
+        let h = st.handover.get_or_insert_with(|| Handover {
+            olds: SmallVec::new(),
+            new,
+            sent: false,
+            peer: None,
+            held: Vec::new(),
+        });
+        if !h.olds.contains(&old) {
+            h.olds.push(old);
+        }
+        h.new = new;
+        h.sent = false;
+        h.peer = None;
+        for &(id, idx) in &h.held {
+            if let Some(s) =
+                st.reqs.get_mut((id - st.front_id) as usize).and_then(|r| r.stripes.get_mut(idx))
+            {
+                s.rail = new;
+            }
+        }
+        st.notices += 1;
+        let segs: Segs = smallvec::smallvec![(self.notice.clone(), 0, 8)];
+        // A rail that takes no receive is ending too: its loss moves the
+        // handover on again.
+        let _ = self.post_recv_on(new, NOTICE_BIT | st.notices, &segs);
+    }
+
+    /// Whether stripes that `rail` loses are held for the handover.
+    pub(super) fn holds(&self, st: &State, rail: usize) -> bool {
+        st.handover.as_ref().is_some_and(|h| h.olds.contains(&rail))
+    }
+
+    /// Holds stripe `idx` of request `id`, lost with an old control rail.
+    pub(super) fn hold(&self, st: &mut State, id: u64, idx: usize) {
+        let Some(h) = st.handover.as_mut() else { return };
+        let new = h.new;
+        h.held.push((id, idx));
+        st.reqs[(id - st.front_id) as usize].stripes[idx].rail = new;
+    }
+
+    /// The peer's notice (a completion of the handover's receive).
+    pub(super) fn on_notice(&self, st: &mut State, rail: usize, c: &DtoCompletion) {
+        let Some(h) = st.handover.as_mut().filter(|h| h.new == rail) else { return };
+        if c.status.is_ok() && c.bytes == 8 {
+            if let Ok(n) = self.notice_mem.load_u64(0) {
+                h.peer = Some(n);
+            }
+        }
+    }
+
+    /// The handover's next steps, as far as they can go now: this end's
+    /// count once every old control rail has ended; the held stripes once
+    /// the peer's count is in. Returns the work to post.
+    pub(super) fn handover_step(&self, st: &mut State) -> Works {
+        let mut works = Works::new();
+        let Some(h) = st.handover.as_ref() else { return works };
+        let new = h.new;
+        if !h.sent && h.olds.iter().all(|&r| st.ended[r]) {
+            let _ = self.notice_mem.store_u64(8, st.recv_msgs);
+            st.posted[new] += 1;
+            works.push(Work {
+                rail: new,
+                kind: Kind::Send { solicited: false },
+                local: smallvec::smallvec![(self.notice.clone(), 8, 8)],
+                remote: None,
+                cookie: NOTICE_BIT | st.notices,
+                silent: false,
+            });
+            if let Some(h) = st.handover.as_mut() {
+                h.sent = true;
+            }
+        }
+        let Some(peer) = st.handover.as_ref().filter(|h| h.sent).and_then(|h| h.peer) else {
+            return works;
+        };
+        let h = st.handover.take().expect("handover");
+        tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = new, sent = st.recv_msgs, peer, held = h.held.len(), "control rail handed over");
+        for (id, idx) in h.held {
+            let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { continue };
+            if req.stripes[idx].done {
+                continue;
+            }
+            if req.msg != 0 && req.msg <= peer {
+                // The peer's receives took it: delivered.
+                req.stripes[idx].done = true;
+                req.remaining -= 1;
+                st.redundant += 1;
+            } else {
+                self.send_again(st, id, idx, new, &mut works);
+            }
+        }
+        works
+    }
+
+    /// Stripe `idx` of request `id` goes again, whole, on rail `nr`.
+    pub(super) fn send_again(
+        &self,
+        st: &mut State,
+        id: u64,
+        idx: usize,
+        nr: usize,
+        works: &mut Works,
+    ) {
+        let i = (id - st.front_id) as usize;
+        let (soff, slen) = {
+            let s = &st.reqs[i].stripes[idx];
+            (s.off, s.len)
+        };
+        let req = &mut st.reqs[i];
+        req.stripes[idx].rail = nr;
+        let stripe = Stripe { rail: nr, offset: soff, len: slen };
+        works.push(Self::stripe_work(req, id, idx, &stripe));
+        st.planner.posted(nr, slen);
+        st.posted[nr] += 1;
+        let seq = st.posted[nr];
+        st.reqs[i].stripes[idx].seq = seq;
+        // Fenced requests must also wait for the stripe sent again.
+        for d in st.deferred.iter_mut() {
+            d.need[nr] = d.need[nr].max(seq);
+        }
+    }
+
+    /// The endpoint ended with a handover in progress: its held stripes
+    /// fail with `status`.
+    pub(super) fn end_handover(&self, st: &mut State, status: Status) {
+        let Some(h) = st.handover.take() else { return };
+        for (id, idx) in h.held {
+            let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { continue };
+            if req.stripes[idx].done {
+                continue;
+            }
+            req.stripes[idx].done = true;
+            if req.status.is_ok() {
+                req.status = status;
+            }
+            req.remaining -= 1;
+        }
+    }
+}
