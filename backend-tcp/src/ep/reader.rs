@@ -540,7 +540,10 @@ impl EpShared {
         if let Some(tx) = self.tx.get() {
             tx.close();
         }
-        self.shutdown_stream();
+        match end {
+            End::Orderly => self.shutdown_stream(),
+            End::Broken(_) => self.abort_stream(),
+        }
         if let Some(c) = owed {
             self.complete_ended(c, status);
         }

@@ -17,6 +17,19 @@ impl EpShared {
         }
     }
 
+    /// Ends a broken connection for good: what the kernel still holds to
+    /// send is dropped and the peer reset (see
+    /// [`rmr_api::provider::io::abort_tcp`]), so no frame posted before the
+    /// break reaches a peer that still has the connection open after the
+    /// link heals — those DTOs have failed (or failed over) by then.
+    pub(crate) fn abort_stream(&self) {
+        if let Some(tx) = self.tx.get() {
+            use std::os::fd::AsFd;
+            let _ = rmr_api::provider::io::abort_tcp(tx.stream().as_fd());
+            let _ = tx.stream().shutdown(std::net::Shutdown::Both);
+        }
+    }
+
     /// Unregisters from the EVDs (the connection ended).
     pub(crate) fn detach(&self) {
         for evd in self.distinct_evds() {

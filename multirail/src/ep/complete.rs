@@ -185,14 +185,17 @@ impl Core {
         evs: &mut UserEvents,
     ) -> Works {
         if c.cookie.0 & NOTICE_BIT != 0 {
-            self.on_notice(st, rail, c);
-            return SmallVec::new();
+            return self.on_notice(st, rail, c, evs);
         }
         let id = c.cookie.0 & !RECV_BIT;
         if id < st.recv_front {
             return SmallVec::new();
         }
         let i = (id - st.recv_front) as usize;
+        // A completion of where it was posted before it moved: stale.
+        if st.recvs.get(i).is_some_and(|r| r.as_ref().is_some_and(|r| r.on != c.ep)) {
+            return SmallVec::new();
+        }
         let lost =
             matches!(c.status, Status::Flushed | Status::Broken) && st.conn == EpState::Connected;
         if lost {
@@ -207,6 +210,10 @@ impl Core {
             }
             if let (Some(nr), Some(Some(r))) = (st.planner.control_rail(), st.recvs.get(i)) {
                 if self.post_recv_on(nr, id, &r.local).is_ok() {
+                    let on = st.cur[nr];
+                    if let Some(Some(r)) = st.recvs.get_mut(i) {
+                        r.on = on;
+                    }
                     return SmallVec::new();
                 }
             }
@@ -240,7 +247,9 @@ impl Core {
     pub(super) fn recv_done(&self, st: &mut State, c: &DtoCompletion) -> Option<Event> {
         let i = (c.cookie.0 & !RECV_BIT).checked_sub(st.recv_front)? as usize;
         let taken = !matches!(c.status, Status::Flushed | Status::Broken);
-        let ev = st.recvs.get_mut(i).and_then(Option::take).map(|r| {
+        // (A completion from where it was posted before it moved is stale.)
+        let slot = st.recvs.get_mut(i).filter(|r| r.as_ref().is_some_and(|r| r.on == c.ep));
+        let ev = slot.and_then(Option::take).map(|r| {
             st.recv_msgs += u64::from(taken);
             let mut u = *c;
             u.ep = self.id;

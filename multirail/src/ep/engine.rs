@@ -273,7 +273,15 @@ impl Core {
                 m.attach_polled(&polled);
             }
         }
-        self.lock().conn = EpState::Connected;
+        {
+            let mut st = self.lock();
+            st.conn = EpState::Connected;
+            // The handover's receives, on every rail but the control rail.
+            let ctl = st.planner.control_rail();
+            for r in (0..self.rails.len()).filter(|&r| Some(r) != ctl) {
+                self.post_notice_recv(r);
+            }
+        }
         self.deliver(smallvec::smallvec![(
             TO_CONN,
             Event::Established { ep: self.id, private_data: peer_pd }

@@ -34,6 +34,13 @@ impl Core {
             self.hold(st, id, idx);
             return;
         }
+        // A message an earlier handover's count already showed delivered
+        // (it failed late, on a rail the peer had given up).
+        let msg = st.reqs[(id - st.front_id) as usize].msg;
+        if msg != 0 && msg <= st.peer_took {
+            Self::delivered(st, id, idx);
+            return;
+        }
         match st.planner.control_rail() {
             Some(nr) => self.send_again(st, id, idx, nr, works),
             None => {

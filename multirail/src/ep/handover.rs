@@ -7,10 +7,12 @@
 //! receive of its own), sending none would lose some. So the two ends
 //! compare counts before anything ordered goes on the new control rail:
 //!
-//! 1. When this end's control rail moves, it posts one receive of its own
-//!    on the new control rail, ahead of the user's receives that move
-//!    there, and holds back the stripes the old control rail loses (and
-//!    every ordered DTO posted meanwhile).
+//! 1. Every live rail but the control rail holds one receive of the
+//!    endpoint's own (posted when the endpoint connects and when a rail
+//!    is connected again), so it is there before any of the user's
+//!    receives that move to it. When this end's control rail moves, it
+//!    holds back the stripes the old control rail loses (and every ordered
+//!    DTO posted meanwhile).
 //! 2. Once the old control rail has ended here (every receive it completed
 //!    has been counted), this end sends, first on the new control rail,
 //!    the number of messages its receives have taken so far.
@@ -19,8 +21,10 @@
 //!    other held stripes, go again on the new control rail, in order; then
 //!    ordered DTOs flow again.
 //!
-//! A peer that has not yet noticed the loss holds the count in its rail
-//! (a send waits for a receive there) until it does. If the new control
+//! A peer whose control rail has not moved (it has not noticed the loss:
+//! a link cut shows first at the end that sends) gets the count in the
+//! receive its new control rail already holds: it learns the move from it,
+//! ends its old control rail and answers with its own. If the new control
 //! rail is lost as well, the exchange starts over on the next one; with
 //! no rail left the held DTOs fail with the endpoint.
 //!
@@ -34,8 +38,11 @@ use smallvec::SmallVec;
 
 /// Cookie bit of the handover's own send and receive.
 pub(super) const NOTICE_BIT: u64 = 1 << 61;
-/// The notice region: the peer's count lands at 0, this end's goes from 8.
-pub(super) const NOTICE_LEN: u64 = 16;
+/// The notice region of an endpoint of `rails` rails: the peer's count
+/// lands at `8 * rail`, this end's goes from `8 * rails`.
+pub(super) fn notice_len(rails: usize) -> u64 {
+    8 * (rails as u64 + 1)
+}
 
 /// A control-rail handover in progress (see the module docs).
 pub(super) struct Handover {
@@ -89,10 +96,14 @@ impl Core {
             }
         }
         st.notices += 1;
-        let segs: Segs = smallvec::smallvec![(self.notice.clone(), 0, 8)];
-        // A rail that takes no receive is ending too: its loss moves the
-        // handover on again.
-        let _ = self.post_recv_on(new, NOTICE_BIT | st.notices, &segs);
+    }
+
+    /// Posts the endpoint's own receive on rail `rail` (a live rail that
+    /// is not the control rail). A rail that takes no receive is ending:
+    /// its loss is handled as any other.
+    pub(super) fn post_notice_recv(&self, rail: usize) {
+        let segs: Segs = smallvec::smallvec![(self.notice.clone(), 8 * rail as u64, 8)];
+        let _ = self.post_recv_on(rail, NOTICE_BIT | rail as u64, &segs);
     }
 
     /// Whether stripes that `rail` loses are held for the handover.
@@ -108,14 +119,74 @@ impl Core {
         st.reqs[(id - st.front_id) as usize].stripes[idx].rail = new;
     }
 
-    /// The peer's notice (a completion of the handover's receive).
-    pub(super) fn on_notice(&self, st: &mut State, rail: usize, c: &DtoCompletion) {
-        let Some(h) = st.handover.as_mut().filter(|h| h.new == rail) else { return };
-        if c.status.is_ok() && c.bytes == 8 {
-            if let Ok(n) = self.notice_mem.load_u64(0) {
-                h.peer = Some(n);
+    /// The peer's notice: a completion of the endpoint's own receive on
+    /// `rail`. The peer's control rail is `rail` now; if this end's is
+    /// not, this end follows: its old control rail ends here (the peer has
+    /// given it up) and a handover begins that already has the peer's count.
+    pub(super) fn on_notice(
+        &self,
+        st: &mut State,
+        rail: usize,
+        c: &DtoCompletion,
+        evs: &mut UserEvents,
+    ) -> Works {
+        if !c.status.is_ok() || c.bytes != 8 || c.ep != st.cur[rail] {
+            return Works::new();
+        }
+        let Ok(n) = self.notice_mem.load_u64(8 * rail as u64) else { return Works::new() };
+        if let Some(h) = st.handover.as_mut().filter(|h| h.new == rail) {
+            h.peer = Some(n);
+            return Works::new();
+        }
+        let before = st.planner.control_rail();
+        if st.conn != EpState::Connected || before == Some(rail) || !st.planner.set_control(rail) {
+            return Works::new();
+        }
+        self.control_moved(st, before);
+        if let Some(h) = st.handover.as_mut() {
+            h.peer = Some(n);
+        }
+        tracing::warn!(target: "rmr::multirail", ep = self.id.0, control = rail, "the peer's control rail moved; following it");
+        let Some(old) = before.filter(|&o| !st.ended[o]) else { return Works::new() };
+        let mut works =
+            self.rail_broken(st, old, "the peer gave up this rail (its control rail moved)", evs);
+        // Its endpoint lives on here for a while: what it still carries is
+        // lost now (held for the handover; its late completions are stale).
+        let front = st.front_id;
+        let owed: Vec<(u64, usize)> = st
+            .reqs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, q)| {
+                q.stripes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.rail == old && !s.done)
+                    .map(move |(k, _)| (front + i as u64, k))
+            })
+            .collect();
+        for (id, idx) in owed {
+            st.planner.completed(old, st.reqs[(id - front) as usize].stripes[idx].len);
+            self.reissue(st, old, id, idx, &mut works);
+        }
+        st.completed[old] = st.posted[old];
+        // The user's receives move to the new control rail now, in order,
+        // behind the endpoint's own receive there (the old rail's endpoint
+        // may hold them for a while yet: what it reports of them is stale).
+        let old_ep = st.cur[old];
+        let (front, new_ep) = (st.recv_front, st.cur[rail]);
+        for i in 0..st.recvs.len() {
+            let Some(r) = st.recvs[i].as_ref().filter(|r| r.on == old_ep && r.held.is_none())
+            else {
+                continue;
+            };
+            if self.post_recv_on(rail, front + i as u64, &r.local).is_ok() {
+                if let Some(r) = st.recvs[i].as_mut() {
+                    r.on = new_ep;
+                }
             }
         }
+        works
     }
 
     /// The handover's next steps, as far as they can go now: this end's
@@ -126,12 +197,13 @@ impl Core {
         let Some(h) = st.handover.as_ref() else { return works };
         let new = h.new;
         if !h.sent && h.olds.iter().all(|&r| st.ended[r]) {
-            let _ = self.notice_mem.store_u64(8, st.recv_msgs);
+            let at = 8 * self.rails.len() as u64;
+            let _ = self.notice_mem.store_u64(at, st.recv_msgs);
             st.posted[new] += 1;
             works.push(Work {
                 rail: new,
                 kind: Kind::Send { solicited: false },
-                local: smallvec::smallvec![(self.notice.clone(), 8, 8)],
+                local: smallvec::smallvec![(self.notice.clone(), at, 8)],
                 remote: None,
                 cookie: NOTICE_BIT | st.notices,
                 silent: false,
@@ -144,6 +216,7 @@ impl Core {
             return works;
         };
         let h = st.handover.take().expect("handover");
+        st.peer_took = st.peer_took.max(peer);
         tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = new, sent = st.recv_msgs, peer, held = h.held.len(), "control rail handed over");
         for (id, idx) in h.held {
             let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { continue };
@@ -151,15 +224,21 @@ impl Core {
                 continue;
             }
             if req.msg != 0 && req.msg <= peer {
-                // The peer's receives took it: delivered.
-                req.stripes[idx].done = true;
-                req.remaining -= 1;
-                st.redundant += 1;
+                Self::delivered(st, id, idx);
             } else {
                 self.send_again(st, id, idx, new, &mut works);
             }
         }
         works
+    }
+
+    /// Stripe `idx` of request `id`, a message the peer's count showed it
+    /// received: complete, not sent again.
+    pub(super) fn delivered(st: &mut State, id: u64, idx: usize) {
+        let req = &mut st.reqs[(id - st.front_id) as usize];
+        req.stripes[idx].done = true;
+        req.remaining -= 1;
+        st.redundant += 1;
     }
 
     /// Stripe `idx` of request `id` goes again, whole, on rail `nr`.

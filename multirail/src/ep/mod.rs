@@ -64,9 +64,9 @@ impl MrEp {
         let planner = Planner::new(n, cfg.policy.clone(), cfg.threshold, cfg.align);
         let attr = rmr_api::Ia::attr(ia);
         let cur = rails.iter().map(|r| r.ep().id()).collect();
-        let notice_mem = rmr_api::MemRegion::new(handover::NOTICE_LEN as usize);
-        let notice =
-            pz.register_inner(&notice_mem, 0, handover::NOTICE_LEN, Access::LOCAL_WRITE)?;
+        let len = handover::notice_len(n);
+        let notice_mem = rmr_api::MemRegion::new(len as usize);
+        let notice = pz.register_inner(&notice_mem, 0, len, Access::LOCAL_WRITE)?;
         let rejoin = rejoin::RejoinState::new(
             cfg.rejoin,
             ia.rails.clone(),
@@ -110,6 +110,7 @@ impl MrEp {
                 handover: None,
                 notices: 0,
                 redundant: 0,
+                peer_took: 0,
             }),
             stop: AtomicBool::new(false),
             harvest: Mutex::new(()),
@@ -520,7 +521,8 @@ impl Ep for MrEp {
             st.planner.control_rail().ok_or_else(|| Error::Broken("all rails lost".into()))?;
         let id = st.recv_front + st.recvs.len() as u64;
         c.post_recv_on(rail, id, &segs)?;
-        st.recvs.push_back(Some(RecvReq { cookie, local: segs, held: None }));
+        let on = st.cur[rail];
+        st.recvs.push_back(Some(RecvReq { cookie, local: segs, on, held: None }));
         Ok(())
     }
 

@@ -608,6 +608,9 @@ impl Core {
         st.ended[rail] = false;
         st.rate[rail] = RailRate::new();
         st.planner.rail_restored(rail);
+        if st.planner.control_rail() != Some(rail) {
+            self.post_notice_recv(rail);
+        }
         evs.push((TO_CONN, Event::RailUp { ep: self.id, rail: rail as u8 }));
         if !works.is_empty() {
             self.issue(works);

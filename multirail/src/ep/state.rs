@@ -175,6 +175,9 @@ impl Req {
 pub(super) struct RecvReq {
     pub(super) cookie: u64,
     pub(super) local: Segs,
+    /// The rail endpoint it is posted on: a completion from another (where
+    /// it was posted before it moved) is stale.
+    pub(super) on: EpId,
     /// Its final completion, held back until every receive posted before it
     /// has completed (a failover re-post that failed: see `on_recv`).
     pub(super) held: Option<rmr_api::DtoCompletion>,
@@ -234,6 +237,8 @@ pub(super) struct State {
     /// count showed them delivered (diagnostics).
     pub(super) notices: u64,
     pub(super) redundant: u64,
+    /// The peer's highest count: messages up to it were delivered.
+    pub(super) peer_took: u64,
 }
 
 pub(crate) struct Rail {

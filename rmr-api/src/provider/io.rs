@@ -130,6 +130,34 @@ pub fn tcp_rtt(fd: BorrowedFd<'_>) -> io::Result<Duration> {
     Ok(Duration::from_micros(u64::from(info.tcpi_rtt)))
 }
 
+/// Aborts the TCP connection of socket `fd` at once (`connect(2)` with
+/// `AF_UNSPEC`, Linux's disconnect): the kernel drops every byte it still
+/// holds to send and resets the peer, and the descriptor stays open (its
+/// owner closes it later). A transport whose connection broke calls it so
+/// that nothing queued before the break reaches the peer once the link
+/// heals: by then the transport has failed those frames over, and a late
+/// copy would land on top of newer data.
+///
+/// # Errors
+/// The OS error of `connect(2)`.
+pub fn abort_tcp(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: an all-zero sockaddr is valid (plain integers; family AF_UNSPEC).
+    let mut addr: libc::sockaddr = unsafe { std::mem::zeroed() };
+    addr.sa_family = libc::AF_UNSPEC as libc::sa_family_t;
+    // SAFETY: `addr` is a live sockaddr of the size passed; the kernel only reads it.
+    let r = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            &raw const addr,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
