@@ -342,12 +342,12 @@ impl Core {
         let now = self.adaptive.then(Instant::now);
         let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
         let stripe = StripeRec { rail, off: 0, len: bytes, done: false, seq, time: None };
-        let mut req = Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]);
+        st.reqs.push_back(Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]));
         if what.1.message() {
             st.sent_msgs += 1;
-            req.msg = st.sent_msgs;
+            let n = st.sent_msgs;
+            st.reqs.back_mut().expect("just queued").msg = n;
         }
-        st.reqs.push_back(req);
     }
 
     /// The rail a DTO goes to whole, now and from the caller, if it can:
