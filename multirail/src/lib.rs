@@ -21,7 +21,8 @@
 //!   core), `post` (check, plan, record, fence), `silent` (the silent-write
 //!   rules and probes), `issue` (work onto rails, events to the user),
 //!   `progress` (harvesting rail EVDs), `complete` (stripes into one
-//!   completion per DTO, in order), `failover` (a lost rail), `engine`
+//!   completion per DTO, in order), `failover` (a lost rail), `handover`
+//!   (messages exactly once across a lost control rail), `engine`
 //!   (connecting the rails; the pinned rail threads), `rejoin` (a lost
 //!   rail connected again).
 //! - `psp`: [`MrPsp`], a connector's rail connections as one request.
@@ -82,6 +83,15 @@
 //! - Failover: a broken rail's unfinished stripes are re-issued on the
 //!   survivors and an [`rmr_api::Event::RailDown`] names the lost rail (the
 //!   last rail's loss is `Broken`).
+//! - Messages exactly once: a send (or write with immediate data) whose
+//!   completion died with the control rail may have arrived. Before any
+//!   ordered DTO goes on the new control rail, the two ends exchange how
+//!   many messages their receives have taken (each live rail but the
+//!   control rail holds one receive of the endpoint's own for this); a
+//!   message the peer counted completes, the rest go again, in order. An
+//!   end that had not seen the loss learns of it from that count and
+//!   follows (`attr().notes`: `handover`). Atomics lost that way are
+//!   performed again (the peer keeps no count of them).
 //! - Rails that heal: the side that connected keeps trying to connect a
 //!   lost rail again in the background (one thread per IA, shared by its
 //!   endpoints; backoff 100 ms doubling to 2 s, for as long as the endpoint

@@ -180,6 +180,46 @@ mod tests {
         assert!(tcp_rtt(u.as_fd()).is_err());
     }
 
+    /// What the peer of a connection reads after the sender wrote `n`
+    /// bytes it could not yet take (a full receive window: the sender's
+    /// kernel still holds the rest) and then ended it with `end`.
+    fn peer_reads_after(end: impl FnOnce(&std::net::TcpStream)) -> (usize, usize) {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.set_nonblocking(true).unwrap();
+        let chunk = vec![7u8; 64 << 10];
+        let mut sent = 0;
+        // Until both kernels' buffers are full (nobody reads yet).
+        loop {
+            match c.write(&chunk) {
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        end(&c);
+        let mut got = 0;
+        let mut buf = vec![0u8; 64 << 10];
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        while let Ok(n @ 1..) = s.read(&mut buf) {
+            got += n;
+        }
+        (sent, got)
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // sockets
+    fn an_aborted_connection_delivers_nothing_more_a_shut_one_delivers_all() {
+        // Shut down: the kernel still sends everything it held.
+        let (sent, got) = peer_reads_after(|c| c.shutdown(std::net::Shutdown::Both).unwrap());
+        assert_eq!(got, sent, "after a shutdown the peer reads every byte");
+        // Aborted: what the sender's kernel held is dropped, the peer reset.
+        let (sent, got) = peer_reads_after(|c| abort_tcp(c.as_fd()).unwrap());
+        assert!(got < sent, "after an abort the peer read {got} of {sent} bytes");
+    }
+
     #[test]
     #[cfg_attr(miri, ignore)] // sockets
     fn gather_skips_across_segments_and_recv_lands_in_place() {
