@@ -165,6 +165,21 @@ fn acks_lost(engine: &str, net: u8, service: u16) {
         post_send(&p.a, &p.src_a, i);
     }
     expect_dtos(&p.evd_a, 0..4, engine);
+    // A write with immediate data the server refuses (a key it never gave
+    // out) takes no receive there: it must not count as a message.
+    let forged = rmr_api::RmrContext::with_keys(&[0xdead_0001, 0xdead_0002], 4096, 64).unwrap();
+    p.a.post_rdma_write_imm(
+        &[Sge::new(&*p.src_a.1, 0, 8)],
+        forged.at(0),
+        7,
+        Cookie(100),
+        DtoFlags::empty(),
+    )
+    .unwrap();
+    match p.evd_a.wait(Some(WAIT), 1).unwrap() {
+        Event::Dto(c) => assert!(c.cookie.0 == 100 && !c.status.is_ok(), "{engine}: {c:?}"),
+        e => panic!("{engine}: {e:?}"),
+    }
     // Messages 4..8 arrive; their acknowledgements do not.
     p.proxy.stall_back();
     for i in 4..8 {

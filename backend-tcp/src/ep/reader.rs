@@ -317,7 +317,7 @@ impl EpShared {
         let Some(wr) = wr else {
             if since.elapsed() >= self.ia.cfg.rnr_timeout || self.state() != EpState::Connected {
                 self.nak(&h, Status::ReceiverNotReady)?;
-                return Err(End::Broken(format!(
+                return Err(End::Refused(format!(
                     "no receive posted within {:?} (receiver not ready)",
                     self.ia.cfg.rnr_timeout
                 )));
@@ -532,7 +532,7 @@ impl EpShared {
                 self.set_state(EpState::Disconnected);
                 (Status::Flushed, Event::Disconnected { ep: self.id })
             }
-            End::Broken(why) => {
+            End::Broken(why) | End::Refused(why) => {
                 self.set_state(EpState::Broken);
                 (Status::Broken, Event::Broken { ep: self.id, reason: why.clone() })
             }
@@ -541,7 +541,7 @@ impl EpShared {
             tx.close();
         }
         match end {
-            End::Orderly => self.shutdown_stream(),
+            End::Orderly | End::Refused(_) => self.shutdown_stream(),
             End::Broken(_) => self.abort_stream(),
         }
         if let Some(c) = owed {

@@ -16,6 +16,10 @@ use std::time::Instant;
 pub(crate) enum End {
     Orderly,
     Broken(String),
+    /// Broken by this end's refusal of the peer's frame, which it told the
+    /// peer (a nak): what is queued, the nak included, still goes (a broken
+    /// connection is aborted otherwise).
+    Refused(String),
 }
 
 pub(super) fn io_end(what: &str, e: io::Error) -> End {

@@ -81,8 +81,11 @@ impl Core {
         // before it on this rail completed: their errors would have come first.
         let lost = matches!(c.status, Status::Broken | Status::Flushed);
         if c.cookie.0 & NOTICE_BIT != 0 {
-            // The handover's own count (sent or failed).
+            // The handover's own count (sent, or to be sent again).
             st.completed[rail] += 1;
+            if let Some(h) = st.handover.as_mut().filter(|h| h.new == rail && !c.status.is_ok()) {
+                h.sent = false;
+            }
             return works;
         }
         if c.cookie.0 & PROBE_BIT != 0 {
@@ -150,11 +153,19 @@ impl Core {
         } else {
             let s = &mut req.stripes[idx];
             s.done = true;
+            let srail = s.rail as u8;
             if req.status.is_ok() && !c.status.is_ok() {
                 req.status = c.status;
-                req.failed_on = Some(s.rail as u8);
+                req.failed_on = Some(srail);
             }
             req.remaining -= 1;
+            // A message that took no receive at the peer (refused there, or
+            // never sent) gives its number up: the peer's count never
+            // includes it.
+            if req.msg != 0 && !matches!(c.status, Status::Success | Status::RecvTooSmall) {
+                let m = std::mem::take(&mut req.msg);
+                self.unnumber(st, m);
+            }
         }
         let req = &mut st.reqs[(id - st.front_id) as usize];
         if req.remaining == 0 && req.stripes.len() > 1 && req.status.is_ok() {

@@ -30,7 +30,8 @@ impl Core {
         self.fail_rail(st, rail);
         // Lost with the control rail: held until the counts are compared
         // (see the `handover` module).
-        if self.holds(st, rail) {
+        let ordered = st.reqs[(id - st.front_id) as usize].kind.ordered();
+        if self.holds(st, rail) || (ordered && st.handover.is_some()) {
             self.hold(st, id, idx);
             return;
         }

@@ -33,7 +33,7 @@
 
 use crate::ep::state::*;
 use crate::planner::Stripe;
-use rmr_api::{DtoCompletion, EpState, Status};
+use rmr_api::{DtoCompletion, EpId, EpState, Status};
 use smallvec::SmallVec;
 
 /// Cookie bit of the handover's own send and receive.
@@ -46,8 +46,9 @@ pub(super) fn notice_len(rails: usize) -> u64 {
 
 /// A control-rail handover in progress (see the module docs).
 pub(super) struct Handover {
-    /// The rails that were the control rail since it began.
-    pub(super) olds: SmallVec<[usize; 2]>,
+    /// The rails that were the control rail since it began, with the
+    /// endpoint each had then (a rail connected again since has ended it).
+    pub(super) olds: SmallVec<[(usize, EpId); 2]>,
     /// The control rail now: where the counts are exchanged.
     pub(super) new: usize,
     /// This end's count has been sent on `new`.
@@ -82,8 +83,9 @@ impl Core {
             peer: None,
             held: Vec::new(),
         });
-        if !h.olds.contains(&old) {
-            h.olds.push(old);
+        let was = (old, st.cur[old]);
+        if !h.olds.contains(&was) {
+            h.olds.push(was);
         }
         h.new = new;
         h.sent = false;
@@ -108,14 +110,16 @@ impl Core {
 
     /// Whether stripes that `rail` loses are held for the handover.
     pub(super) fn holds(&self, st: &State, rail: usize) -> bool {
-        st.handover.as_ref().is_some_and(|h| h.olds.contains(&rail))
+        st.handover.as_ref().is_some_and(|h| h.olds.iter().any(|&(r, _)| r == rail))
     }
 
     /// Holds stripe `idx` of request `id`, lost with an old control rail.
     pub(super) fn hold(&self, st: &mut State, id: u64, idx: usize) {
         let Some(h) = st.handover.as_mut() else { return };
         let new = h.new;
-        h.held.push((id, idx));
+        if !h.held.contains(&(id, idx)) {
+            h.held.push((id, idx));
+        }
         st.reqs[(id - st.front_id) as usize].stripes[idx].rail = new;
     }
 
@@ -147,11 +151,42 @@ impl Core {
             h.peer = Some(n);
         }
         tracing::warn!(target: "rmr::multirail", ep = self.id.0, control = rail, "the peer's control rail moved; following it");
-        let Some(old) = before.filter(|&o| !st.ended[o]) else { return Works::new() };
-        let mut works =
-            self.rail_broken(st, old, "the peer gave up this rail (its control rail moved)", evs);
-        // Its endpoint lives on here for a while: what it still carries is
-        // lost now (held for the handover; its late completions are stale).
+        match before {
+            Some(old) => self.give_up_control(
+                st,
+                old,
+                "the peer gave up this rail (its control rail moved)",
+                evs,
+            ),
+            None => Works::new(),
+        }
+    }
+
+    /// This end follows the peer's control rail away from `old`, which
+    /// the peer has given up (the state and harvest locks held): what
+    /// `old`'s EVD holds is handled first (every receive it completed is
+    /// counted before this end's count goes), then the rail ends here,
+    /// what it still carries is held for the handover, and the user's
+    /// receives move to the control rail, in order, behind the endpoint's
+    /// own receive there. The rail's endpoint lives on until the rejoin
+    /// replaces it: what it reports of them later is stale.
+    pub(super) fn give_up_control(
+        &self,
+        st: &mut State,
+        old: usize,
+        reason: &str,
+        evs: &mut UserEvents,
+    ) -> Works {
+        let mut works = Works::new();
+        let mut batch = Batch::new();
+        self.drain_rail(old, &mut batch);
+        for (r, ev) in batch {
+            works.extend(self.on_event(st, r, ev, evs));
+        }
+        if st.ended[old] || st.conn != EpState::Connected {
+            return works;
+        }
+        works.extend(self.rail_broken(st, old, reason, evs));
         let front = st.front_id;
         let owed: Vec<(u64, usize)> = st
             .reqs
@@ -170,23 +205,29 @@ impl Core {
             self.reissue(st, old, id, idx, &mut works);
         }
         st.completed[old] = st.posted[old];
-        // The user's receives move to the new control rail now, in order,
-        // behind the endpoint's own receive there (the old rail's endpoint
-        // may hold them for a while yet: what it reports of them is stale).
-        let old_ep = st.cur[old];
-        let (front, new_ep) = (st.recv_front, st.cur[rail]);
+        let Some(ctl) = st.planner.control_rail() else { return works };
+        let (old_ep, new_ep, front) = (st.cur[old], st.cur[ctl], st.recv_front);
         for i in 0..st.recvs.len() {
             let Some(r) = st.recvs[i].as_ref().filter(|r| r.on == old_ep && r.held.is_none())
             else {
                 continue;
             };
-            if self.post_recv_on(rail, front + i as u64, &r.local).is_ok() {
+            if self.post_recv_on(ctl, front + i as u64, &r.local).is_ok() {
                 if let Some(r) = st.recvs[i].as_mut() {
                     r.on = new_ep;
                 }
             }
         }
         works
+    }
+
+    /// Message number `m` was given up (its message took no receive at
+    /// the peer): every later message moves down by one.
+    pub(super) fn unnumber(&self, st: &mut State, m: u64) {
+        for r in st.reqs.iter_mut().filter(|r| r.msg > m) {
+            r.msg -= 1;
+        }
+        st.sent_msgs -= 1;
     }
 
     /// The handover's next steps, as far as they can go now: this end's
@@ -196,7 +237,13 @@ impl Core {
         let mut works = Works::new();
         let Some(h) = st.handover.as_ref() else { return works };
         let new = h.new;
-        if !h.sent && h.olds.iter().all(|&r| st.ended[r]) {
+        // Every old control rail has ended here (or been replaced), and no
+        // work handed to its thread can still fail over behind the count.
+        let drained = h.olds.iter().all(|&(r, ep)| {
+            (st.ended[r] || st.cur[r] != ep)
+                && self.rails[r].pending.load(std::sync::atomic::Ordering::Acquire) == 0
+        });
+        if !h.sent && drained {
             let at = 8 * self.rails.len() as u64;
             let _ = self.notice_mem.store_u64(at, st.recv_msgs);
             st.posted[new] += 1;
@@ -215,8 +262,11 @@ impl Core {
         let Some(peer) = st.handover.as_ref().filter(|h| h.sent).and_then(|h| h.peer) else {
             return works;
         };
-        let h = st.handover.take().expect("handover");
+        let mut h = st.handover.take().expect("handover");
         st.peer_took = st.peer_took.max(peer);
+        // In posting order (two old rails' stripes may have failed
+        // interleaved).
+        h.held.sort_unstable();
         tracing::debug!(target: "rmr::multirail", ep = self.id.0, control = new, sent = st.recv_msgs, peer, held = h.held.len(), "control rail handed over");
         for (id, idx) in h.held {
             let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { continue };

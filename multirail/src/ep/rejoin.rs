@@ -452,8 +452,9 @@ impl Core {
                     st.planner.set_control(r.rail);
                     self.control_moved(&mut st, Some(k));
                     let mut evs = UserEvents::new();
-                    self.drop_rail(&mut st, k, "the peer's control rail moved", &mut evs);
-                    let works = self.handover_step(&mut st);
+                    let mut works =
+                        self.give_up_control(&mut st, k, "the peer's control rail moved", &mut evs);
+                    works.extend(self.handover_step(&mut st));
                     if !works.is_empty() {
                         self.issue(works);
                     }
@@ -652,7 +653,8 @@ impl Core {
     /// Ends rail `rail` here (the state lock held): its loss, with the
     /// work that fails over posted at once; the user's events into `evs`.
     fn drop_rail(&self, st: &mut State, rail: usize, reason: &str, evs: &mut UserEvents) {
-        let works = self.rail_broken(st, rail, reason, evs);
+        let mut works = self.rail_broken(st, rail, reason, evs);
+        works.extend(self.handover_step(st));
         if !works.is_empty() {
             self.issue(works);
         }
