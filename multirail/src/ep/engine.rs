@@ -126,7 +126,12 @@ impl LineShared {
                         if let Err(e) = c.post_work(&w) {
                             c.fail(&w, &e);
                         }
-                        c.rails[r].pending.fetch_sub(1, Ordering::AcqRel);
+                        let was = c.rails[r].pending.fetch_sub(1, Ordering::AcqRel);
+                        // The last work a lost control rail owed: the
+                        // handover may go on now.
+                        if was == 1 && c.handing_over.load(Ordering::Acquire) {
+                            c.step_handover();
+                        }
                         if !active.iter().any(|a| Arc::ptr_eq(a, &c)) {
                             active.push(c);
                         }

@@ -76,6 +76,7 @@ impl Core {
         if old == new || st.conn != EpState::Connected {
             return;
         }
+        self.handing_over.store(true, std::sync::atomic::Ordering::Release);
         let h = st.handover.get_or_insert_with(|| Handover {
             olds: SmallVec::new(),
             new,
@@ -263,6 +264,7 @@ impl Core {
             return works;
         };
         let mut h = st.handover.take().expect("handover");
+        self.handing_over.store(false, std::sync::atomic::Ordering::Release);
         st.peer_took = st.peer_took.max(peer);
         // In posting order (two old rails' stripes may have failed
         // interleaved).
@@ -280,6 +282,21 @@ impl Core {
             }
         }
         works
+    }
+
+    /// [`Core::handover_step`] outside a harvest (a rail thread posted the
+    /// last work a lost control rail owed), with what follows from it.
+    pub(super) fn step_handover(&self) {
+        let mut evs = UserEvents::new();
+        let mut st = self.lock();
+        let mut works = self.handover_step(&mut st);
+        works.extend(self.release_deferred(&mut st));
+        self.release(&mut st, &mut evs);
+        if !works.is_empty() {
+            self.issue(works);
+        }
+        drop(st);
+        self.deliver(evs);
     }
 
     /// Stripe `idx` of request `id`, a message the peer's count showed it
@@ -323,6 +340,7 @@ impl Core {
     /// fail with `status`.
     pub(super) fn end_handover(&self, st: &mut State, status: Status) {
         let Some(h) = st.handover.take() else { return };
+        self.handing_over.store(false, std::sync::atomic::Ordering::Release);
         for (id, idx) in h.held {
             let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { continue };
             if req.stripes[idx].done {

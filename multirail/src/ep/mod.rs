@@ -124,6 +124,7 @@ impl MrEp {
             rejoin,
             notice,
             notice_mem,
+            handing_over: AtomicBool::new(false),
             cfg,
         };
         let core = Arc::new_cyclic(make);

@@ -321,6 +321,9 @@ pub(crate) struct Core {
     /// every rail, and its memory.
     pub(super) notice: Arc<MrLmrInner>,
     pub(super) notice_mem: Arc<rmr_api::MemRegion>,
+    /// A handover is in progress (`State::handover`; read without the lock
+    /// by the rail threads).
+    pub(super) handing_over: AtomicBool,
 }
 
 pub(super) type UserEvents = SmallVec<[(u8, Event); 4]>;
