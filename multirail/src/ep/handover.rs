@@ -14,8 +14,11 @@
 //!    holds back the stripes the old control rail loses (and every ordered
 //!    DTO posted meanwhile).
 //! 2. Once the old control rail has ended here (every receive it completed
-//!    has been counted), this end sends, first on the new control rail,
-//!    the number of messages its receives have taken so far.
+//!    has been counted) and its rail thread owes it nothing more, this end
+//!    sends, first on the new control rail, the number of messages its
+//!    receives have taken so far. (A message that took no receive at the
+//!    peer, refused there or never sent, gives its number up, so the two
+//!    ends number the same messages.)
 //! 3. When the peer's count arrives in that receive, every held message
 //!    the peer counted is complete (it was delivered); the rest, and the
 //!    other held stripes, go again on the new control rail, in order; then
@@ -24,7 +27,8 @@
 //! A peer whose control rail has not moved (it has not noticed the loss:
 //! a link cut shows first at the end that sends) gets the count in the
 //! receive its new control rail already holds: it learns the move from it,
-//! ends its old control rail and answers with its own. If the new control
+//! handles what its old control rail's EVD still holds, ends that rail,
+//! moves the user's receives and answers with its own. If the new control
 //! rail is lost as well, the exchange starts over on the next one; with
 //! no rail left the held DTOs fail with the endpoint.
 //!
