@@ -53,6 +53,30 @@ impl Core {
         }
     }
 
+    /// Every stripe rail `rail` (lost, or its endpoint replaced) still owes
+    /// goes again, in posting order, as if the rail had flushed it; its
+    /// late completions are stale from now on, and its counters equal.
+    pub(super) fn reissue_owed(&self, st: &mut State, rail: usize, works: &mut Works) {
+        let front = st.front_id;
+        let owed: Vec<(u64, usize)> = st
+            .reqs
+            .iter()
+            .enumerate()
+            .flat_map(|(i, q)| {
+                q.stripes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.rail == rail && !s.done)
+                    .map(move |(k, _)| (front + i as u64, k))
+            })
+            .collect();
+        for (id, idx) in owed {
+            st.planner.completed(rail, st.reqs[(id - front) as usize].stripes[idx].len);
+            self.reissue(st, rail, id, idx, works);
+        }
+        st.completed[rail] = st.posted[rail];
+    }
+
     /// Rail `rail` broke: the EP goes on with the survivors (`RailDown`
     /// tells the user; the rail is connected again later), or breaks with
     /// the last rail; the rail's silent stripes fail over.

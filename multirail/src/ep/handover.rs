@@ -192,24 +192,7 @@ impl Core {
             return works;
         }
         works.extend(self.rail_broken(st, old, reason, evs));
-        let front = st.front_id;
-        let owed: Vec<(u64, usize)> = st
-            .reqs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, q)| {
-                q.stripes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.rail == old && !s.done)
-                    .map(move |(k, _)| (front + i as u64, k))
-            })
-            .collect();
-        for (id, idx) in owed {
-            st.planner.completed(old, st.reqs[(id - front) as usize].stripes[idx].len);
-            self.reissue(st, old, id, idx, &mut works);
-        }
-        st.completed[old] = st.posted[old];
+        self.reissue_owed(st, old, &mut works);
         let Some(ctl) = st.planner.control_rail() else { return works };
         let (old_ep, new_ep, front) = (st.cur[old], st.cur[ctl], st.recv_front);
         for i in 0..st.recvs.len() {

@@ -580,24 +580,8 @@ impl Core {
         }
         // Whatever the old endpoint still owes goes again on the survivors
         // (its late completions are stale from now on).
-        let front = st.front_id;
-        let owed: Vec<(u64, usize)> = st
-            .reqs
-            .iter()
-            .enumerate()
-            .flat_map(|(i, q)| {
-                q.stripes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.rail == rail && !s.done)
-                    .map(move |(k, _)| (front + i as u64, k))
-            })
-            .collect();
         let mut works = Works::new();
-        for (id, idx) in owed {
-            self.reissue(&mut st, rail, id, idx, &mut works);
-        }
-        st.completed[rail] = st.posted[rail];
+        self.reissue_owed(&mut st, rail, &mut works);
         st.signalled[rail] = st.posted[rail];
         st.probe[rail] = None;
         let old = std::mem::replace(
