@@ -378,10 +378,21 @@ impl Core {
             batch.push((rail, Event::Dto(self.dto(cookie, DtoOp::RdmaWrite, status, 0))));
         }
         let mut works: Works = SmallVec::new();
+        // The peer's counts last: a count may end a rail whose events are
+        // in this batch too, and those must be handled (counted) first.
+        let is_notice = |ev: &Event| matches!(ev, Event::Dto(c) if c.cookie.0 & NOTICE_BIT != 0 && c.cookie.0 & RECV_BIT != 0);
+        let mut notices = Batch::new();
         for (rail, ev) in batch.drain(..) {
+            if is_notice(&ev) {
+                notices.push((rail, ev));
+            } else {
+                works.extend(self.on_event(&mut st, rail, ev, &mut evs));
+            }
+        }
+        for (rail, ev) in notices {
             works.extend(self.on_event(&mut st, rail, ev, &mut evs));
         }
-        works.extend(self.handover_step(&mut st));
+        self.handover_step(&mut st);
         works.extend(self.release_deferred(&mut st));
         self.release(&mut st, &mut evs);
         if !works.is_empty() {

@@ -126,10 +126,12 @@ impl LineShared {
                         if let Err(e) = c.post_work(&w) {
                             c.fail(&w, &e);
                         }
-                        let was = c.rails[r].pending.fetch_sub(1, Ordering::AcqRel);
+                        let was = c.rails[r].pending.fetch_sub(1, Ordering::SeqCst);
                         // The last work a lost control rail owed: the
-                        // handover may go on now.
-                        if was == 1 && c.handing_over.load(Ordering::Acquire) {
+                        // handover may go on now. (SeqCst with the flag's
+                        // store and the step's load of `pending`: one of
+                        // the two sides sees the other.)
+                        if was == 1 && c.handing_over.load(Ordering::SeqCst) {
                             c.step_handover();
                         }
                         if !active.iter().any(|a| Arc::ptr_eq(a, &c)) {

@@ -80,7 +80,7 @@ impl Core {
         if old == new || st.conn != EpState::Connected {
             return;
         }
-        self.handing_over.store(true, std::sync::atomic::Ordering::Release);
+        self.handing_over.store(true, std::sync::atomic::Ordering::SeqCst);
         let h = st.handover.get_or_insert_with(|| Handover {
             olds: SmallVec::new(),
             new,
@@ -139,7 +139,12 @@ impl Core {
         c: &DtoCompletion,
         evs: &mut UserEvents,
     ) -> Works {
-        if !c.status.is_ok() || c.bytes != 8 || c.ep != st.cur[rail] {
+        // (A count on a rail this end has given up, or ended, is stale: the
+        // peer has moved on from it.)
+        if !c.status.is_ok() || c.bytes != 8 || c.ep != st.cur[rail] || st.ended[rail] {
+            return Works::new();
+        }
+        if st.handover.as_ref().is_some_and(|h| h.new != rail) && self.holds(st, rail) {
             return Works::new();
         }
         let Ok(n) = self.notice_mem.load_u64(8 * rail as u64) else { return Works::new() };
@@ -220,17 +225,17 @@ impl Core {
 
     /// The handover's next steps, as far as they can go now: this end's
     /// count once every old control rail has ended; the held stripes once
-    /// the peer's count is in. Returns the work to post.
-    pub(super) fn handover_step(&self, st: &mut State) -> Works {
+    /// the peer's count is in. Posts that work itself, in order.
+    pub(super) fn handover_step(&self, st: &mut State) {
         let mut works = Works::new();
-        let Some(h) = st.handover.as_ref() else { return works };
+        let Some(h) = st.handover.as_ref() else { return };
         let new = h.new;
         // Every old control rail has ended here (or been replaced), and no
         // work handed to its thread can still fail over behind the count.
         let drained = h.olds.iter().all(|&(r, ep)| {
             (st.ended[r] || st.cur[r] != ep)
-                && self.rails[r].pending.load(std::sync::atomic::Ordering::Acquire) == 0
-        });
+                && self.rails[r].pending.load(std::sync::atomic::Ordering::SeqCst) == 0
+        }) && !self.has_failed();
         if !h.sent && drained {
             let at = 8 * self.rails.len() as u64;
             let _ = self.notice_mem.store_u64(at, st.recv_msgs);
@@ -248,10 +253,11 @@ impl Core {
             }
         }
         let Some(peer) = st.handover.as_ref().filter(|h| h.sent).and_then(|h| h.peer) else {
-            return works;
+            self.issue_in_order(works);
+            return;
         };
         let mut h = st.handover.take().expect("handover");
-        self.handing_over.store(false, std::sync::atomic::Ordering::Release);
+        self.handing_over.store(false, std::sync::atomic::Ordering::SeqCst);
         st.peer_took = st.peer_took.max(peer);
         // In posting order (two old rails' stripes may have failed
         // interleaved).
@@ -268,22 +274,25 @@ impl Core {
                 self.send_again(st, id, idx, new, &mut works);
             }
         }
-        works
+        // One at a time: the count first, then the messages in their order,
+        // whatever the engine (fork-join posts a batch's works at once).
+        self.issue_in_order(works);
+    }
+
+    /// Posts `works` one after another, each as a batch of its own.
+    fn issue_in_order(&self, works: Works) {
+        for w in works {
+            self.issue(smallvec::smallvec![w]);
+        }
     }
 
     /// [`Core::handover_step`] outside a harvest (a rail thread posted the
     /// last work a lost control rail owed), with what follows from it.
     pub(super) fn step_handover(&self) {
-        let mut evs = UserEvents::new();
-        let mut st = self.lock();
-        let mut works = self.handover_step(&mut st);
-        works.extend(self.release_deferred(&mut st));
-        self.release(&mut st, &mut evs);
-        if !works.is_empty() {
-            self.issue(works);
-        }
-        drop(st);
-        self.deliver(evs);
+        // As a harvest does (the harvest lock first): failed posts, the
+        // step, the deferred DTOs it frees and the user's events, in order.
+        let _h = self.harvest.lock().unwrap_or_else(|e| e.into_inner());
+        self.handle(&mut Batch::new());
     }
 
     /// Stripe `idx` of request `id`, a message the peer's count showed it
@@ -327,7 +336,7 @@ impl Core {
     /// fail with `status`.
     pub(super) fn end_handover(&self, st: &mut State, status: Status) {
         let Some(h) = st.handover.take() else { return };
-        self.handing_over.store(false, std::sync::atomic::Ordering::Release);
+        self.handing_over.store(false, std::sync::atomic::Ordering::SeqCst);
         for (id, idx) in h.held {
             let Some(req) = st.reqs.get_mut((id - st.front_id) as usize) else { continue };
             if req.stripes[idx].done {

@@ -452,9 +452,9 @@ impl Core {
                     st.planner.set_control(r.rail);
                     self.control_moved(&mut st, Some(k));
                     let mut evs = UserEvents::new();
-                    let mut works =
+                    let works =
                         self.give_up_control(&mut st, k, "the peer's control rail moved", &mut evs);
-                    works.extend(self.handover_step(&mut st));
+                    self.handover_step(&mut st);
                     if !works.is_empty() {
                         self.issue(works);
                     }
@@ -637,8 +637,14 @@ impl Core {
     /// Ends rail `rail` here (the state lock held): its loss, with the
     /// work that fails over posted at once; the user's events into `evs`.
     fn drop_rail(&self, st: &mut State, rail: usize, reason: &str, evs: &mut UserEvents) {
-        let mut works = self.rail_broken(st, rail, reason, evs);
-        works.extend(self.handover_step(st));
+        // The control rail: what it holds and carries, and the receives on
+        // it, go the handover's way.
+        let works = if st.planner.control_rail() == Some(rail) {
+            self.give_up_control(st, rail, reason, evs)
+        } else {
+            self.rail_broken(st, rail, reason, evs)
+        };
+        self.handover_step(st);
         if !works.is_empty() {
             self.issue(works);
         }
