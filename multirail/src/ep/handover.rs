@@ -59,7 +59,7 @@ pub(super) struct Handover {
     pub(super) sent: bool,
     /// The peer's count, from its notice on `new`.
     pub(super) peer: Option<u64>,
-    /// Stripes lost with an old control rail, in the order they failed.
+    /// Stripes lost with an old control rail (sent again in posting order).
     pub(super) held: Vec<(u64, usize)>,
 }
 
@@ -73,8 +73,8 @@ impl Core {
     }
 
     /// The control rail was `before` and may have moved: see
-    /// [`Core::fail_rail`]. Posts the handover's receive on the new one
-    /// before anything else of this end's goes there.
+    /// [`Core::fail_rail`]. (The new one already holds the endpoint's own
+    /// receive for the peer's count: it was not the control rail.)
     pub(super) fn control_moved(&self, st: &mut State, before: Option<usize>) {
         let (Some(old), Some(new)) = (before, st.planner.control_rail()) else { return };
         if old == new || st.conn != EpState::Connected {
