@@ -140,11 +140,7 @@ impl Core {
     ) {
         let kind = req.kind;
         st.reqs.push_back(req);
-        if kind.message() {
-            st.sent_msgs += 1;
-            let n = st.sent_msgs;
-            st.reqs.back_mut().expect("just queued").msg = n;
-        }
+        Self::number_message(&mut st);
         // Fence: ordered operations wait for earlier stripes on other rails;
         // BARRIER_FENCE waits for every earlier stripe.
         let ctl = st.planner.control_rail().unwrap_or(0);
@@ -173,6 +169,16 @@ impl Core {
         self.issue(works);
         drop(st);
         self.deliver(evs);
+    }
+
+    /// The request just queued, if a message, gets the next message number
+    /// (see the `handover` module).
+    #[inline]
+    pub(super) fn number_message(st: &mut State) {
+        if let Some(r) = st.reqs.back_mut().filter(|r| r.kind.message()) {
+            st.sent_msgs += 1;
+            r.msg = st.sent_msgs;
+        }
     }
 
     /// Without rail threads nobody makes progress but the caller: a fenced
@@ -343,11 +349,7 @@ impl Core {
         let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
         let stripe = StripeRec { rail, off: 0, len: bytes, done: false, seq, time: None };
         st.reqs.push_back(Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]));
-        if what.1.message() {
-            st.sent_msgs += 1;
-            let n = st.sent_msgs;
-            st.reqs.back_mut().expect("just queued").msg = n;
-        }
+        Self::number_message(st);
     }
 
     /// The rail a DTO goes to whole, now and from the caller, if it can:
