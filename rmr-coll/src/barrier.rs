@@ -52,11 +52,15 @@ pub struct BarrierConfig {
     pub shm: bool,
     /// Limit of any one wait (a dead peer is an error after this long).
     pub timeout: Duration,
-    /// How long a wait on a TCP-backend EVD spins before it blocks in
-    /// `poll(2)`. `None` (the default): the EVD's own spin
-    /// (`RMR_EVD_SPIN_US`, 50 µs) when the node has a core per local
-    /// process, none when it is oversubscribed (a spinning waiter takes
-    /// the core its partner needs to answer).
+    /// How long a wait spins before it sleeps: on a TCP-backend EVD
+    /// before it blocks in `poll(2)`, and in the node's shared memory
+    /// before it sleeps in `futex(2)`. `None` (the default): when the node
+    /// has a core per local process, the EVD's own spin (`RMR_EVD_SPIN_US`,
+    /// 50 µs) and 1 ms in shared memory (a wake-up out of `futex(2)` costs
+    /// tens of microseconds on a virtual machine, paid by the whole node);
+    /// when it is oversubscribed, no spin on the EVD and a few hundred
+    /// looks in shared memory (a spinning waiter takes the core its partner
+    /// needs to answer). A value given here replaces both defaults.
     pub spin: Option<Duration>,
 }
 
@@ -96,6 +100,7 @@ impl Barrier {
     pub fn new(boot: &Bootstrap, ia: &Arc<dyn Ia>, cfg: &BarrierConfig) -> Result<Barrier> {
         let nodes = boot.nodes();
         let (rank, lrank, lsize) = (boot.rank(), boot.local_rank(), boot.local_size());
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
         let mut tree = None;
         if cfg.shm {
             let node = nodes.node_of(rank);
@@ -115,7 +120,12 @@ impl Barrier {
                     // Everybody mapped it: the name can go (no leftovers after a crash).
                     s.unlink()?;
                 }
-                tree = Some(NodeTree::new(s, lrank, lsize, cfg.timeout));
+                let spin = cfg.spin.unwrap_or(if lsize > cores {
+                    Duration::ZERO
+                } else {
+                    crate::shm::NODE_SPIN
+                });
+                tree = Some(NodeTree::new(s, lrank, lsize, cfg.timeout, spin));
             }
         }
         let member_ranks: Vec<usize> =
@@ -143,7 +153,6 @@ impl Barrier {
             )?;
             if let Some(links) = links {
                 let me = links.me;
-                let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
                 let spin = cfg.spin.or((lsize > cores).then_some(Duration::ZERO));
                 let waiter = Waiter::new(evd.clone(), cfg.timeout, spin);
                 let sig: Box<dyn Signals> = match slots {

@@ -53,9 +53,11 @@
 //! ([`rmr_api::Evd::progress_until`]): on a TCP EVD they drive the endpoints'
 //! sockets themselves, blocking in
 //! `poll(2)` after a short spin; other EVDs are polled with
-//! [`rmr_api::Evd::dequeue`]. Every other poll loop (shared memory, other
-//! EVDs) spins briefly, then yields, then sleeps with a growing backoff,
-//! so more processes than cores still finish quickly.
+//! [`rmr_api::Evd::dequeue`], spinning, then yielding, then sleeping with
+//! a growing backoff, so more processes than cores still finish quickly.
+//! Inside a node, the shared-memory tree spins (1 ms where every local
+//! process has a core, a few hundred looks on an oversubscribed node:
+//! [`BarrierConfig::spin`]), then sleeps in `futex(2)` until it is woken.
 //!
 //! ## Thread safety
 //! A [`Barrier`] belongs to one thread of its process (`wait` takes

@@ -138,10 +138,16 @@ fn low32(w: &AtomicU64) -> *const u32 {
     if cfg!(target_endian = "big") { p.wrapping_add(1) } else { p }
 }
 
-/// Polls before a wait sleeps in the kernel: long enough to catch a peer
-/// that is running on another core, short enough not to steal the core
-/// from the one it waits for on an oversubscribed node.
+/// Polls before a wait sleeps in the kernel, at least: long enough to
+/// catch a peer that is running on another core, short enough not to
+/// steal the core from the one it waits for on an oversubscribed node
+/// (where that is all a wait spins).
 const SPINS: u32 = 200;
+
+/// How long a wait spins before it sleeps where the node has a core per
+/// local process and the barrier's settings leave the spin to us (about
+/// what an OpenMP runtime's active wait spins).
+pub(crate) const NODE_SPIN: Duration = Duration::from_millis(1);
 
 /// Longest single futex sleep (the deadline is checked between them).
 const NAP: Duration = Duration::from_millis(50);
@@ -155,27 +161,38 @@ pub(crate) fn tree_words(local_size: usize) -> usize {
 /// The flat tree of one node: word 0 is the master's release word, word
 /// `1 + l` the arrival flag of local rank `l`. Back-to-back barriers are
 /// told apart by the sequence number stored (flags only grow). A process
-/// that waits spins briefly, then sleeps in `futex(2)` on the word it waits
-/// for; the process that changes that word wakes it, but only when someone
-/// announced (in a sleepers word) that they sleep, so a barrier whose
-/// processes all run costs no system call.
+/// that waits spins (at least [`SPINS`] looks, then until its `spin` time
+/// is up), then sleeps in `futex(2)` on the word it waits for; the process
+/// that changes that word wakes it, but only when someone announced (in a
+/// sleepers word) that they sleep, so a barrier whose processes all run
+/// costs no system call.
+///
+/// Why spin long where every process has a core: a wake-up out of
+/// `futex(2)` takes tens of microseconds on a virtual machine, and a
+/// barrier where one process sleeps pays it once or twice (the master's
+/// wake-up, then the release's), every time the processes arrive further
+/// apart than a short spin.
 pub(crate) struct NodeTree {
     shm: ShmWords,
     local_rank: usize,
     local_size: usize,
     timeout: Duration,
+    /// How long a wait spins before it sleeps (beyond its first [`SPINS`] looks).
+    spin: Duration,
 }
 
 impl NodeTree {
-    /// `shm` must hold [`tree_words`]`(local_size)` words.
+    /// `shm` must hold [`tree_words`]`(local_size)` words. A wait spins
+    /// for `spin` (at least [`SPINS`] looks) before it sleeps.
     pub(crate) fn new(
         shm: ShmWords,
         local_rank: usize,
         local_size: usize,
         timeout: Duration,
+        spin: Duration,
     ) -> Self {
         assert!(shm.len() >= tree_words(local_size), "node tree mapping too small");
-        NodeTree { shm, local_rank, local_size, timeout }
+        NodeTree { shm, local_rank, local_size, timeout, spin }
     }
 
     pub(crate) fn is_master(&self) -> bool {
@@ -208,9 +225,17 @@ impl NodeTree {
         sleepers: &AtomicU64,
         done: impl Fn() -> bool,
     ) -> Result<()> {
-        for i in 0..SPINS {
+        let start = Instant::now();
+        for i in 0u64.. {
             if done() {
                 return Ok(());
+            }
+            // The clock is read once in 64 looks, and not at all when the
+            // spin is the short one.
+            if i >= u64::from(SPINS)
+                && (self.spin.is_zero() || i % 64 == 0 && start.elapsed() >= self.spin)
+            {
+                break;
             }
             if i % 64 == 63 {
                 std::thread::yield_now();
@@ -286,7 +311,15 @@ mod tests {
 
     #[test]
     fn a_flat_tree_in_threads() {
-        let p = std::env::temp_dir().join(format!("rmr-coll-tree-test-{}", std::process::id()));
+        // The short spin, and a spin that some waits outlast (the late
+        // processes sleep 300 us) and then sleep.
+        for (k, spin) in [Duration::ZERO, Duration::from_micros(200)].into_iter().enumerate() {
+            flat_tree_in_threads(k, spin);
+        }
+    }
+
+    fn flat_tree_in_threads(k: usize, spin: Duration) {
+        let p = std::env::temp_dir().join(format!("rmr-coll-tree-test-{}-{k}", std::process::id()));
         let n = 4;
         let trees: Vec<NodeTree> = (0..n)
             .map(|l| {
@@ -295,7 +328,7 @@ mod tests {
                 } else {
                     ShmWords::open(&p, tree_words(n))
                 };
-                NodeTree::new(s.unwrap(), l, n, Duration::from_secs(10))
+                NodeTree::new(s.unwrap(), l, n, Duration::from_secs(10), spin)
             })
             .collect();
         trees[0].shm.unlink().unwrap();
@@ -325,6 +358,34 @@ mod tests {
     }
 
     #[test]
+    fn a_wait_spins_its_spin_time_before_it_sleeps() {
+        let p = std::env::temp_dir().join(format!("rmr-coll-spin-test-{}", std::process::id()));
+        let n = 2;
+        let trees: Vec<NodeTree> = (0..n)
+            .map(|l| {
+                let s = if l == 0 {
+                    ShmWords::create(&p, tree_words(n))
+                } else {
+                    ShmWords::open(&p, tree_words(n))
+                };
+                NodeTree::new(s.unwrap(), l, n, Duration::from_secs(30), Duration::from_secs(20))
+            })
+            .collect();
+        trees[0].shm.unlink().unwrap();
+        // The master comes 50 ms late, well within the 20 s spin: the
+        // other process is still spinning (it never announced a sleep)
+        // and leaves when released.
+        std::thread::scope(|sc| {
+            sc.spawn(|| trees[1].arrive_and_wait(1).unwrap());
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0, "still spinning");
+            trees[0].gather(1).unwrap();
+            trees[0].release(1);
+        });
+        assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
     fn sleepers_are_woken_and_a_missing_process_times_out() {
         let p = std::env::temp_dir().join(format!("rmr-coll-sleep-test-{}", std::process::id()));
         let n = 3;
@@ -336,7 +397,7 @@ mod tests {
                 } else {
                     ShmWords::open(&p, tree_words(n))
                 };
-                NodeTree::new(s.unwrap(), l, n, t)
+                NodeTree::new(s.unwrap(), l, n, t, Duration::ZERO)
             })
             .collect();
         trees[0].shm.unlink().unwrap();
