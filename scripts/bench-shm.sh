@@ -19,7 +19,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
-command -v mpicc >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null; }
+# mpicc alone is not enough (another package may bring the wrapper): the
+# headers must be there too.
+if ! command -v mpicc >/dev/null || ! echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null
+fi
 command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc >/dev/null; }
 OUT=$(mktemp -d /tmp/rmr-shm-bench.XXXXXX)
 B=$PWD/target/release/rmr-bench
