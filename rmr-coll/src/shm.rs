@@ -309,6 +309,24 @@ mod tests {
         assert!(matches!(ShmWords::open(&p, 3), Err(Error::Shm { .. })));
     }
 
+    /// `n` processes' views of one node tree (in one process), its file
+    /// already unlinked.
+    fn trees(name: &str, n: usize, timeout: Duration, spin: Duration) -> Vec<NodeTree> {
+        let p = std::env::temp_dir().join(format!("rmr-coll-{name}-{}", std::process::id()));
+        let trees: Vec<NodeTree> = (0..n)
+            .map(|l| {
+                let s = if l == 0 {
+                    ShmWords::create(&p, tree_words(n))
+                } else {
+                    ShmWords::open(&p, tree_words(n))
+                };
+                NodeTree::new(s.unwrap(), l, n, timeout, spin)
+            })
+            .collect();
+        trees[0].shm.unlink().unwrap();
+        trees
+    }
+
     #[test]
     fn a_flat_tree_in_threads() {
         // The short spin, and a spin that some waits outlast (the late
@@ -319,19 +337,8 @@ mod tests {
     }
 
     fn flat_tree_in_threads(k: usize, spin: Duration) {
-        let p = std::env::temp_dir().join(format!("rmr-coll-tree-test-{}-{k}", std::process::id()));
         let n = 4;
-        let trees: Vec<NodeTree> = (0..n)
-            .map(|l| {
-                let s = if l == 0 {
-                    ShmWords::create(&p, tree_words(n))
-                } else {
-                    ShmWords::open(&p, tree_words(n))
-                };
-                NodeTree::new(s.unwrap(), l, n, Duration::from_secs(10), spin)
-            })
-            .collect();
-        trees[0].shm.unlink().unwrap();
+        let trees = trees(&format!("tree-test-{k}"), n, Duration::from_secs(10), spin);
         let entered: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
         std::thread::scope(|sc| {
             for (l, t) in trees.iter().enumerate() {
@@ -359,19 +366,7 @@ mod tests {
 
     #[test]
     fn a_wait_spins_its_spin_time_before_it_sleeps() {
-        let p = std::env::temp_dir().join(format!("rmr-coll-spin-test-{}", std::process::id()));
-        let n = 2;
-        let trees: Vec<NodeTree> = (0..n)
-            .map(|l| {
-                let s = if l == 0 {
-                    ShmWords::create(&p, tree_words(n))
-                } else {
-                    ShmWords::open(&p, tree_words(n))
-                };
-                NodeTree::new(s.unwrap(), l, n, Duration::from_secs(30), Duration::from_secs(20))
-            })
-            .collect();
-        trees[0].shm.unlink().unwrap();
+        let trees = trees("spin-test", 2, Duration::from_secs(30), Duration::from_secs(20));
         // The master comes 50 ms late, well within the 20 s spin: the
         // other process is still spinning (it never announced a sleep)
         // and leaves when released.
@@ -387,20 +382,8 @@ mod tests {
 
     #[test]
     fn sleepers_are_woken_and_a_missing_process_times_out() {
-        let p = std::env::temp_dir().join(format!("rmr-coll-sleep-test-{}", std::process::id()));
-        let n = 3;
         let t = Duration::from_millis(300);
-        let trees: Vec<NodeTree> = (0..n)
-            .map(|l| {
-                let s = if l == 0 {
-                    ShmWords::create(&p, tree_words(n))
-                } else {
-                    ShmWords::open(&p, tree_words(n))
-                };
-                NodeTree::new(s.unwrap(), l, n, t, Duration::ZERO)
-            })
-            .collect();
-        trees[0].shm.unlink().unwrap();
+        let trees = trees("sleep-test", 3, t, Duration::ZERO);
         // The master comes late: both others are asleep in the futex by then
         // (they announced it) and still leave at once when released.
         std::thread::scope(|sc| {
