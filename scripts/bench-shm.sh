@@ -19,12 +19,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
-# mpicc alone is not enough (another package may bring the wrapper): the
-# headers must be there too.
-if ! command -v mpicc >/dev/null || ! echo '#include <mpi.h>' | mpicc -E -x c - >/dev/null 2>&1; then
+command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc >/dev/null; }
+# mpicc alone is not enough (another package may bring the wrapper): Open
+# MPI's headers and its mpirun must be there too.
+if ! command -v mpicc >/dev/null || ! command -v mpirun >/dev/null ||
+  ! printf '#include <mpi.h>\n#ifndef OPEN_MPI\n#error not Open MPI\n#endif\n' | mpicc -E -x c - >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenmpi-dev openmpi-bin >/dev/null
 fi
-command -v cc >/dev/null || { apt-get update -qq && apt-get install -y -qq gcc >/dev/null; }
 OUT=$(mktemp -d /tmp/rmr-shm-bench.XXXXXX)
 B=$PWD/target/release/rmr-bench
 cleanup() {

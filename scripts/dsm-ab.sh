@@ -6,12 +6,14 @@
 # single-threaded process for reference, then two and four single-threaded
 # processes old then new (every other round new then old), at 256 and 1024
 # rows, ITERS iterations (default 200: long enough that one run's figure
-# is not a few scheduling hiccups). Prints every round and the medians, in
-# microseconds per iteration.
+# is not a few scheduling hiccups). Prints every round (also to LOG, default
+# bench-out/dsm-ab.txt) and the medians, in microseconds per iteration. A
+# run whose results differ from one process's (grid, matrix-vector product)
+# stops the script. The old build's worktree stays in /tmp for the next run.
 #   scripts/dsm-ab.sh [REV] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-REV=${1:-HEAD~1}; ROUNDS=${2:-7}; ITERS=${ITERS:-200}
+REV=$(git rev-parse --verify "${1:-HEAD~1}^{commit}"); ROUNDS=${2:-7}; ITERS=${ITERS:-200}
 OLD=/tmp/rmr-dsm-ab-old
 LOG=${LOG:-bench-out/dsm-ab.txt}
 mkdir -p "$(dirname "$LOG")"
@@ -20,9 +22,11 @@ NEW_D=$PWD/target/release/examples/dsm
 if [ ! -d "$OLD" ]; then git worktree add -f --detach "$OLD" "$REV" >/dev/null; else git -C "$OLD" checkout -q --detach "$REV"; fi
 (cd "$OLD" && CARGO_TARGET_DIR=$OLD/target cargo build --release -q -p rmr-examples --example dsm)
 OLD_D=$OLD/target/release/examples/dsm
-run() { # binary procs rows -> us per iteration (bit-identical checked)
-  RAYON_NUM_THREADS=1 "$1" --sweep "$2" --rows "$3" --iters "$ITERS" --locks 20 2>/dev/null |
-    awk -v p="$2" '$1 == p { if ($3 != "true") { print "not-identical"; exit 1 } print $2 }'
+run() { # binary procs rows -> us per iteration (results checked)
+  RAYON_NUM_THREADS=1 "$1" --sweep "$2" --rows "$3" --iters "$ITERS" --locks 20 |
+    awk -v p="$2" -v b="$1" '$1 == p {
+      if ($3 != "true" || $5 != "true") { print b " --sweep " p ": results differ from one process" > "/dev/stderr"; exit 1 }
+      print $2 }'
 }
 for r in $(seq 1 "$ROUNDS"); do
   line="round $r:"
@@ -53,9 +57,9 @@ for l in open(sys.argv[1]):
             j += 5
         i = j
 print("medians, us per iteration:")
-for (r, k), v in sorted(rows.items()):
+for (r, k), v in sorted(rows.items(), key=lambda kv: (int(kv[0][0]), kv[0][1])):
     print(f"  {r} rows, {k}: {st.median(v):.1f}")
-for r in sorted({k[0] for k in rows}):
+for r in sorted({k[0] for k in rows}, key=int):
     one = st.median(rows[(r, "1p")])
     for p in ("2p", "4p"):
         o, n = st.median(rows[(r, p + " old")]), st.median(rows[(r, p + " new")])

@@ -60,7 +60,12 @@ pub struct BarrierConfig {
     /// tens of microseconds on a virtual machine, paid by the whole node);
     /// when it is oversubscribed, no spin on the EVD and a few hundred
     /// looks in shared memory (a spinning waiter takes the core its partner
-    /// needs to answer). A value given here replaces both defaults.
+    /// needs to answer). "A core per local process" counts the machine's
+    /// online CPUs, once, when the barrier is made (as an OpenMP runtime
+    /// decides its active wait); the EVD's spin also stops while the
+    /// machine has more runnable threads than CPUs. A value given here
+    /// replaces both defaults; a wait's spin never outlasts `timeout`, and
+    /// in shared memory a wait always looks a few hundred times first.
     pub spin: Option<Duration>,
 }
 
@@ -100,7 +105,9 @@ impl Barrier {
     pub fn new(boot: &Bootstrap, ia: &Arc<dyn Ia>, cfg: &BarrierConfig) -> Result<Barrier> {
         let nodes = boot.nodes();
         let (rank, lrank, lsize) = (boot.rank(), boot.local_rank(), boot.local_size());
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        // The machine's CPUs, not this process's affinity: ranks pinned one
+        // per core still have a core each.
+        let cores = rmr_api::provider::online_cpus();
         let mut tree = None;
         if cfg.shm {
             let node = nodes.node_of(rank);

@@ -161,7 +161,7 @@ pub(crate) fn tree_words(local_size: usize) -> usize {
 /// The flat tree of one node: word 0 is the master's release word, word
 /// `1 + l` the arrival flag of local rank `l`. Back-to-back barriers are
 /// told apart by the sequence number stored (flags only grow). A process
-/// that waits spins (at least [`SPINS`] looks, then until its `spin` time
+/// that waits spins (at least [`SPINS`] looks, and until its `spin` time
 /// is up), then sleeps in `futex(2)` on the word it waits for; the process
 /// that changes that word wakes it, but only when someone announced (in a
 /// sleepers word) that they sleep, so a barrier whose processes all run
@@ -177,13 +177,15 @@ pub(crate) struct NodeTree {
     local_rank: usize,
     local_size: usize,
     timeout: Duration,
-    /// How long a wait spins before it sleeps (beyond its first [`SPINS`] looks).
+    /// How long a wait spins before it sleeps, counted from the wait's
+    /// start (it looks at least [`SPINS`] times either way).
     spin: Duration,
 }
 
 impl NodeTree {
     /// `shm` must hold [`tree_words`]`(local_size)` words. A wait spins
-    /// for `spin` (at least [`SPINS`] looks) before it sleeps.
+    /// for `spin` (at least [`SPINS`] looks; at most `timeout`) before it
+    /// sleeps.
     pub(crate) fn new(
         shm: ShmWords,
         local_rank: usize,
@@ -192,7 +194,7 @@ impl NodeTree {
         spin: Duration,
     ) -> Self {
         assert!(shm.len() >= tree_words(local_size), "node tree mapping too small");
-        NodeTree { shm, local_rank, local_size, timeout, spin }
+        NodeTree { shm, local_rank, local_size, timeout, spin: spin.min(timeout) }
     }
 
     pub(crate) fn is_master(&self) -> bool {
@@ -225,13 +227,16 @@ impl NodeTree {
         sleepers: &AtomicU64,
         done: impl Fn() -> bool,
     ) -> Result<()> {
+        // The timeout counts from here, spin included (the spin is at most
+        // the timeout, see `new`).
         let start = Instant::now();
+        let deadline = start + self.timeout;
         for i in 0u64.. {
             if done() {
                 return Ok(());
             }
-            // The clock is read once in 64 looks, and not at all when the
-            // spin is the short one.
+            // Past the first looks, the clock is read once in 64 looks, and
+            // not at all when the spin is the short one.
             if i >= u64::from(SPINS)
                 && (self.spin.is_zero() || i % 64 == 0 && start.elapsed() >= self.spin)
             {
@@ -243,7 +248,6 @@ impl NodeTree {
                 std::hint::spin_loop();
             }
         }
-        let deadline = Instant::now() + self.timeout;
         loop {
             sleepers.fetch_add(1, Ordering::SeqCst);
             let seen = word.load(Ordering::SeqCst);
@@ -374,6 +378,22 @@ mod tests {
             sc.spawn(|| trees[1].arrive_and_wait(1).unwrap());
             std::thread::sleep(Duration::from_millis(50));
             assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0, "still spinning");
+            trees[0].gather(1).unwrap();
+            trees[0].release(1);
+        });
+        assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_wait_sleeps_once_its_spin_is_over() {
+        let trees = trees("spun-test", 2, Duration::from_secs(30), Duration::from_millis(1));
+        // The master comes 200 ms late, long after the 1 ms spin: the other
+        // process sleeps in the futex (it announced it) and leaves when
+        // released.
+        std::thread::scope(|sc| {
+            sc.spawn(|| trees[1].arrive_and_wait(1).unwrap());
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 1, "asleep");
             trees[0].gather(1).unwrap();
             trees[0].release(1);
         });

@@ -56,7 +56,11 @@ fn runnable_excess() -> u8 {
 
 /// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
 /// that cannot be read, the CPUs this process may use.
-fn online_cpus() -> usize {
+/// The machine's online CPUs (`/sys/devices/system/cpu/online`; where it
+/// cannot be read, the CPUs this process may run on). Not this process's
+/// affinity: ranks pinned one per core each see one CPU there, while the
+/// node still has a core for each of them.
+pub fn online_cpus() -> usize {
     std::fs::read_to_string("/sys/devices/system/cpu/online")
         .ok()
         .and_then(|l| count_cpu_list(&l))

@@ -39,7 +39,7 @@ pub use crate::conformance_suite;
 
 pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{RemoteTarget, check_local_sges, completion_result};
-pub use cpus::cpus_idle;
+pub use cpus::{cpus_idle, online_cpus};
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
 pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
 
