@@ -12,7 +12,9 @@
 # rmr-bench allocates in shared memory for shm, so they are copies through
 # a mapping; `shm-cma` the same with the mapping off, RMR_SHM_MAP=0, as for
 # a heap buffer: cross-memory attach; MPI: a 64-message window, osu_bw's
-# method). rmr clients on CPU 0, servers on CPU 1. Prints each round, then
+# method; rmr: BW_SAMPLES samples of 20 writes each, default 100, so that a
+# run lasts tens of milliseconds, not a few, beside memcpy's half second).
+# rmr clients on CPU 0, servers on CPU 1. Prints each round, then
 # per figure the median of the rounds and the goals' verdicts; writes the
 # table to benches/checks/shm.md (BENCHMARKS.md includes it).
 #   scripts/bench-shm.sh [ROUNDS]
@@ -42,6 +44,7 @@ taskset -c 1 "$B" server --backend shm --rails shmbench --port 7750 --idle 600 >
 taskset -c 1 "$B" server --backend tcp --rails 127.0.0.1 --port 7760 --idle 600 >/dev/null 2>&1 &
 sleep 1
 LAT_ITERS=${LAT_ITERS:-20000}
+BW_SAMPLES=${BW_SAMPLES:-100}
 rmr() { # backend rails port test size [iters]
   taskset -c 0 "$B" client --backend "$1" --rails "$2" --port "$3" --test "$4" --sizes "$5" \
     ${6:+--iters $6} --json | python3 -c '
@@ -62,13 +65,13 @@ for r in $(seq 1 "$ROUNDS"); do
       tcp-lat) v=$(rmr tcp 127.0.0.1 7760 lat 8 "$LAT_ITERS");;
       mpi-lat) v=$(mpi lat 8 "$LAT_ITERS");;
       floor-lat) v=$("$OUT/shm_floor" 100000 | awk '{print $2}');;
-      shm-1M) v=$(rmr shm shmbench 7750 bw 1M);;
-      shm-cma-1M) v=$(RMR_SHM_MAP=0 rmr shm shmbench 7750 bw 1M);;
-      tcp-1M) v=$(rmr tcp 127.0.0.1 7760 bw 1M);;
+      shm-1M) v=$(rmr shm shmbench 7750 bw 1M "$BW_SAMPLES");;
+      shm-cma-1M) v=$(RMR_SHM_MAP=0 rmr shm shmbench 7750 bw 1M "$BW_SAMPLES");;
+      tcp-1M) v=$(rmr tcp 127.0.0.1 7760 bw 1M "$BW_SAMPLES");;
       mpi-1M) v=$(mpi bw 1048576 40);;
       mem-1M) v=$(taskset -c 0 "$OUT/memcpy_bw" 1048576 | awk '{print $2}');;
-      shm-4M) v=$(rmr shm shmbench 7750 bw 4M);;
-      tcp-4M) v=$(rmr tcp 127.0.0.1 7760 bw 4M);;
+      shm-4M) v=$(rmr shm shmbench 7750 bw 4M "$BW_SAMPLES");;
+      tcp-4M) v=$(rmr tcp 127.0.0.1 7760 bw 4M "$BW_SAMPLES");;
       mpi-4M) v=$(mpi bw 4194304 10);;
       mem-4M) v=$(taskset -c 0 "$OUT/memcpy_bw" 4194304 | awk '{print $2}');;
     esac
