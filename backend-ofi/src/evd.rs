@@ -32,6 +32,7 @@
 use crate::cq::Cqe;
 use crate::ffi::{Cq, Domain, EventFd, Fabric};
 use crate::ia::IaShared;
+use rmr_api::provider::clock::now_ns;
 use rmr_api::provider::{Driver, Interest, SoftEvd, WaitOn};
 use rmr_api::{Evd, Event, Result};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
@@ -54,12 +55,6 @@ const LINGER: Duration = Duration::from_millis(1);
 /// Stand-back naps (of [`LINGER`]) after which the progress thread sleeps
 /// until the last waiter kicks it on leaving (a long wait).
 const DEEP_AFTER: u32 = 8;
-
-/// Nanoseconds since the first call (a monotonic stamp that fits an atomic).
-fn now_ns() -> u64 {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
 
 /// Without a usable wait fd: how often a CQ is read while nothing moves.
 pub(crate) const NAP: Duration = Duration::from_micros(200);

@@ -23,11 +23,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-fn base() -> Instant {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
 /// Largest payload a frame may have to be held for batching.
 pub(crate) const HOLD_FRAME: u64 = 4 << 10;
 /// A held batch is sent once it reaches this size.
@@ -173,10 +168,8 @@ impl Tx {
         self.queued.store(st.queue.len(), Ordering::Release);
         self.has_queue.store(!st.queue.is_empty(), Ordering::SeqCst);
         let any = !st.held.is_empty();
-        let at = st
-            .held_since
-            .filter(|_| any)
-            .map_or(0, |t| (t.saturating_duration_since(base()).as_nanos() as u64).max(1));
+        let at =
+            st.held_since.filter(|_| any).map_or(0, |t| rmr_api::provider::clock::ns_of(t).max(1));
         self.held_at.store(at, Ordering::SeqCst);
         self.has_any_held.store(any, Ordering::SeqCst);
         self.has_held.store(any && st.held_open, Ordering::SeqCst);
@@ -190,7 +183,7 @@ impl Tx {
         }
         match self.held_at.load(Ordering::SeqCst) {
             0 => None,
-            at => Some(base() + Duration::from_nanos(at) + DEFERRED_GRACE),
+            at => Some(rmr_api::provider::clock::instant_of(at) + DEFERRED_GRACE),
         }
     }
 

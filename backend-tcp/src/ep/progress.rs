@@ -233,7 +233,7 @@ impl Driver for EpShared {
         let stuck = match self.stuck_since.load(Ordering::Relaxed) {
             0 => None,
             t if !self.ia.cfg.stall_timeout.is_zero() => {
-                Some(base() + Duration::from_nanos(t) + self.ia.cfg.stall_timeout)
+                Some(instant_of(t) + self.ia.cfg.stall_timeout)
             }
             _ => None,
         };
@@ -268,7 +268,7 @@ impl Driver for EpShared {
     }
 
     fn leave_at(&self, now: Instant) {
-        self.stamp_left(now.saturating_duration_since(base()).as_nanos() as u64);
+        self.stamp_left(ns_of(now));
     }
 }
 

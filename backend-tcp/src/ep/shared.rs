@@ -26,17 +26,10 @@ pub(super) const DEEP_AFTER: u32 = 16;
 /// How long an orderly disconnect waits for the peer's answer.
 pub(super) const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
 
-pub(super) fn base() -> Instant {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-pub(super) fn now_ns() -> u64 {
-    base().elapsed().as_nanos() as u64
-}
+pub(super) use rmr_api::provider::clock::{instant_of, now_ns, ns_of};
 
 /// A deadline that the threads driving an EP read on every pass without a
-/// lock: nanoseconds after [`base`], 0 for none.
+/// lock: on the [`now_ns`] scale, 0 for none.
 pub(super) struct Deadline(AtomicU64);
 
 impl Deadline {
@@ -45,13 +38,13 @@ impl Deadline {
     }
 
     pub(super) fn ns(t: Instant) -> u64 {
-        (t.saturating_duration_since(base()).as_nanos() as u64).max(1)
+        ns_of(t).max(1)
     }
 
     pub(super) fn at(&self) -> Option<Instant> {
         match self.0.load(Ordering::Acquire) {
             0 => None,
-            ns => Some(base() + Duration::from_nanos(ns)),
+            ns => Some(instant_of(ns)),
         }
     }
 

@@ -6,8 +6,9 @@
 //! - [`SoftEvd`]: a software event queue with progress by the waiter
 //!   ([`Driver`]s that a waiting thread runs itself, [`WaitOn`],
 //!   [`Interest`]), doorbells ([`with_deferred_doorbell`],
-//!   [`doorbell_deferred`]), the spin policy's CPU probe ([`cpus_idle`])
-//!   and the [`Sink`] hook a layer above uses to take events as they come.
+//!   [`doorbell_deferred`]), the spin policy's CPU probes ([`cpus_idle`],
+//!   [`online_cpus`]) and the [`Sink`] hook a layer above uses to take
+//!   events as they come; [`clock`], stamps in plain nanoseconds.
 //! - [`io`]: moving bytes between sockets and registered memory through
 //!   raw pointers, as DMA does (the only `unsafe` a socket transport needs).
 //! - [`settings`]: a backend's settings from the environment, checked
@@ -25,6 +26,7 @@
 //! minor versions faster than the application API at the crate root.
 
 mod checks;
+pub mod clock;
 mod cpus;
 mod driver;
 pub mod io;

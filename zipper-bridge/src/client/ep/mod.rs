@@ -18,6 +18,7 @@ use crate::credit::{Credits, Returns};
 use crate::handshake::{BridgeHello, ClientHello, Reply};
 use crate::ring::Ring;
 use crate::wire::{HDR, Header, Kind, flags};
+use rmr_api::provider::clock::now_ns;
 use rmr_api::provider::{SoftEvd, check_local_sges};
 use rmr_api::{
     Access, ConnRequest, DtoCompletion, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error,
@@ -28,7 +29,7 @@ use smallvec::SmallVec;
 use std::any::Any;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 mod api;
@@ -163,11 +164,6 @@ pub(crate) struct Core {
 /// long before it takes over (a waiter that comes straight back, as in a
 /// ping-pong, never hands the endpoint to another thread).
 const LINGER: Duration = Duration::from_micros(300);
-
-fn now_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
 
 fn segs_of(local: &[Sge<'_>]) -> Result<Segs> {
     let mut out = Segs::new();

@@ -1,0 +1,67 @@
+//! A monotonic clock in plain nanoseconds, for the stamps and deadlines a
+//! backend keeps in atomics and reads on every pass (when a waiter left,
+//! when an acknowledgement is due).
+
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock [`Instant`] reads, as a
+/// `u64` an atomic can hold. It costs the clock read and no more (no
+/// `Duration` arithmetic, as [`Instant::elapsed`] does). Nonzero on a
+/// running system, so 0 can stand for "never" in a stamp.
+pub fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
+}
+
+/// An [`Instant`] and the [`now_ns`] reading taken with it: the two scales'
+/// common point (they are the same clock; the two reads differ by the time
+/// between them, nanoseconds).
+fn anchor() -> (Instant, u64) {
+    static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
+    *ANCHOR.get_or_init(|| (Instant::now(), now_ns()))
+}
+
+/// `t` on the [`now_ns`] scale.
+pub fn ns_of(t: Instant) -> u64 {
+    let (i, n) = anchor();
+    match t.checked_duration_since(i) {
+        Some(d) => n.saturating_add(d.as_nanos() as u64),
+        None => n.saturating_sub(i.duration_since(t).as_nanos() as u64),
+    }
+}
+
+/// The [`Instant`] of a [`now_ns`]-scale stamp.
+pub fn instant_of(ns: u64) -> Instant {
+    let (i, n) = anchor();
+    if ns >= n {
+        i + Duration::from_nanos(ns - n)
+    } else {
+        i.checked_sub(Duration::from_nanos(n - ns)).unwrap_or(i)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scales_agree_and_the_clock_moves_forward() {
+        let a = now_ns();
+        let t = Instant::now();
+        let b = now_ns();
+        assert!(a > 0 && b >= a);
+        // An instant maps between the two readings taken around it (the
+        // anchor's own two reads may differ by a few microseconds).
+        let s = ns_of(t);
+        assert!(s + 1_000_000 >= a && s <= b + 1_000_000, "{a} <= {s} <= {b}, within 1 ms");
+        // There and back.
+        let later = t + Duration::from_millis(5);
+        let back = instant_of(ns_of(later));
+        let diff = if back > later { back - later } else { later - back };
+        assert!(diff < Duration::from_micros(1), "{diff:?}");
+        // Before the anchor too.
+        let before = anchor().0.checked_sub(Duration::from_millis(1)).unwrap_or(anchor().0);
+        assert!(instant_of(ns_of(before)) <= anchor().0);
+    }
+}
