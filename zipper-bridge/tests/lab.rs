@@ -395,7 +395,16 @@ fn worker_transfers() {
         std::fs::write(format!("{dir}/tmp.{rank}"), i.to_string()).unwrap();
         std::fs::rename(format!("{dir}/tmp.{rank}"), format!("{dir}/entered.{rank}")).unwrap();
         std::thread::sleep(Duration::from_micros(((u64::from(rank) * 7 + i * 13) % 5) * 700));
-        world.barrier().expect("barrier");
+        if let Err(e) = world.barrier() {
+            // Every endpoint's counts and progress state, for whoever reads
+            // the failure: which message did not arrive, and where it stopped.
+            for r in (0..size).filter(|&r| r != rank) {
+                if let Ok(p) = world.ep(r) {
+                    eprintln!("notes rank {rank} -> {r} at barrier {i}: {:?}", p.ep.attr().notes);
+                }
+            }
+            panic!("barrier {i}: {e:?}");
+        }
         for r in 0..size {
             let e: u64 = std::fs::read_to_string(format!("{dir}/entered.{r}"))
                 .unwrap()
