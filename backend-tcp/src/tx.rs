@@ -102,7 +102,7 @@ pub(crate) struct Tx {
     has_queue: AtomicBool,
     /// A held batch that drivers send (see `TxState::held_open`).
     has_held: AtomicBool,
-    /// Any held batch, and when it began (ns after `BASE`; 0: none).
+    /// Any held batch, and when it began (on the `clock::now_ns` scale; 0: none).
     has_any_held: AtomicBool,
     held_at: AtomicU64,
     /// Bytes written to the socket (diagnostics).

@@ -141,7 +141,7 @@ impl EpShared {
         Next::Arm { read, write, deadline: w.deadline }
     }
 
-    /// [`Driver::leave`] at `at` (ns after [`base`]).
+    /// [`Driver::leave`] at `at` (on the [`now_ns`] scale).
     pub(super) fn stamp_left(&self, at: u64) {
         self.left_at.store(at, Ordering::SeqCst);
         if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {

@@ -148,7 +148,7 @@ pub(crate) struct EpShared {
     /// The progress helper watches the socket (an arriving waiter kicks it).
     pub(super) bg_polling: AtomicBool,
     /// The peer-stall clock: when frames last waited with nothing moving
-    /// (ns after [`base`], 0: nothing waits), and the byte and frame
+    /// (on the [`now_ns`] scale, 0: nothing waits), and the byte and frame
     /// counts last seen moving; `stalled_for` once the EP ended for it.
     pub(super) stuck_since: AtomicU64,
     pub(super) stuck_seen: [AtomicU64; 2],

@@ -14,12 +14,28 @@ pub fn now_ns() -> u64 {
     (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
 }
 
-/// An [`Instant`] and the [`now_ns`] reading taken with it: the two scales'
-/// common point (they are the same clock; the two reads differ by the time
-/// between them, nanoseconds).
+/// An [`Instant`] and the [`now_ns`] reading of the same moment: the two
+/// scales' common point (they are the same clock). The instant is read
+/// between two [`now_ns`] readings and paired with their midpoint; of a
+/// few tries the narrowest pair is kept, so a preemption between the reads
+/// does not leave a lasting offset (what is left is half the narrowest
+/// gap, nanoseconds).
 fn anchor() -> (Instant, u64) {
     static ANCHOR: OnceLock<(Instant, u64)> = OnceLock::new();
-    *ANCHOR.get_or_init(|| (Instant::now(), now_ns()))
+    *ANCHOR.get_or_init(|| {
+        let mut best: Option<(u64, Instant, u64)> = None;
+        for _ in 0..8 {
+            let a = now_ns();
+            let i = Instant::now();
+            let b = now_ns();
+            let gap = b.saturating_sub(a);
+            if best.is_none_or(|(g, _, _)| gap < g) {
+                best = Some((gap, i, a + gap / 2));
+            }
+        }
+        let (_, i, n) = best.expect("eight tries");
+        (i, n)
+    })
 }
 
 /// `t` on the [`now_ns`] scale.
@@ -51,10 +67,11 @@ mod tests {
         let t = Instant::now();
         let b = now_ns();
         assert!(a > 0 && b >= a);
-        // An instant maps between the two readings taken around it (the
-        // anchor's own two reads may differ by a few microseconds).
+        // An instant maps between the two readings taken around it, within
+        // half the anchor's narrowest gap (nanoseconds; a wide margin for a
+        // loaded machine or an interpreter).
         let s = ns_of(t);
-        assert!(s + 1_000_000 >= a && s <= b + 1_000_000, "{a} <= {s} <= {b}, within 1 ms");
+        assert!(s + 10_000_000 >= a && s <= b + 10_000_000, "{a} <= {s} <= {b}, within 10 ms");
         // There and back.
         let later = t + Duration::from_millis(5);
         let back = instant_of(ns_of(later));
