@@ -368,36 +368,32 @@ mod tests {
         });
     }
 
-    #[test]
-    fn a_wait_spins_its_spin_time_before_it_sleeps() {
-        let trees = trees("spin-test", 2, Duration::from_secs(30), Duration::from_secs(20));
-        // The master comes 50 ms late, well within the 20 s spin: the
-        // other process is still spinning (it never announced a sleep)
-        // and leaves when released.
+    /// Two processes; the master arrives `late` after the other, whose
+    /// wait spins `spin`: `asleep` is how many announced a sleep by then.
+    fn late_master(name: &str, spin: Duration, late: Duration, asleep: u64) {
+        let trees = trees(name, 2, Duration::from_secs(30), spin);
         std::thread::scope(|sc| {
             sc.spawn(|| trees[1].arrive_and_wait(1).unwrap());
-            std::thread::sleep(Duration::from_millis(50));
-            assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0, "still spinning");
+            std::thread::sleep(late);
+            assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), asleep, "{name}");
             trees[0].gather(1).unwrap();
             trees[0].release(1);
         });
-        assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0);
+        assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0, "{name}: all left");
+    }
+
+    #[test]
+    fn a_wait_spins_its_spin_time_before_it_sleeps() {
+        // 50 ms late, well within a 20 s spin: the other process is still
+        // spinning (it never announced a sleep) and leaves when released.
+        late_master("spin-test", Duration::from_secs(20), Duration::from_millis(50), 0);
     }
 
     #[test]
     fn a_wait_sleeps_once_its_spin_is_over() {
-        let trees = trees("spun-test", 2, Duration::from_secs(30), Duration::from_millis(1));
-        // The master comes 200 ms late, long after the 1 ms spin: the other
-        // process sleeps in the futex (it announced it) and leaves when
-        // released.
-        std::thread::scope(|sc| {
-            sc.spawn(|| trees[1].arrive_and_wait(1).unwrap());
-            std::thread::sleep(Duration::from_millis(200));
-            assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 1, "asleep");
-            trees[0].gather(1).unwrap();
-            trees[0].release(1);
-        });
-        assert_eq!(trees[0].release_sleepers().load(Ordering::SeqCst), 0);
+        // 200 ms late, long after a 1 ms spin: the other process sleeps in
+        // the futex (it announced it) and leaves when released.
+        late_master("spun-test", Duration::from_millis(1), Duration::from_millis(200), 1);
     }
 
     #[test]
