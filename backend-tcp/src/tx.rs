@@ -14,6 +14,7 @@
 
 use crate::wire::{HDR, Header};
 use rmr_api::MemRegion;
+use rmr_api::provider::clock::{instant_of, ns_of};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::io;
@@ -168,8 +169,7 @@ impl Tx {
         self.queued.store(st.queue.len(), Ordering::Release);
         self.has_queue.store(!st.queue.is_empty(), Ordering::SeqCst);
         let any = !st.held.is_empty();
-        let at =
-            st.held_since.filter(|_| any).map_or(0, |t| rmr_api::provider::clock::ns_of(t).max(1));
+        let at = st.held_since.filter(|_| any).map_or(0, |t| ns_of(t).max(1));
         self.held_at.store(at, Ordering::SeqCst);
         self.has_any_held.store(any, Ordering::SeqCst);
         self.has_held.store(any && st.held_open, Ordering::SeqCst);
@@ -183,7 +183,7 @@ impl Tx {
         }
         match self.held_at.load(Ordering::SeqCst) {
             0 => None,
-            at => Some(rmr_api::provider::clock::instant_of(at) + DEFERRED_GRACE),
+            at => Some(instant_of(at) + DEFERRED_GRACE),
         }
     }
 

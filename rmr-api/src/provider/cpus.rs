@@ -54,8 +54,6 @@ fn runnable_excess() -> u8 {
     EXCESS.load(Ordering::Relaxed)
 }
 
-/// The machine's online CPUs (`/sys/devices/system/cpu/online`); where
-/// that cannot be read, the CPUs this process may use.
 /// The machine's online CPUs (`/sys/devices/system/cpu/online`; where it
 /// cannot be read, the CPUs this process may run on). Not this process's
 /// affinity: ranks pinned one per core each see one CPU there, while the
