@@ -204,7 +204,12 @@ impl CqDriver {
         let spawned = std::thread::Builder::new()
             .name("rmr-ofi-progress".into())
             .stack_size(256 << 10)
-            .spawn(move || me.pump());
+            .spawn(move || {
+                // Its work comes in bursts of microseconds, often on a CPU
+                // an application thread computes on.
+                rmr_api::provider::short_slices();
+                me.pump()
+            });
         if spawned.is_err() {
             self.pump_started.store(false, Ordering::Release);
         }

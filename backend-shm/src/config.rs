@@ -33,10 +33,19 @@ pub struct ShmConfig {
     /// It takes effect only where cross-memory attach is on and allowed
     /// (`cma`; the permission is the same). Off, they go as other regions' do.
     pub map: bool,
+    /// How often the IA's progress helper looks whether application
+    /// threads still drive the endpoints it stands back from (`watch_ms`,
+    /// `RMR_SHM_WATCH_MS`, default 2, at most 60000). It takes an endpoint
+    /// over within this long of its threads leaving it to compute, where
+    /// the quick handover after a takeover does not apply (the first time,
+    /// or after a ping-pong phase): the longest an RDMA read, atomic or
+    /// message through the rings aimed at such a process waits. Shorter
+    /// costs the helper more wake-ups while threads drive.
+    pub watch: Duration,
 }
 
 /// The knobs [`ShmConfig::from_given`] reads, in the order of [`ShmConfig::settings`].
-pub const KNOBS: [Knob; 7] = [
+pub const KNOBS: [Knob; 8] = [
     Knob { option: "cma", var: "RMR_SHM_CMA", doc: "RDMA by cross-memory attach (0/1)" },
     Knob {
         option: "cma_min",
@@ -60,6 +69,11 @@ pub const KNOBS: [Knob; 7] = [
         var: "RMR_SHM_MAP",
         doc: "RDMA into a peer's shared regions by a copy through a mapping (0/1)",
     },
+    Knob {
+        option: "watch_ms",
+        var: "RMR_SHM_WATCH_MS",
+        doc: "how often the progress helper looks whether threads still drive an endpoint (ms)",
+    },
 ];
 
 const MAX_QUEUE: u64 = 1 << 20;
@@ -74,6 +88,7 @@ impl Default for ShmConfig {
             max_recvs: 4096,
             rnr_timeout: Duration::from_millis(5000),
             map: true,
+            watch: Duration::from_millis(2),
         }
     }
 }
@@ -88,6 +103,7 @@ rmr_api::config_builder!(
         max_recvs: usize,
         rnr_timeout: Duration,
         map: bool,
+        watch: Duration,
     }
 );
 
@@ -130,6 +146,9 @@ impl ShmConfig {
         if let Some(v) = g.get(&KNOBS[6], switch)? {
             c.map = v;
         }
+        if let Some(v) = g.get(&KNOBS[7], millis)? {
+            c.watch = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -137,6 +156,7 @@ impl ShmConfig {
 
     /// Checks the values.
     pub(crate) fn check(&self) -> rmr_api::Result<()> {
+        check_within("watch_ms", self.watch.as_millis() as u64, 1, 60_000)?;
         check_within("max_dtos", self.max_dtos as u64, 1, MAX_QUEUE)?;
         check_within("max_recvs", self.max_recvs as u64, 1, MAX_QUEUE)?;
         check_within("ring", self.ring as u64, 64 << 10, 1 << 30)?;
@@ -165,6 +185,7 @@ impl ShmConfig {
             c.max_recvs.to_string(),
             c.rnr_timeout.as_millis().to_string(),
             u8::from(c.map).to_string(),
+            c.watch.as_millis().to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

@@ -76,10 +76,10 @@ impl IaShared {
         Ok(IaShared {
             attr,
             name,
+            helper: Helper::new(cfg.watch),
             cfg,
             table,
             regions: RwLock::new(Vec::new()),
-            helper: Helper::new(),
             peers: std::sync::Mutex::new(Vec::new()),
         })
     }

@@ -4,7 +4,9 @@
 //! waiting for ring space) and learns when a peer's set-up socket hangs up.
 //!
 //! It stands back from an endpoint while an application thread drives it
-//! (looking every [`WATCH_EVERY`] whether it has left) and otherwise
+//! (looking every `watch`, the IA's [`ShmConfig::watch`](crate::ShmConfig::watch),
+//! whether it has left; more often for a while after a takeover, see
+//! `FAST_LOOKS` in the endpoint code) and otherwise
 //! sleeps in `epoll` on the endpoints' doorbells, armed as a sleeping
 //! waiter arms them: the peer rings only a doorbell someone sleeps on.
 
@@ -15,13 +17,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// How often the helper looks at endpoints application threads drive.
-const WATCH_EVERY: Duration = Duration::from_millis(2);
-
 /// The `epoll` datum of the helper's own wake-up.
 const WAKE: u64 = u64::MAX;
 
 struct Inner {
+    watch: Duration,
     epoll: OwnedFd,
     wake: OwnedFd,
     new: Mutex<Vec<Arc<dyn Tended>>>,
@@ -30,13 +30,15 @@ struct Inner {
 
 /// An IA's helper (its thread runs from the first connection on).
 pub(crate) struct Helper {
+    watch: Duration,
     inner: Mutex<Option<Arc<Inner>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Helper {
-    pub(crate) fn new() -> Helper {
-        Helper { inner: Mutex::new(None), thread: Mutex::new(None) }
+    /// A helper that looks every `watch` at endpoints threads drive.
+    pub(crate) fn new(watch: Duration) -> Helper {
+        Helper { watch, inner: Mutex::new(None), thread: Mutex::new(None) }
     }
 
     /// Takes `ep` into the helper's care, starting the thread if needed.
@@ -47,15 +49,19 @@ impl Helper {
             let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
             epoll::add(&epoll, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
             let inner = Arc::new(Inner {
+                watch: self.watch,
                 epoll,
                 wake,
                 new: Mutex::new(Vec::new()),
                 stop: AtomicBool::new(false),
             });
             let i2 = inner.clone();
-            let t = std::thread::Builder::new()
-                .name("rmr-shm-helper".into())
-                .spawn(move || run(&i2))?;
+            let t = std::thread::Builder::new().name("rmr-shm-helper".into()).spawn(move || {
+                // Its work comes in bursts of microseconds, often on a
+                // CPU an application thread computes on.
+                rmr_api::provider::short_slices();
+                run(&i2)
+            })?;
             *self.thread.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
             *g = Some(inner);
         }
@@ -93,6 +99,9 @@ pub(crate) enum Look {
     Armed,
     /// An application thread drives it, or a timer runs: look again soon.
     Watch,
+    /// An application thread drives it, just after the helper took it
+    /// over: look again in [`QUICK`](crate::ep::QUICK).
+    Soon,
     /// Work is ready: look again at once.
     Again,
     /// The connection ended: forget it.
@@ -140,7 +149,7 @@ fn run(inner: &Inner) {
                 eps.push(ep);
             }
         }
-        let (mut watch, mut again) = (false, false);
+        let (mut watch, mut soon, mut again) = (false, false, false);
         eps.retain(|ep| match ep.look() {
             Look::Armed => {
                 // One-shot: the doorbell is the helper's only while armed;
@@ -157,6 +166,10 @@ fn run(inner: &Inner) {
                 watch = true;
                 true
             }
+            Look::Soon => {
+                soon = true;
+                true
+            }
             Look::Again => {
                 again = true;
                 true
@@ -169,13 +182,17 @@ fn run(inner: &Inner) {
         });
         let timeout = if again {
             Some(Duration::ZERO)
+        } else if soon {
+            Some(crate::ep::QUICK)
         } else if watch {
-            Some(WATCH_EVERY)
+            Some(inner.watch)
         } else {
             None
         };
-        let ts =
-            timeout.map(|t| rustix::time::Timespec { tv_sec: 0, tv_nsec: t.as_nanos() as i64 });
+        let ts = timeout.map(|t| rustix::time::Timespec {
+            tv_sec: t.as_secs() as _,
+            tv_nsec: t.subsec_nanos() as _,
+        });
         events.clear();
         if epoll::wait(&inner.epoll, spare_capacity(&mut events), ts.as_ref()).is_err() {
             continue;

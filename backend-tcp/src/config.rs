@@ -62,6 +62,15 @@ pub struct TcpConfig {
     /// that share CPUs, as the lab's namespaces do; on a fast fabric it
     /// caps a connection, see above), [`Near::Off`] none.
     pub near: Near,
+    /// How often the IA's progress helper looks whether application
+    /// threads still drive the endpoints it stands back from (`watch_ms`,
+    /// `RMR_TCP_WATCH_MS`, default 2, at most 60000). It takes an endpoint
+    /// over within this long of its threads leaving it to compute, where
+    /// the quick handover after a takeover does not apply (the first
+    /// time, or after a ping-pong phase): the longest an RDMA read or
+    /// atomic aimed at such a process waits for its answer. Shorter costs
+    /// the helper more wake-ups while threads drive.
+    pub watch: Duration,
 }
 
 /// Which peers count as near (see [`TcpConfig::near`]).
@@ -116,7 +125,7 @@ pub const NEAR_RTT: Duration = Duration::from_micros(200);
 
 /// The knobs [`TcpConfig::from_given`] reads, in the order of
 /// [`TcpConfig::settings`].
-pub const KNOBS: [Knob; 10] = [
+pub const KNOBS: [Knob; 11] = [
     Knob {
         option: "rnr_timeout_ms",
         var: "RMR_TCP_RNR_TIMEOUT_MS",
@@ -159,6 +168,11 @@ pub const KNOBS: [Knob; 10] = [
         var: "RMR_TCP_NEAR",
         doc: "near peers: host (this host's), rtt (also round trip <= 200 us at connect) or off",
     },
+    Knob {
+        option: "watch_ms",
+        var: "RMR_TCP_WATCH_MS",
+        doc: "how often the progress helper looks whether threads still drive an endpoint (ms)",
+    },
 ];
 
 /// The most DTOs or receives an EP may be given.
@@ -179,6 +193,7 @@ impl Default for TcpConfig {
             sockbuf: None,
             near_sndbuf: NEAR_SNDBUF,
             near: Near::Host,
+            watch: Duration::from_millis(2),
         }
     }
 }
@@ -197,6 +212,7 @@ rmr_api::config_builder!(
         sockbuf: Option<usize>,
         near_sndbuf: usize,
         near: Near,
+        watch: Duration,
     }
 );
 
@@ -252,6 +268,9 @@ impl TcpConfig {
         if let Some(v) = g.get(&KNOBS[9], Near::parse)? {
             c.near = v;
         }
+        if let Some(v) = g.get(&KNOBS[10], millis)? {
+            c.watch = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -263,6 +282,7 @@ impl TcpConfig {
         if self.near_sndbuf != 0 {
             check_within("near_sndbuf", self.near_sndbuf as u64, 16 << 10, 1 << 30)?;
         }
+        check_within("watch_ms", self.watch.as_millis() as u64, 1, 60_000)?;
         check_within("max_dtos", self.max_dtos as u64, 1, MAX_QUEUE)?;
         check_within("max_recvs", self.max_recvs as u64, 1, MAX_QUEUE)
     }
@@ -286,6 +306,7 @@ impl TcpConfig {
             c.sockbuf.map_or("kernel autotuning".into(), |b| b.to_string()),
             c.near_sndbuf.to_string(),
             c.near.to_string(),
+            c.watch.as_millis().to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

@@ -5,9 +5,13 @@
 //!
 //! Application threads still drive their endpoints themselves while they
 //! wait on an EVD (no hand-off, see the crate docs); the helper stands back
-//! from an endpoint while one does, looks every [`WATCH_EVERY`] whether its
+//! from an endpoint while one does, looks every `watch` (the IA's
+//! [`TcpConfig::watch`](crate::TcpConfig::watch)) whether its
 //! drivers have left (or, after a long wait, lets the leaving waiter tell
-//! it), and takes the endpoint over once they have. An endpoint in the set
+//! it), and takes the endpoint over once they have; after a takeover it
+//! looks more often for a while (`FAST_LOOKS` in the endpoint's code), so
+//! that threads that compute between waits hand it over within about
+//! `LINGER` of leaving. An endpoint in the set
 //! is armed one-shot: the helper hears about a socket at most once per
 //! look, and not at all while an application thread drives it. An idle
 //! endpoint costs one entry in the set and no thread and no wake-up; the
@@ -25,9 +29,6 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How often the helper looks at the endpoints application threads drive.
-pub(crate) const WATCH_EVERY: Duration = Duration::from_millis(2);
 
 /// How long the helper thread stays with no endpoint to look after.
 pub(crate) const IDLE: Duration = Duration::from_millis(100);
@@ -85,6 +86,8 @@ pub(crate) struct Engine {
     wake: OwnedFd,
     st: Mutex<State>,
     name: String,
+    /// How often the helper looks at endpoints application threads drive.
+    watch: Duration,
 }
 
 #[derive(Default)]
@@ -111,11 +114,11 @@ struct Slot {
 
 impl Engine {
     /// An engine for the IA named `name` (its thread's name).
-    pub(crate) fn new(name: String) -> std::io::Result<Engine> {
+    pub(crate) fn new(name: String, watch: Duration) -> std::io::Result<Engine> {
         let epoll = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         let wake = eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)?;
         epoll::add(&epoll, &wake, epoll::EventData::new_u64(WAKE), epoll::EventFlags::IN)?;
-        Ok(Engine { epoll, wake, st: Mutex::new(State::default()), name })
+        Ok(Engine { epoll, wake, st: Mutex::new(State::default()), name, watch })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -132,10 +135,14 @@ impl Engine {
         let mut st = self.lock();
         if !st.running {
             let me = self.clone();
-            std::thread::Builder::new()
-                .name(self.name.clone())
-                .stack_size(256 << 10)
-                .spawn(move || me.run())?;
+            std::thread::Builder::new().name(self.name.clone()).stack_size(256 << 10).spawn(
+                move || {
+                    // Its work comes in bursts of microseconds, often on a
+                    // CPU an application thread computes on.
+                    rmr_api::provider::short_slices();
+                    me.run()
+                },
+            )?;
             st.running = true;
         }
         st.incoming.push(t);
@@ -227,7 +234,7 @@ impl Engine {
             }
             if !h.watch.is_empty() && now >= h.next_tick {
                 h.tick(&mut todo);
-                h.next_tick = now + WATCH_EVERY;
+                h.next_tick = now + self.watch;
             }
             for i in todo.drain(..) {
                 h.tend(i);
@@ -323,7 +330,7 @@ impl Helper<'_> {
                     if !s.listed {
                         s.listed = true;
                         if self.watch.is_empty() {
-                            self.next_tick = Instant::now() + WATCH_EVERY;
+                            self.next_tick = Instant::now() + self.eng.watch;
                         }
                         self.watch.push(i);
                     }

@@ -38,7 +38,7 @@ impl TcpIa {
             caps: Caps::RDMA_READ | Caps::WRITE_IMM | Caps::ATOMICS | Caps::OVERRUN_AT_SENDER,
             link_speed_bps: None,
         };
-        let engine = Engine::new(format!("rmr-tcp-{ip}"))
+        let engine = Engine::new(format!("rmr-tcp-{ip}"), cfg.watch)
             .map_err(|e| Error::io("make the IA's progress engine", e))?;
         Ok(TcpIa {
             shared: Arc::new(IaShared {

@@ -602,7 +602,7 @@ impl Driver for EpShared {
     }
 
     fn enter(&self) {
-        self.drivers.fetch_add(1, Ordering::SeqCst);
+        self.drivers.fetch_add(WAIT_BEGUN + 1, Ordering::SeqCst);
         if self.helper_armed.load(Ordering::SeqCst)
             && self.helper_armed.swap(false, Ordering::SeqCst)
         {
@@ -613,7 +613,15 @@ impl Driver for EpShared {
     }
 
     fn leave(&self) {
-        self.drivers.fetch_sub(1, Ordering::AcqRel);
+        if self.drivers.fetch_sub(1, Ordering::SeqCst) as u32 == 1
+            && self.deep.load(Ordering::SeqCst)
+        {
+            // A long wait ends: the helper takes the EP over now (see
+            // FAST_LOOKS), not at its next look.
+            self.deep.store(false, Ordering::SeqCst);
+            self.ia.helper.kick();
+            rmr_api::provider::yield_to_helper();
+        }
     }
 
     fn release(&self) {
@@ -638,11 +646,29 @@ impl Tended for EpShared {
         if self.finished() {
             return Look::Gone;
         }
+        let fast = self.fast_looks.load(Ordering::Relaxed);
+        if fast > 0 {
+            let now = self.drivers.load(Ordering::SeqCst);
+            let waits = now >> 32;
+            if self.fast_seen.swap(waits, Ordering::Relaxed) != waits {
+                // Waits began since the last look: the threads are back.
+                self.fast_looks.store(fast - 1, Ordering::Relaxed);
+                return Look::Soon;
+            }
+            if now as u32 > 0 {
+                // One wait since the last look: its waiter kicks the
+                // helper as it leaves (unless it left meanwhile).
+                self.deep.store(true, Ordering::SeqCst);
+                if self.drivers.load(Ordering::SeqCst) as u32 > 0 {
+                    return Look::Watch;
+                }
+            }
+        }
         // Dekker with `enter`, before anything is driven or armed: either a
         // thread that starts driving sees the flag (and kicks the helper),
         // or the helper sees it driving and stands back.
         self.helper_armed.store(true, Ordering::SeqCst);
-        if self.drivers.load(Ordering::SeqCst) > 0 {
+        if self.drivers.load(Ordering::SeqCst) as u32 > 0 {
             self.helper_armed.store(false, Ordering::SeqCst);
             return Look::Watch;
         }
@@ -652,9 +678,21 @@ impl Tended for EpShared {
             return Look::Again;
         }
         if self.rnr_deadline().is_some() || !self.tx().pending.is_empty() {
+            // A message waits for a receive, or frames for ring space: look
+            // again, soon while the quick looks last (a receive posted by a
+            // thread that then computes takes the message in, and the
+            // helper must be back on the doorbell for what follows).
             self.helper_armed.store(false, Ordering::SeqCst);
+            let fast = self.fast_looks.load(Ordering::Relaxed);
+            if fast > 0 {
+                self.fast_looks.store(fast - 1, Ordering::Relaxed);
+                return Look::Soon;
+            }
             return Look::Watch;
         }
+        // Taken over from threads that compute between waits: look again
+        // soon once they are back.
+        self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
         Look::Armed
     }
 

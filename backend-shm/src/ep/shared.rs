@@ -14,7 +14,7 @@ use rmr_api::{
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -198,6 +198,23 @@ pub(crate) struct Rx {
     pub(crate) rnr_since: Option<Instant>,
 }
 
+/// After the IA's helper took an EP over from application threads that
+/// left it (they compute between waits), it looks at the EP this many
+/// times every [`QUICK`] while they drive it again, rather than every
+/// 2 ms: so that it takes over again soon after they next leave, and an
+/// RDMA read or atomic aimed at a process that computes between its waits
+/// is answered then, not up to 2 ms later. It takes over at such a look
+/// only when no wait began since the last one (a ping-pong's threads are
+/// never away that long); looks that find new waits use them up. A new EP
+/// starts with them (its threads' habits are not known yet).
+pub(crate) const FAST_LOOKS: u32 = 8;
+
+/// The helper's quick look period (see [`FAST_LOOKS`]).
+pub(crate) const QUICK: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// One wait begun, in [`EpShared::drivers`].
+pub(crate) const WAIT_BEGUN: u64 = 1 << 32;
+
 pub(crate) struct EpShared {
     pub(crate) id: EpId,
     pub(crate) ia: Arc<IaShared>,
@@ -207,8 +224,17 @@ pub(crate) struct EpShared {
     pub(crate) link: OnceLock<Link>,
     pub(crate) tx: Mutex<Tx>,
     pub(crate) rx: Mutex<Rx>,
-    /// Application threads driving this EP now (the helper stands back).
-    pub(crate) drivers: AtomicUsize,
+    /// Application threads driving this EP now (the low 32 bits: the
+    /// helper stands back while any does) and waits begun (the high bits;
+    /// both in one word, so that entering costs one atomic operation).
+    pub(crate) drivers: AtomicU64,
+    /// The waiter driving now kicks the helper as it leaves (it has waited
+    /// since the helper's last quick look, see [`FAST_LOOKS`]).
+    pub(crate) deep: AtomicBool,
+    /// Quick looks the helper has left for this EP, and the wait count it
+    /// saw at the last one (see [`FAST_LOOKS`]); the helper's own.
+    pub(crate) fast_looks: AtomicU32,
+    pub(crate) fast_seen: AtomicU64,
     /// A sleeper armed the doorbell: the next drive drains it.
     pub(crate) efd_armed: AtomicBool,
     /// The IA's helper sleeps on this EP's doorbell: a thread that starts
@@ -255,7 +281,10 @@ impl EpShared {
             link: OnceLock::new(),
             tx: Mutex::new(Tx::default()),
             rx: Mutex::new(Rx::default()),
-            drivers: AtomicUsize::new(0),
+            drivers: AtomicU64::new(0),
+            deep: AtomicBool::new(false),
+            fast_looks: AtomicU32::new(FAST_LOOKS),
+            fast_seen: AtomicU64::new(u64::MAX),
             efd_armed: AtomicBool::new(false),
             helper_armed: AtomicBool::new(false),
             detached: AtomicBool::new(false),

@@ -25,7 +25,7 @@ use shared::*;
 pub(crate) use shared::{EpShared, Inflight, push};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -59,6 +59,9 @@ impl TcpEp {
                 left_at: AtomicU64::new(0),
                 deep: AtomicBool::new(false),
                 bg_polling: AtomicBool::new(false),
+                fast_looks: AtomicU32::new(FAST_LOOKS),
+                fast_seen: AtomicU64::new(u64::MAX),
+                handing: AtomicBool::new(false),
                 stuck_since: AtomicU64::new(0),
                 stuck_seen: [AtomicU64::new(0), AtomicU64::new(0)],
                 stalled_for: OnceLock::new(),

@@ -32,10 +32,13 @@ impl EpShared {
     }
 
     /// Whether an application thread drives this EP now or did within [`LINGER`].
+    /// A thread that left a long wait and kicked the helper (`handing`)
+    /// hands the EP over at once: it likely computes now.
     pub(super) fn driven_recently(&self) -> bool {
         self.active.load(Ordering::SeqCst) > 0
-            || now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst))
-                < LINGER.as_nanos() as u64
+            || !self.handing.load(Ordering::SeqCst)
+                && now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst))
+                    < LINGER.as_nanos() as u64
     }
 
     /// Runs the receive side if no other thread does. Returns whether it moved.
@@ -112,7 +115,7 @@ impl EpShared {
         if self.driven_recently() {
             self.deep.store(false, Ordering::SeqCst);
             self.bg_polling.store(false, Ordering::SeqCst);
-            return Next::Watch;
+            return self.stand_back();
         }
         // Announce the helper's watch, so that a waiter arriving meanwhile
         // kicks it back out (the waiter's timers would not be in its
@@ -136,16 +139,53 @@ impl EpShared {
             self.detach();
             return Next::Gone;
         }
+        // Taken over from threads that compute between waits: look again
+        // soon once they are back (see FAST_LOOKS).
+        self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
+        self.handing.store(false, Ordering::SeqCst);
         let w = self.wait_on();
         let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
         Next::Arm { read, write, deadline: w.deadline }
+    }
+
+    /// The helper stands back from an EP an application thread drives or
+    /// just left: watched, or after a recent takeover (see [`FAST_LOOKS`])
+    /// looked at again [`LINGER`] after the last driver left. A wait that
+    /// lasts from one such look to the next is left to kick the helper as
+    /// it ends (`deep`), rather than looked at every [`LINGER`]; only new
+    /// waits use up the quick looks.
+    fn stand_back(&self) -> Next {
+        let fast = self.fast_looks.load(Ordering::Relaxed);
+        if fast == 0 {
+            return Next::Watch;
+        }
+        if self.active.load(Ordering::SeqCst) > 0 {
+            let w = self.waits.load(Ordering::SeqCst);
+            if self.fast_seen.swap(w, Ordering::Relaxed) != w {
+                self.fast_looks.store(fast - 1, Ordering::Relaxed);
+                let at = Instant::now() + LINGER;
+                return Next::Arm { read: false, write: false, deadline: Some(at) };
+            }
+            // The same wait as at the last look: its waiter kicks the
+            // helper when it leaves (`stamp_left`), unless it left already.
+            self.deep.store(true, Ordering::SeqCst);
+            if self.active.load(Ordering::SeqCst) > 0 {
+                return Next::Arm { read: false, write: false, deadline: None };
+            }
+        } else {
+            self.fast_looks.store(fast - 1, Ordering::Relaxed);
+        }
+        let left = instant_of(self.left_at.load(Ordering::SeqCst));
+        Next::Arm { read: false, write: false, deadline: Some(left + LINGER) }
     }
 
     /// [`Driver::leave`] at `at` (on the [`now_ns`] scale).
     pub(super) fn stamp_left(&self, at: u64) {
         self.left_at.store(at, Ordering::SeqCst);
         if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {
+            self.handing.store(true, Ordering::SeqCst);
             self.kick();
+            rmr_api::provider::yield_to_helper();
         }
     }
 }
@@ -244,6 +284,9 @@ impl Driver for EpShared {
 
     fn enter(&self) {
         self.active.fetch_add(1, Ordering::SeqCst);
+        if self.handing.load(Ordering::Relaxed) {
+            self.handing.store(false, Ordering::SeqCst);
+        }
         self.waits.fetch_add(1, Ordering::SeqCst);
         if self.bg_polling.load(Ordering::SeqCst) {
             self.kick();

@@ -10,7 +10,7 @@ use rmr_api::provider::SoftEvd;
 use rmr_api::{DtoCompletion, DtoOp, EpEvds, EpId, EpState, Error, Event, Result, Status};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,17 @@ use std::time::{Duration, Instant};
 /// helper waits this long before it takes over (a waiter that comes straight back,
 /// as in a ping-pong, never hands the socket to another thread).
 pub(super) const LINGER: Duration = Duration::from_micros(200);
+
+/// After the progress helper took an EP over from application threads
+/// (they left it for longer than [`LINGER`]: they compute between waits),
+/// it looks at the EP every [`LINGER`] while they drive it again, at most
+/// this many times, rather than at the 2 ms watch: so that it takes over
+/// again soon after their next leaving, and an RDMA read or atomic aimed
+/// at a process that computes between its waits is answered then, not up
+/// to 2 ms later. Looks that keep finding new waits (a ping-pong) use them
+/// up, and the EP is watched as before. A new EP starts with them (its
+/// threads' habits are not known yet).
+pub(super) const FAST_LOOKS: u32 = 8;
 
 /// A waiter that stays this many looks in one wait lets the progress
 /// helper forget the EP until that waiter leaves (it stops looking).
@@ -147,6 +158,14 @@ pub(crate) struct EpShared {
     pub(super) deep: AtomicBool,
     /// The progress helper watches the socket (an arriving waiter kicks it).
     pub(super) bg_polling: AtomicBool,
+    /// Quick looks the helper has left for this EP (see [`FAST_LOOKS`]),
+    /// and the wait count it saw at the last one; the helper's own.
+    pub(super) fast_looks: AtomicU32,
+    pub(super) fast_seen: AtomicU64,
+    /// The last driver left a long wait and kicked the helper: it takes
+    /// the EP over at once, without [`LINGER`] (cleared by a thread that
+    /// drives it again first).
+    pub(super) handing: AtomicBool,
     /// The peer-stall clock: when frames last waited with nothing moving
     /// (on the [`now_ns`] scale, 0: nothing waits), and the byte and frame
     /// counts last seen moving; `stalled_for` once the EP ended for it.

@@ -66,6 +66,71 @@ pub fn online_cpus() -> usize {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
+/// The shortest time slice Linux lets a thread ask for (100 us).
+pub const SHORT_SLICE_NS: u64 = 100_000;
+
+/// Asks the kernel to schedule the calling thread in short slices, for a
+/// progress thread: it wakes for a few microseconds of work (answering an
+/// RDMA read, an atomic, an acknowledgement) on a CPU where an application
+/// thread computes. Linux's scheduler (EEVDF, 6.6 and later) lets a
+/// waking thread preempt the running one at once only when it asked for a
+/// shorter slice (`sched_setattr(2)`'s `sched_runtime` for `SCHED_OTHER`,
+/// honoured since 6.12); with the default slice a woken helper waits until
+/// the computing thread's slice ends, about 3 ms, and so does the remote
+/// process whose read it would answer. The thread keeps its policy and
+/// nice value and does not get more CPU time, only shorter turns. Returns
+/// whether the kernel took it (older kernels, or `seccomp` filters that
+/// refuse the call, leave the thread as it was).
+pub fn short_slices() -> bool {
+    // `struct sched_attr`, its first version (48 bytes).
+    #[repr(C)]
+    struct SchedAttr {
+        size: u32,
+        policy: u32,
+        flags: u64,
+        nice: i32,
+        priority: u32,
+        runtime: u64,
+        deadline: u64,
+        period: u64,
+    }
+    // The thread's nice value, kept (`getpriority` of id 0 is the calling
+    // thread's on Linux).
+    let nice = rustix::process::getpriority_process(None).unwrap_or(0);
+    let attr = SchedAttr {
+        size: std::mem::size_of::<SchedAttr>() as u32,
+        policy: libc::SCHED_OTHER as u32,
+        flags: 0,
+        nice,
+        priority: 0,
+        runtime: SHORT_SLICE_NS,
+        deadline: 0,
+        period: 0,
+    };
+    // SAFETY: `attr` is a valid `struct sched_attr` whose `size` says how
+    // much the kernel may read; pid 0 is the calling thread; flags 0.
+    let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    r == 0
+}
+
+/// After a thread leaving a long wait woke its IA's progress helper (to
+/// take the endpoints over while the thread computes): yields the CPU
+/// once, so that the helper runs now. Woken on this thread's CPU, it would
+/// otherwise wait for the end of this thread's time slice (milliseconds),
+/// and so would the remote reads and atomics it is to answer. At most
+/// once per 200 us on a thread (a waiter that leaves many endpoints at once
+/// yields once).
+pub fn yield_to_helper() {
+    thread_local! {
+        static LAST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    let now = super::clock::now_ns();
+    if now.saturating_sub(LAST.get()) >= 200_000 {
+        LAST.set(now);
+        std::thread::yield_now();
+    }
+}
+
 /// The number of CPUs in a kernel CPU list such as "0-3,8,10-11".
 fn count_cpu_list(list: &str) -> Option<usize> {
     list.trim().split(',').try_fold(0usize, |n, r| {

@@ -41,7 +41,7 @@ pub use crate::conformance_suite;
 
 pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{RemoteTarget, check_local_sges, completion_result};
-pub use cpus::{cpus_idle, online_cpus};
+pub use cpus::{SHORT_SLICE_NS, cpus_idle, online_cpus, short_slices, yield_to_helper};
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
 pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
 
