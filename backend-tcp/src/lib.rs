@@ -90,9 +90,15 @@
 //! the sockets of all its connected endpoints and one helper thread
 //! (`rmr-tcp-<address>`), however many endpoints the IA has. The helper
 //! stands back from an endpoint while an application thread drives it and
-//! takes it over 200 µs after the last one left (it looks every 2 ms, or
-//! is told by the leaving waiter after a long wait), so RDMA into a
-//! passive target lands even when its owner never waits. An idle endpoint
+//! takes it over 200 µs after the last one left (it looks every 2 ms,
+//! `watch_ms`, or is told by the leaving waiter after a long wait), so
+//! RDMA into a passive target lands even when its owner never waits.
+//! After a takeover it looks more often for a while: a thread that
+//! computes between its waits tells it as it leaves a wait, and it takes
+//! the endpoint over at once, so RDMA reads and atomics aimed at a
+//! computing process are answered in about 0.1 ms (the helper runs in
+//! short scheduler slices, so it preempts the computing thread on a
+//! shared CPU; `examples/busy_target.rs`). An idle endpoint
 //! costs no thread and no wake-up; the helper ends 100 ms after the IA's
 //! last endpoint. Acknowledgements a peer asks for are delayed briefly
 //! so that a reply carries them. Small frames are held for batching until
