@@ -36,11 +36,13 @@ pub struct ShmConfig {
     /// How often the IA's progress helper looks whether application
     /// threads still drive the endpoints it stands back from (`watch_ms`,
     /// `RMR_SHM_WATCH_MS`, default 2, at most 60000). It takes an endpoint
-    /// over within this long of its threads leaving it to compute, where
-    /// the quick handover after a takeover does not apply (the first time,
-    /// or after a ping-pong phase): the longest an RDMA read, atomic or
-    /// message through the rings aimed at such a process waits. Shorter
-    /// costs the helper more wake-ups while threads drive.
+    /// over within this long of its threads leaving it to compute where
+    /// the quick handover does not apply (its quick looks were used up by
+    /// a ping-pong phase): then the longest an RDMA read, atomic or message
+    /// through the rings aimed at such a process waits. Shorter costs the
+    /// helper more wake-ups while threads drive. (Frames waiting for ring
+    /// space and messages waiting for a receive are looked at every 2 ms
+    /// at most, whatever this says.)
     pub watch: Duration,
 }
 

@@ -17,6 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+/// The helper's quick look period, soon after it took an endpoint over
+/// (see `FAST_LOOKS` in the endpoint code).
+pub(crate) const QUICK: Duration = Duration::from_micros(200);
+
+/// How often the helper looks at an endpoint whose message waits for a
+/// receive or whose frames wait for ring space, at most.
+const RETRY: Duration = Duration::from_millis(2);
+
 /// The `epoll` datum of the helper's own wake-up.
 const WAKE: u64 = u64::MAX;
 
@@ -99,9 +107,13 @@ pub(crate) enum Look {
     Armed,
     /// An application thread drives it, or a timer runs: look again soon.
     Watch,
-    /// An application thread drives it, just after the helper took it
-    /// over: look again in [`QUICK`](crate::ep::QUICK).
+    /// Soon after the helper took it over (its threads are back, or a
+    /// message waits for a receive): look again in [`QUICK`].
     Soon,
+    /// A message waits for a receive, or frames for ring space, and
+    /// nobody drives it: look again within [`RETRY`] (or `watch`, if
+    /// shorter).
+    Retry,
     /// Work is ready: look again at once.
     Again,
     /// The connection ended: forget it.
@@ -149,7 +161,7 @@ fn run(inner: &Inner) {
                 eps.push(ep);
             }
         }
-        let (mut watch, mut soon, mut again) = (false, false, false);
+        let (mut watch, mut soon, mut retry, mut again) = (false, false, false, false);
         eps.retain(|ep| match ep.look() {
             Look::Armed => {
                 // One-shot: the doorbell is the helper's only while armed;
@@ -170,6 +182,10 @@ fn run(inner: &Inner) {
                 soon = true;
                 true
             }
+            Look::Retry => {
+                retry = true;
+                true
+            }
             Look::Again => {
                 again = true;
                 true
@@ -183,7 +199,9 @@ fn run(inner: &Inner) {
         let timeout = if again {
             Some(Duration::ZERO)
         } else if soon {
-            Some(crate::ep::QUICK)
+            Some(QUICK)
+        } else if retry {
+            Some(RETRY.min(inner.watch))
         } else if watch {
             Some(inner.watch)
         } else {

@@ -65,11 +65,11 @@ pub struct TcpConfig {
     /// How often the IA's progress helper looks whether application
     /// threads still drive the endpoints it stands back from (`watch_ms`,
     /// `RMR_TCP_WATCH_MS`, default 2, at most 60000). It takes an endpoint
-    /// over within this long of its threads leaving it to compute, where
-    /// the quick handover after a takeover does not apply (the first
-    /// time, or after a ping-pong phase): the longest an RDMA read or
-    /// atomic aimed at such a process waits for its answer. Shorter costs
-    /// the helper more wake-ups while threads drive.
+    /// over within this long of its threads leaving it to compute where
+    /// the quick handover does not apply (its quick looks were used up by
+    /// a ping-pong phase): then the longest an RDMA read or atomic aimed
+    /// at such a process waits for its answer. Shorter costs the helper
+    /// more wake-ups while threads drive.
     pub watch: Duration,
 }
 

@@ -43,7 +43,9 @@ pub(crate) const NO_SLOT: usize = usize::MAX;
 #[derive(Debug)]
 pub(crate) enum Next {
     /// Nobody drives it: wake on its socket for reading and/or writing,
-    /// and at `deadline` (its next timer).
+    /// and at `deadline` (its next timer). With neither interest, only at
+    /// `deadline` (or when kicked): the helper stands back from an
+    /// endpoint a thread drives or just left, and looks again then.
     Arm { read: bool, write: bool, deadline: Option<Instant> },
     /// An application thread drives it, or did a moment ago: watch for
     /// its drivers to leave.

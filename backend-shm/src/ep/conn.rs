@@ -614,11 +614,10 @@ impl Driver for EpShared {
 
     fn leave(&self) {
         if self.drivers.fetch_sub(1, Ordering::SeqCst) as u32 == 1
-            && self.deep.load(Ordering::SeqCst)
+            && self.deep.swap(false, Ordering::SeqCst)
         {
             // A long wait ends: the helper takes the EP over now (see
             // FAST_LOOKS), not at its next look.
-            self.deep.store(false, Ordering::SeqCst);
             self.ia.helper.kick();
             rmr_api::provider::yield_to_helper();
         }
@@ -688,11 +687,12 @@ impl Tended for EpShared {
                 self.fast_looks.store(fast - 1, Ordering::Relaxed);
                 return Look::Soon;
             }
-            return Look::Watch;
+            return Look::Retry;
         }
         // Taken over from threads that compute between waits: look again
-        // soon once they are back.
+        // soon once they are back (counting waits from now).
         self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
+        self.fast_seen.store(self.drivers.load(Ordering::SeqCst) >> 32, Ordering::Relaxed);
         Look::Armed
     }
 

@@ -8,7 +8,7 @@ mod rx;
 mod shared;
 
 pub(crate) use conn::{Kind, MAX_PRIVATE, Msg, recv_msg, send_msg, socket_name};
-pub(crate) use shared::{EpShared, QUICK};
+pub(crate) use shared::EpShared;
 
 use crate::domain::IaShared;
 use post::Req;

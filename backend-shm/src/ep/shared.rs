@@ -199,18 +199,18 @@ pub(crate) struct Rx {
 }
 
 /// After the IA's helper took an EP over from application threads that
-/// left it (they compute between waits), it looks at the EP this many
-/// times every [`QUICK`] while they drive it again, rather than every
-/// 2 ms: so that it takes over again soon after they next leave, and an
-/// RDMA read or atomic aimed at a process that computes between its waits
-/// is answered then, not up to 2 ms later. It takes over at such a look
-/// only when no wait began since the last one (a ping-pong's threads are
-/// never away that long); looks that find new waits use them up. A new EP
-/// starts with them (its threads' habits are not known yet).
+/// left it (they compute between waits), it looks at the EP up to this
+/// many more times about every [`QUICK`](crate::helper::QUICK) while they drive it again, rather
+/// than every `watch`: so that it takes over again soon after they next
+/// leave, and an RDMA read or atomic aimed at a process that computes
+/// between its waits is answered then, not a `watch` later. A wait that
+/// lasts from one such look to the next makes its thread tell the helper
+/// as it leaves. The helper takes over at such a look only when no wait
+/// began since the last one (a ping-pong's threads are never away that
+/// long); looks that find new waits, or a message waiting for a receive,
+/// use them up. A new EP starts with them (its threads' habits are not
+/// known yet).
 pub(crate) const FAST_LOOKS: u32 = 8;
-
-/// The helper's quick look period (see [`FAST_LOOKS`]).
-pub(crate) const QUICK: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// One wait begun, in [`EpShared::drivers`].
 pub(crate) const WAIT_BEGUN: u64 = 1 << 32;

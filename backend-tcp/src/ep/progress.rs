@@ -108,13 +108,18 @@ impl EpShared {
             return Next::Gone;
         }
         // Stand back while an application thread drives, and for LINGER
-        // after the last one left: watched (one look every 2 ms for all
-        // such EPs, not a timer per EP: a waiter on an EVD with many
+        // after the last one left: watched (one look every `watch` for
+        // all such EPs, not a timer per EP: a waiter on an EVD with many
         // drivers enters each only while it drives it, many times a
-        // millisecond).
+        // millisecond), or after a recent takeover looked at again soon
+        // (`stand_back`).
         if self.driven_recently() {
             self.deep.store(false, Ordering::SeqCst);
             self.bg_polling.store(false, Ordering::SeqCst);
+            if self.active.load(Ordering::SeqCst) > 0 {
+                // A thread came back before the helper took over.
+                self.handing.store(false, Ordering::SeqCst);
+            }
             return self.stand_back();
         }
         // Announce the helper's watch, so that a waiter arriving meanwhile
@@ -143,6 +148,7 @@ impl EpShared {
         // soon once they are back (see FAST_LOOKS).
         self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
         self.handing.store(false, Ordering::SeqCst);
+        self.deep.store(false, Ordering::SeqCst);
         let w = self.wait_on();
         let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
         Next::Arm { read, write, deadline: w.deadline }
@@ -182,7 +188,10 @@ impl EpShared {
     /// [`Driver::leave`] at `at` (on the [`now_ns`] scale).
     pub(super) fn stamp_left(&self, at: u64) {
         self.left_at.store(at, Ordering::SeqCst);
-        if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.deep.load(Ordering::SeqCst) {
+        // The flag is consumed: a later short wait does not hand over.
+        if self.active.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.deep.swap(false, Ordering::SeqCst)
+        {
             self.handing.store(true, Ordering::SeqCst);
             self.kick();
             rmr_api::provider::yield_to_helper();

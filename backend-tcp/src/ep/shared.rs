@@ -22,12 +22,14 @@ pub(super) const LINGER: Duration = Duration::from_micros(200);
 /// After the progress helper took an EP over from application threads
 /// (they left it for longer than [`LINGER`]: they compute between waits),
 /// it looks at the EP every [`LINGER`] while they drive it again, at most
-/// this many times, rather than at the 2 ms watch: so that it takes over
+/// this many times, rather than at the `watch`: so that it takes over
 /// again soon after their next leaving, and an RDMA read or atomic aimed
 /// at a process that computes between its waits is answered then, not up
-/// to 2 ms later. Looks that keep finding new waits (a ping-pong) use them
-/// up, and the EP is watched as before. A new EP starts with them (its
-/// threads' habits are not known yet).
+/// to a `watch` later. A wait that lasts from one such look to the next
+/// makes its thread tell the helper as it leaves, and the helper takes
+/// over at once. Looks that find new waits (a ping-pong) or an EP just
+/// left use them up, and the EP is then watched as before. A new EP starts
+/// with them (its threads' habits are not known yet).
 pub(super) const FAST_LOOKS: u32 = 8;
 
 /// A waiter that stays this many looks in one wait lets the progress

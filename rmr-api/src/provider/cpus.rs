@@ -77,11 +77,16 @@ pub const SHORT_SLICE_NS: u64 = 100_000;
 /// shorter slice (`sched_setattr(2)`'s `sched_runtime` for `SCHED_OTHER`,
 /// honoured since 6.12); with the default slice a woken helper waits until
 /// the computing thread's slice ends, about 3 ms, and so does the remote
-/// process whose read it would answer. The thread keeps its policy and
-/// nice value and does not get more CPU time, only shorter turns. Returns
-/// whether the kernel took it (older kernels, or `seccomp` filters that
-/// refuse the call, leave the thread as it was).
+/// process whose read it would answer. Only a `SCHED_OTHER` thread is
+/// changed (a batch or real-time one is left as it is); it keeps its nice
+/// value and gets no more CPU time, only shorter turns. Returns whether
+/// the call succeeded: kernels before 6.12 accept it and ignore the slice;
+/// `seccomp` filters that refuse it leave the thread as it was.
 pub fn short_slices() -> bool {
+    // SAFETY: `sched_getscheduler` takes an integer and touches no memory.
+    if unsafe { libc::sched_getscheduler(0) } != libc::SCHED_OTHER {
+        return false;
+    }
     // `struct sched_attr`, its first version (48 bytes).
     #[repr(C)]
     struct SchedAttr {
@@ -109,7 +114,14 @@ pub fn short_slices() -> bool {
     };
     // SAFETY: `attr` is a valid `struct sched_attr` whose `size` says how
     // much the kernel may read; pid 0 is the calling thread; flags 0.
-    let r = unsafe { libc::syscall(libc::SYS_sched_setattr, 0, &attr as *const SchedAttr, 0) };
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_sched_setattr,
+            0 as libc::c_long,
+            &attr as *const SchedAttr,
+            0 as libc::c_long,
+        )
+    };
     r == 0
 }
 

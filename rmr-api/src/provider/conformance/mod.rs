@@ -354,12 +354,14 @@ pub fn write_send_ping_pong(p: &Pair, rounds: u64) -> Vec<[Duration; 3]> {
 /// the library, as a solver between two barriers does; side a reads b's
 /// memory with an RDMA read posted once b computes. Asserts that the read
 /// completed, with b's bytes, while b was still computing: b's progress
-/// helper took the endpoint over after b left its wait. b computes until
-/// the read is done or [`WAIT`] passes, so the assertion is about order,
-/// not time; a backend test makes it strict by opening the IAs with a
-/// helper watch longer than [`WAIT`] (then only the handover at the end of
-/// b's wait can answer in time).
-pub fn read_while_target_computes(p: &Pair) {
+/// helper took the endpoint over after b left its wait. a sends its
+/// message `delay` after b posted its receive (b then waits that long: a
+/// long wait, whose end tells the helper; zero: a short one). b computes
+/// until the read is done or longer than a waits for it, so the assertion
+/// is about order, not time; a backend test makes it strict by opening
+/// the IAs with a helper watch longer than [`WAIT`] (then only the
+/// handover at the end of b's wait can answer in time).
+pub fn read_while_target_computes(p: &Pair, delay: Duration) {
     use crate::{DtoFlags, DtoOp};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
@@ -370,45 +372,54 @@ pub fn read_while_target_computes(p: &Pair) {
     let (note_a, note_b) =
         (Buf::new(&p.pz_a, 8, Access::ALL, 0), Buf::new(&p.pz_b, 8, Access::ALL, 0));
     let ctx = data.ctx();
-    let (computing, read_done) = (AtomicBool::new(false), AtomicBool::new(false));
-    let still_computing = std::thread::scope(|s| {
+    let (posted, computing, read_done) =
+        (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
         let b = s.spawn(|| {
             p.b.post_recv(&[note_b.sge()], Cookie(1), DtoFlags::empty()).expect("post_recv");
+            posted.store(true, Ordering::SeqCst);
             let c = next_dto(&p.evd_b);
             assert!(c.status.is_ok() && c.op == DtoOp::Recv, "{c:?}");
             // Compute: no call into the library until the read is done.
             computing.store(true, Ordering::SeqCst);
-            let until = Instant::now() + WAIT;
+            let until = Instant::now() + WAIT + WAIT / 4;
             let mut x = 1u64;
             while !read_done.load(Ordering::SeqCst) && Instant::now() < until {
                 for _ in 0..1000 {
                     x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
                 }
             }
-            read_done.load(Ordering::SeqCst)
         });
+        let until = Instant::now() + WAIT;
+        let alive = |what: &str| {
+            assert!(!b.is_finished() && Instant::now() < until, "side b never {what}");
+            std::thread::yield_now();
+        };
+        while !posted.load(Ordering::SeqCst) {
+            alive("posted its receive");
+        }
+        std::thread::sleep(delay);
         // The send's completion is waited for: this thread drives its
         // endpoint, so the message leaves now (a batching backend holds a
         // small frame until then).
         p.a.post_send(&[note_a.sge()], Cookie(2), DtoFlags::empty()).expect("post_send");
         let c = next_dto(&p.evd_a);
         assert!(c.status.is_ok() && c.op == DtoOp::Send, "{c:?}");
-        let until = Instant::now() + WAIT;
         while !computing.load(Ordering::SeqCst) {
-            assert!(!b.is_finished() && Instant::now() < until, "side b never began to compute");
-            std::thread::yield_now();
+            alive("began to compute");
         }
         p.a.post_rdma_read(&[into.sge()], ctx.at(0), Cookie(3), DtoFlags::empty())
             .expect("post_rdma_read");
-        let c = next_dto(&p.evd_a);
+        let c = match p.evd_a.wait(Some(WAIT), 1) {
+            Ok(Event::Dto(c)) => c,
+            other => panic!(
+                "the read was not answered within {WAIT:?} while the target computed: its progress helper never took the endpoint over ({other:?})"
+            ),
+        };
         read_done.store(true, Ordering::SeqCst);
         assert!(c.status.is_ok() && c.op == DtoOp::RdmaRead, "{c:?}");
-        b.join().expect("side b")
+        b.join().expect("side b");
     });
-    assert!(
-        still_computing,
-        "the read was answered only after the target stopped computing: its progress helper never took the endpoint over"
-    );
     assert_eq!(into.bytes(), pattern(7, LEN), "the read returned the target's bytes");
 }
 
