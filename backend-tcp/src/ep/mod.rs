@@ -62,6 +62,7 @@ impl TcpEp {
                 fast_looks: AtomicU32::new(FAST_LOOKS),
                 fast_seen: AtomicU64::new(u64::MAX),
                 handing: AtomicBool::new(false),
+                came_back: AtomicBool::new(false),
                 stuck_since: AtomicU64::new(0),
                 stuck_seen: [AtomicU64::new(0), AtomicU64::new(0)],
                 stalled_for: OnceLock::new(),

@@ -161,7 +161,14 @@ impl EpShared {
     /// it ends (`deep`), rather than looked at every [`LINGER`]; only new
     /// waits use up the quick looks.
     fn stand_back(&self) -> Next {
-        let fast = self.fast_looks.load(Ordering::Relaxed);
+        // A thread came straight back after the helper had taken the EP
+        // over (it polls in waits, it does not compute between them): the
+        // quick looks and the handovers they lead to stop.
+        let fast = if self.came_back.swap(false, Ordering::Relaxed) {
+            0
+        } else {
+            self.fast_looks.load(Ordering::Relaxed)
+        };
         if fast == 0 {
             return Next::Watch;
         }
@@ -174,6 +181,7 @@ impl EpShared {
             }
             // The same wait as at the last look: its waiter kicks the
             // helper when it leaves (`stamp_left`), unless it left already.
+            self.fast_looks.store(fast, Ordering::Relaxed);
             self.deep.store(true, Ordering::SeqCst);
             if self.active.load(Ordering::SeqCst) > 0 {
                 return Next::Arm { read: false, write: false, deadline: None };
@@ -298,6 +306,12 @@ impl Driver for EpShared {
         }
         self.waits.fetch_add(1, Ordering::SeqCst);
         if self.bg_polling.load(Ordering::SeqCst) {
+            // Back to an EP the helper had taken over: did this thread come
+            // straight back (it polls), rather than compute meanwhile?
+            let away = now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst));
+            if away < LINGER.as_nanos() as u64 {
+                self.came_back.store(true, Ordering::Relaxed);
+            }
             self.kick();
         }
     }

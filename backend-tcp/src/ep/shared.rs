@@ -168,6 +168,11 @@ pub(crate) struct EpShared {
     /// the EP over at once, without [`LINGER`] (cleared by a thread that
     /// drives it again first).
     pub(super) handing: AtomicBool,
+    /// A thread came back to the EP within [`LINGER`] of leaving it, after
+    /// the helper had taken it over: the helper's quick looks (see
+    /// [`FAST_LOOKS`]) end, so that a thread polling in waits is not handed
+    /// over at each one.
+    pub(super) came_back: AtomicBool,
     /// The peer-stall clock: when frames last waited with nothing moving
     /// (on the [`now_ns`] scale, 0: nothing waits), and the byte and frame
     /// counts last seen moving; `stalled_for` once the EP ended for it.

@@ -58,8 +58,13 @@ impl EpShared {
 
     pub(crate) fn stall(&self, until: Instant) {
         self.stall_until.set(until);
-        self.stalled.store(true, Ordering::SeqCst);
-        self.timer_armed();
+        // News only when the stall begins: a driver that finds the same
+        // message still waiting for a receive wakes nobody (the progress
+        // helper, woken by its own drive, would spin until the receive
+        // came, on the CPU the application computes on).
+        if !self.stalled.swap(true, Ordering::SeqCst) {
+            self.timer_armed();
+        }
     }
 
     pub(crate) fn unstall(&self) {
