@@ -16,13 +16,5 @@ fn target() -> rmr_api::provider::conformance::Target {
 
 #[test]
 fn a_read_is_answered_while_the_target_computes() {
-    let p = rmr_api::provider::conformance::Pair::new(&target());
-    // Short and long waits before the computing, twice each: after the
-    // first, the helper had taken the endpoint over and given it back to
-    // the waiting thread. A long wait's end tells the helper; after a
-    // short one, its quick look finds the endpoint left.
-    for delay in [0, 3, 0, 3] {
-        let delay = std::time::Duration::from_millis(delay);
-        rmr_api::provider::conformance::read_while_target_computes(&p, delay);
-    }
+    rmr_api::provider::conformance::read_while_target_computes_rounds(&target());
 }

@@ -131,8 +131,14 @@ pub fn short_slices() -> bool {
 /// otherwise wait for the end of this thread's time slice (milliseconds),
 /// and so would the remote reads and atomics it is to answer. At most
 /// once per 200 us on a thread (a waiter that leaves many endpoints at once
-/// yields once).
+/// yields once), and not on a crowded machine ([`cpus_idle`] false: more
+/// runnable threads than CPUs plus one), where a yield would hand the CPU
+/// to another process's thread for a whole slice; the helper's short
+/// slice gets it the CPU there at the next turn.
 pub fn yield_to_helper() {
+    if !cpus_idle() {
+        return;
+    }
     thread_local! {
         static LAST: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
     }

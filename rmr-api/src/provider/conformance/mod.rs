@@ -423,6 +423,19 @@ pub fn read_while_target_computes(p: &Pair, delay: Duration) {
     assert_eq!(into.bytes(), pattern(7, LEN), "the read returned the target's bytes");
 }
 
+/// [`read_while_target_computes`] over one pair of `t`, after short and
+/// long waits, twice each: after the first, the target's progress helper
+/// had taken the endpoint over and given it back to the waiting thread. A
+/// long wait's end tells the helper; after a short one, its quick look
+/// finds the endpoint left. A backend's `tests/handover.rs` calls it with
+/// a helper watch longer than [`WAIT`].
+pub fn read_while_target_computes_rounds(t: &Target) {
+    let p = Pair::new(t);
+    for delay in [0, 3, 0, 3] {
+        read_while_target_computes(&p, Duration::from_millis(delay));
+    }
+}
+
 /// Side b of [`write_send_ping_pong`]: answers each ping (its receive
 /// buffer `rb`) with a suppressed write from `wb` into a's buffer `ctx_a`
 /// and a suppressed send from `sb`, both carrying the round's number.
