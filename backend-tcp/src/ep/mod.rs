@@ -63,6 +63,8 @@ impl TcpEp {
                 fast_seen: AtomicU64::new(u64::MAX),
                 handing: AtomicBool::new(false),
                 came_back: AtomicBool::new(false),
+                stayed_away: AtomicBool::new(false),
+                quick_returns: AtomicU32::new(0),
                 stuck_since: AtomicU64::new(0),
                 stuck_seen: [AtomicU64::new(0), AtomicU64::new(0)],
                 stalled_for: OnceLock::new(),

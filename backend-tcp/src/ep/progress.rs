@@ -41,8 +41,21 @@ impl EpShared {
                     < LINGER.as_nanos() as u64
     }
 
-    /// Runs the receive side if no other thread does. Returns whether it moved.
+    /// Runs the receive side if no other thread does. Returns whether it
+    /// moved. A receive posted while it ran, for a message that waited for
+    /// one, is taken here after the lock is released (its poster found the
+    /// lock held and left it to this thread).
     pub(super) fn drive_rx(&self) -> bool {
+        let moved = self.drive_rx_once();
+        if self.stalled.load(Ordering::SeqCst)
+            && !self.recvs.lock().unwrap_or_else(|e| e.into_inner()).is_empty()
+        {
+            return self.drive_rx_once() || moved;
+        }
+        moved
+    }
+
+    fn drive_rx_once(&self) -> bool {
         let Some(tx) = self.tx.get() else { return false };
         let Ok(mut g) = self.rx.try_lock() else { return false };
         let Some(rx) = g.as_mut() else { return false };
@@ -148,6 +161,7 @@ impl EpShared {
         // soon once they are back (see FAST_LOOKS).
         self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
         self.handing.store(false, Ordering::SeqCst);
+        self.came_back.store(false, Ordering::Relaxed);
         self.deep.store(false, Ordering::SeqCst);
         let w = self.wait_on();
         let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
@@ -162,13 +176,20 @@ impl EpShared {
     /// waits use up the quick looks.
     fn stand_back(&self) -> Next {
         // A thread came straight back after the helper had taken the EP
-        // over (it polls in waits, it does not compute between them): the
-        // quick looks and the handovers they lead to stop.
-        let fast = if self.came_back.swap(false, Ordering::Relaxed) {
-            0
-        } else {
-            self.fast_looks.load(Ordering::Relaxed)
-        };
+        // over, twice in a row (it polls in waits, it does not compute
+        // between them): the quick looks, and the handovers they lead to,
+        // end until the next takeover.
+        if self.stayed_away.swap(false, Ordering::Relaxed) {
+            self.quick_returns.store(0, Ordering::Relaxed);
+        }
+        if self.came_back.swap(false, Ordering::Relaxed) {
+            let r = self.quick_returns.load(Ordering::Relaxed) + 1;
+            self.quick_returns.store(r, Ordering::Relaxed);
+            if r >= 2 {
+                self.fast_looks.store(0, Ordering::Relaxed);
+            }
+        }
+        let fast = self.fast_looks.load(Ordering::Relaxed);
         if fast == 0 {
             return Next::Watch;
         }
@@ -181,7 +202,6 @@ impl EpShared {
             }
             // The same wait as at the last look: its waiter kicks the
             // helper when it leaves (`stamp_left`), unless it left already.
-            self.fast_looks.store(fast, Ordering::Relaxed);
             self.deep.store(true, Ordering::SeqCst);
             if self.active.load(Ordering::SeqCst) > 0 {
                 return Next::Arm { read: false, write: false, deadline: None };
@@ -311,6 +331,8 @@ impl Driver for EpShared {
             let away = now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst));
             if away < LINGER.as_nanos() as u64 {
                 self.came_back.store(true, Ordering::Relaxed);
+            } else {
+                self.stayed_away.store(true, Ordering::Relaxed);
             }
             self.kick();
         }

@@ -169,10 +169,14 @@ pub(crate) struct EpShared {
     /// drives it again first).
     pub(super) handing: AtomicBool,
     /// A thread came back to the EP within [`LINGER`] of leaving it, after
-    /// the helper had taken it over: the helper's quick looks (see
-    /// [`FAST_LOOKS`]) end, so that a thread polling in waits is not handed
+    /// the helper had taken it over (`came_back`), or later (`stayed_away`);
+    /// the helper counts the quick returns in a row (`quick_returns`, its
+    /// own) and after two ends its quick looks (see [`FAST_LOOKS`]) until
+    /// the next takeover, so that a thread polling in waits is not handed
     /// over at each one.
     pub(super) came_back: AtomicBool,
+    pub(super) stayed_away: AtomicBool,
+    pub(super) quick_returns: AtomicU32,
     /// The peer-stall clock: when frames last waited with nothing moving
     /// (on the [`now_ns`] scale, 0: nothing waits), and the byte and frame
     /// counts last seen moving; `stalled_for` once the EP ended for it.

@@ -74,7 +74,9 @@ impl EpShared {
     }
 
     /// A receive was posted while the receive side waited for one: go on
-    /// here if nobody else is reading, and wake whoever waits in any case.
+    /// here if nobody else is reading (a thread that is reads it after it
+    /// releases the receive side, see `drive_rx`), and once the wait is
+    /// over wake whoever waits.
     pub(super) fn resume(&self) {
         if !self.stalled.load(Ordering::SeqCst) {
             return;
