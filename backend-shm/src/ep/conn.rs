@@ -613,7 +613,9 @@ impl Driver for EpShared {
     }
 
     fn leave(&self) {
+        // Loaded before it is swapped (no locked swap on every leave).
         if self.drivers.fetch_sub(1, Ordering::SeqCst) as u32 == 1
+            && self.deep.load(Ordering::SeqCst)
             && self.deep.swap(false, Ordering::SeqCst)
         {
             // A long wait ends: the helper takes the EP over now (see

@@ -172,8 +172,9 @@ impl EpShared {
     /// just left: watched, or after a recent takeover (see [`FAST_LOOKS`])
     /// looked at again [`LINGER`] after the last driver left. A wait that
     /// lasts from one such look to the next is left to kick the helper as
-    /// it ends (`deep`), rather than looked at every [`LINGER`]; only new
-    /// waits use up the quick looks.
+    /// it ends (`deep`), rather than looked at every [`LINGER`]. New waits
+    /// and leaves use up the quick looks; two quick returns in a row after
+    /// a takeover end them.
     fn stand_back(&self) -> Next {
         // A thread came straight back after the helper had taken the EP
         // over, twice in a row (it polls in waits, it does not compute
@@ -217,7 +218,10 @@ impl EpShared {
     pub(super) fn stamp_left(&self, at: u64) {
         self.left_at.store(at, Ordering::SeqCst);
         // The flag is consumed: a later short wait does not hand over.
+        // Loaded before it is swapped: a locked swap on every leave would
+        // cost a ping-pong's waits what the flag is rarely set for.
         if self.active.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.deep.load(Ordering::SeqCst)
             && self.deep.swap(false, Ordering::SeqCst)
         {
             self.handing.store(true, Ordering::SeqCst);
