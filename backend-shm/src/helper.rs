@@ -6,7 +6,7 @@
 //! It stands back from an endpoint while an application thread drives it
 //! (looking every `watch`, the IA's [`ShmConfig::watch`](crate::ShmConfig::watch),
 //! whether it has left; more often for a while after a takeover, see
-//! `FAST_LOOKS` in the endpoint code) and otherwise
+//! `rmr_api::provider::Handover`) and otherwise
 //! sleeps in `epoll` on the endpoints' doorbells, armed as a sleeping
 //! waiter arms them: the peer rings only a doorbell someone sleeps on.
 
@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The helper's quick look period, soon after it took an endpoint over
-/// (see `FAST_LOOKS` in the endpoint code).
+/// (see `rmr_api::provider::Handover`).
 pub(crate) const QUICK: Duration = Duration::from_micros(200);
 
 /// How often the helper looks at an endpoint whose message waits for a

@@ -9,7 +9,7 @@
 //! [`TcpConfig::watch`](crate::TcpConfig::watch)) whether its
 //! drivers have left (or, after a long wait, lets the leaving waiter tell
 //! it), and takes the endpoint over once they have; after a takeover it
-//! looks more often for a while (`FAST_LOOKS` in the endpoint's code), so
+//! looks more often for a while (`rmr_api::provider::Handover`), so
 //! that threads that compute between waits hand it over within about
 //! `LINGER` of leaving. An endpoint in the set
 //! is armed one-shot: the helper hears about a socket at most once per

@@ -4,12 +4,14 @@
 //! (orderly, or broken), and the [`Driver`] a waiting thread runs.
 
 use super::shared::*;
+use crate::helper::QUICK;
 use crate::helper::{Look, Tended};
 use crate::ring::{CTL, Ring};
 use crate::sys::{Dir, Mapping, Piece, cross};
 use crate::table::PeerTable;
 use crate::wire::{Hdr, Op};
-use rmr_api::provider::{Driver, Interest, WaitOn};
+use rmr_api::provider::clock::now_ns;
+use rmr_api::provider::{Driver, Interest, QuickLook, WaitOn};
 use rmr_api::{DtoOp, EpState, Error, Event, Result, Status};
 use rustix::event::{EventfdFlags, PollFd, PollFlags, eventfd};
 use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer};
@@ -606,6 +608,10 @@ impl Driver for EpShared {
         if self.helper_armed.load(Ordering::SeqCst)
             && self.helper_armed.swap(false, Ordering::SeqCst)
         {
+            // Back to an EP the helper had taken over: straight back (the
+            // thread polls in waits), or after computing meanwhile?
+            let away = now_ns().saturating_sub(self.taken_at.load(Ordering::SeqCst));
+            self.handover.returned(away < QUICK.as_nanos() as u64);
             // The helper sleeps on the doorbell this thread may now drain:
             // it must watch instead.
             self.ia.helper.kick();
@@ -613,13 +619,9 @@ impl Driver for EpShared {
     }
 
     fn leave(&self) {
-        // Loaded before it is swapped (no locked swap on every leave).
-        if self.drivers.fetch_sub(1, Ordering::SeqCst) as u32 == 1
-            && self.deep.load(Ordering::SeqCst)
-            && self.deep.swap(false, Ordering::SeqCst)
-        {
+        if self.drivers.fetch_sub(1, Ordering::SeqCst) as u32 == 1 && self.handover.leave() {
             // A long wait ends: the helper takes the EP over now (see
-            // FAST_LOOKS), not at its next look.
+            // `Handover`), not at its next look.
             self.ia.helper.kick();
             rmr_api::provider::yield_to_helper();
         }
@@ -647,31 +649,34 @@ impl Tended for EpShared {
         if self.finished() {
             return Look::Gone;
         }
-        let fast = self.fast_looks.load(Ordering::Relaxed);
-        if fast > 0 {
+        let drivers = || {
             let now = self.drivers.load(Ordering::SeqCst);
-            let waits = now >> 32;
-            if self.fast_seen.swap(waits, Ordering::Relaxed) != waits {
-                // Waits began since the last look: the threads are back.
-                self.fast_looks.store(fast - 1, Ordering::Relaxed);
-                return Look::Soon;
-            }
-            if now as u32 > 0 {
-                // One wait since the last look: its waiter kicks the
-                // helper as it leaves (unless it left meanwhile).
-                self.deep.store(true, Ordering::SeqCst);
-                if self.drivers.load(Ordering::SeqCst) as u32 > 0 {
-                    return Look::Watch;
-                }
-            }
+            (now >> 32, now as u32 > 0)
+        };
+        match self.handover.look(drivers) {
+            // Waits began since the last quick look: the threads are back.
+            QuickLook::Soon => return Look::Soon,
+            // One wait since the last look: its waiter kicks the helper as
+            // it leaves.
+            QuickLook::Hold => return Look::Watch,
+            QuickLook::Off | QuickLook::Left => {}
         }
         // Dekker with `enter`, before anything is driven or armed: either a
         // thread that starts driving sees the flag (and kicks the helper),
         // or the helper sees it driving and stands back.
         self.helper_armed.store(true, Ordering::SeqCst);
-        if self.drivers.load(Ordering::SeqCst) as u32 > 0 {
+        let now = self.drivers.load(Ordering::SeqCst);
+        if now as u32 > 0 {
             self.helper_armed.store(false, Ordering::SeqCst);
             return Look::Watch;
+        }
+        // Taken over from threads that compute between waits: look again
+        // soon once they are back (counting waits from now). A thread back
+        // within QUICK of a new takeover is back quickly; one that enters
+        // before the stamp reads an older one and counts as away (the
+        // helper keeps its quick looks: the safe side).
+        if self.handover.took_over(now >> 32) {
+            self.taken_at.store(now_ns(), Ordering::SeqCst);
         }
         let moved = self.drive_now();
         if moved || !self.arm() {
@@ -684,17 +689,8 @@ impl Tended for EpShared {
             // thread that then computes takes the message in, and the
             // helper must be back on the doorbell for what follows).
             self.helper_armed.store(false, Ordering::SeqCst);
-            let fast = self.fast_looks.load(Ordering::Relaxed);
-            if fast > 0 {
-                self.fast_looks.store(fast - 1, Ordering::Relaxed);
-                return Look::Soon;
-            }
-            return Look::Retry;
+            return if self.handover.spend() { Look::Soon } else { Look::Retry };
         }
-        // Taken over from threads that compute between waits: look again
-        // soon once they are back (counting waits from now).
-        self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
-        self.fast_seen.store(self.drivers.load(Ordering::SeqCst) >> 32, Ordering::Relaxed);
         Look::Armed
     }
 

@@ -8,13 +8,14 @@ use crate::ring::Ring;
 use crate::sys::{Mapping, Piece};
 use crate::table::PeerTable;
 use crate::wire::Hdr;
+use rmr_api::provider::Handover;
 use rmr_api::{
     Cookie, DtoCompletion, DtoFlags, DtoOp, EpEvds, EpId, EpState, Event, MemRegion, Status,
 };
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -198,20 +199,6 @@ pub(crate) struct Rx {
     pub(crate) rnr_since: Option<Instant>,
 }
 
-/// After the IA's helper took an EP over from application threads that
-/// left it (they compute between waits), it looks at the EP up to this
-/// many more times about every [`QUICK`](crate::helper::QUICK) while they drive it again, rather
-/// than every `watch`: so that it takes over again soon after they next
-/// leave, and an RDMA read or atomic aimed at a process that computes
-/// between its waits is answered then, not a `watch` later. A wait that
-/// lasts from one such look to the next makes its thread tell the helper
-/// as it leaves. The helper takes over at such a look only when no wait
-/// began since the last one (a ping-pong's threads are never away that
-/// long); looks that find new waits, or a message waiting for a receive,
-/// use them up. A new EP starts with them (its threads' habits are not
-/// known yet).
-pub(crate) const FAST_LOOKS: u32 = 8;
-
 /// One wait begun, in [`EpShared::drivers`].
 pub(crate) const WAIT_BEGUN: u64 = 1 << 32;
 
@@ -228,13 +215,15 @@ pub(crate) struct EpShared {
     /// helper stands back while any does) and waits begun (the high bits;
     /// both in one word, so that entering costs one atomic operation).
     pub(crate) drivers: AtomicU64,
-    /// The waiter driving now kicks the helper as it leaves (it has waited
-    /// since the helper's last quick look, see [`FAST_LOOKS`]).
-    pub(crate) deep: AtomicBool,
-    /// Quick looks the helper has left for this EP, and the wait count it
-    /// saw at the last one (see [`FAST_LOOKS`]); the helper's own.
-    pub(crate) fast_looks: AtomicU32,
-    pub(crate) fast_seen: AtomicU64,
+    /// When the helper takes the EP over from threads that compute between
+    /// waits, and looks again soon after (quick looks every
+    /// [`QUICK`](crate::helper::QUICK)).
+    pub(crate) handover: Handover,
+    /// When the helper last set out to take the EP over (on the
+    /// [`now_ns`](rmr_api::provider::clock::now_ns) scale): a thread that
+    /// drives it again within [`QUICK`](crate::helper::QUICK) of that came
+    /// back quickly (it polls in waits, see [`Handover::returned`]).
+    pub(crate) taken_at: AtomicU64,
     /// A sleeper armed the doorbell: the next drive drains it.
     pub(crate) efd_armed: AtomicBool,
     /// The IA's helper sleeps on this EP's doorbell: a thread that starts
@@ -282,9 +271,8 @@ impl EpShared {
             tx: Mutex::new(Tx::default()),
             rx: Mutex::new(Rx::default()),
             drivers: AtomicU64::new(0),
-            deep: AtomicBool::new(false),
-            fast_looks: AtomicU32::new(FAST_LOOKS),
-            fast_seen: AtomicU64::new(u64::MAX),
+            handover: Handover::new(),
+            taken_at: AtomicU64::new(0),
             efd_armed: AtomicBool::new(false),
             helper_armed: AtomicBool::new(false),
             detached: AtomicBool::new(false),

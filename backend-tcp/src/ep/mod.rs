@@ -15,7 +15,7 @@ use crate::domain::IaShared;
 use crate::tx::{Seg, Segs};
 use crate::wire::{self, F_SOLICITED, Header, Op};
 pub(crate) use connect::{handshake_write, tune};
-use rmr_api::provider::check_local_sges;
+use rmr_api::provider::{Handover, check_local_sges};
 use rmr_api::{
     Access, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Result, RmrContext, Sge,
 };
@@ -25,7 +25,7 @@ use shared::*;
 pub(crate) use shared::{EpShared, Inflight, push};
 use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -57,14 +57,9 @@ impl TcpEp {
                 active: AtomicUsize::new(0),
                 waits: AtomicU64::new(0),
                 left_at: AtomicU64::new(0),
-                deep: AtomicBool::new(false),
                 bg_polling: AtomicBool::new(false),
-                fast_looks: AtomicU32::new(FAST_LOOKS),
-                fast_seen: AtomicU64::new(u64::MAX),
+                handover: Handover::new(),
                 handing: AtomicBool::new(false),
-                came_back: AtomicBool::new(false),
-                stayed_away: AtomicBool::new(false),
-                quick_returns: AtomicU32::new(0),
                 stuck_since: AtomicU64::new(0),
                 stuck_seen: [AtomicU64::new(0), AtomicU64::new(0)],
                 stalled_for: OnceLock::new(),

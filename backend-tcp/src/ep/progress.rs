@@ -6,7 +6,7 @@ use crate::engine::{Next, Tended, Watched};
 use crate::ep::rx::End;
 use crate::ep::shared::*;
 use rmr_api::Status;
-use rmr_api::provider::{Driver, Interest, WaitOn};
+use rmr_api::provider::{Driver, Interest, QuickLook, WaitOn};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -127,7 +127,6 @@ impl EpShared {
         // millisecond), or after a recent takeover looked at again soon
         // (`stand_back`).
         if self.driven_recently() {
-            self.deep.store(false, Ordering::SeqCst);
             self.bg_polling.store(false, Ordering::SeqCst);
             if self.active.load(Ordering::SeqCst) > 0 {
                 // A thread came back before the helper took over.
@@ -158,72 +157,44 @@ impl EpShared {
             return Next::Gone;
         }
         // Taken over from threads that compute between waits: look again
-        // soon once they are back (see FAST_LOOKS).
-        self.fast_looks.store(FAST_LOOKS, Ordering::Relaxed);
+        // soon once they are back (see `Handover`).
+        self.handover.took_over(self.waits.load(Ordering::SeqCst));
         self.handing.store(false, Ordering::SeqCst);
-        self.came_back.store(false, Ordering::Relaxed);
-        self.deep.store(false, Ordering::SeqCst);
         let w = self.wait_on();
         let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
         Next::Arm { read, write, deadline: w.deadline }
     }
 
     /// The helper stands back from an EP an application thread drives or
-    /// just left: watched, or after a recent takeover (see [`FAST_LOOKS`])
-    /// looked at again [`LINGER`] after the last driver left. A wait that
-    /// lasts from one such look to the next is left to kick the helper as
-    /// it ends (`deep`), rather than looked at every [`LINGER`]. New waits
-    /// and leaves use up the quick looks; two quick returns in a row after
-    /// a takeover end them.
+    /// just left: watched, or after a recent takeover looked at again
+    /// [`LINGER`] after the last driver left (the quick looks of
+    /// [`Handover`]). A wait that lasts from one such look to the next is
+    /// left to kick the helper as it ends, rather than looked at every
+    /// [`LINGER`].
     fn stand_back(&self) -> Next {
-        // A thread came straight back after the helper had taken the EP
-        // over, twice in a row (it polls in waits, it does not compute
-        // between them): the quick looks, and the handovers they lead to,
-        // end until the next takeover.
-        if self.stayed_away.swap(false, Ordering::Relaxed) {
-            self.quick_returns.store(0, Ordering::Relaxed);
-        }
-        if self.came_back.swap(false, Ordering::Relaxed) {
-            let r = self.quick_returns.load(Ordering::Relaxed) + 1;
-            self.quick_returns.store(r, Ordering::Relaxed);
-            if r >= 2 {
-                self.fast_looks.store(0, Ordering::Relaxed);
-            }
-        }
-        let fast = self.fast_looks.load(Ordering::Relaxed);
-        if fast == 0 {
-            return Next::Watch;
-        }
-        if self.active.load(Ordering::SeqCst) > 0 {
-            let w = self.waits.load(Ordering::SeqCst);
-            if self.fast_seen.swap(w, Ordering::Relaxed) != w {
-                self.fast_looks.store(fast - 1, Ordering::Relaxed);
+        let drivers = || {
+            let driving = self.active.load(Ordering::SeqCst) > 0;
+            (self.waits.load(Ordering::SeqCst), driving)
+        };
+        match self.handover.look(drivers) {
+            QuickLook::Off => Next::Watch,
+            QuickLook::Soon => {
                 let at = Instant::now() + LINGER;
-                return Next::Arm { read: false, write: false, deadline: Some(at) };
+                Next::Arm { read: false, write: false, deadline: Some(at) }
             }
-            // The same wait as at the last look: its waiter kicks the
-            // helper when it leaves (`stamp_left`), unless it left already.
-            self.deep.store(true, Ordering::SeqCst);
-            if self.active.load(Ordering::SeqCst) > 0 {
-                return Next::Arm { read: false, write: false, deadline: None };
+            QuickLook::Hold => Next::Arm { read: false, write: false, deadline: None },
+            QuickLook::Left => {
+                let left = instant_of(self.left_at.load(Ordering::SeqCst));
+                Next::Arm { read: false, write: false, deadline: Some(left + LINGER) }
             }
-        } else {
-            self.fast_looks.store(fast - 1, Ordering::Relaxed);
         }
-        let left = instant_of(self.left_at.load(Ordering::SeqCst));
-        Next::Arm { read: false, write: false, deadline: Some(left + LINGER) }
     }
 
     /// [`Driver::leave`] at `at` (on the [`now_ns`] scale).
     pub(super) fn stamp_left(&self, at: u64) {
         self.left_at.store(at, Ordering::SeqCst);
-        // The flag is consumed: a later short wait does not hand over.
-        // Loaded before it is swapped: a locked swap on every leave would
-        // cost a ping-pong's waits what the flag is rarely set for.
-        if self.active.fetch_sub(1, Ordering::SeqCst) == 1
-            && self.deep.load(Ordering::SeqCst)
-            && self.deep.swap(false, Ordering::SeqCst)
-        {
+        // A long wait ends: the helper takes the EP over at once.
+        if self.active.fetch_sub(1, Ordering::SeqCst) == 1 && self.handover.leave() {
             self.handing.store(true, Ordering::SeqCst);
             self.kick();
             rmr_api::provider::yield_to_helper();
@@ -253,7 +224,7 @@ impl Tended for EpShared {
             Look::Keep => Watched::Stay,
             Look::Wake => Watched::Tend,
             Look::Deep => {
-                self.deep.store(true, Ordering::SeqCst);
+                self.handover.mark_deep();
                 // A waiter that left meanwhile may not have seen `deep`.
                 if self.active.load(Ordering::SeqCst) == 0 { Watched::Tend } else { Watched::Leave }
             }
@@ -333,11 +304,7 @@ impl Driver for EpShared {
             // Back to an EP the helper had taken over: did this thread come
             // straight back (it polls), rather than compute meanwhile?
             let away = now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst));
-            if away < LINGER.as_nanos() as u64 {
-                self.came_back.store(true, Ordering::Relaxed);
-            } else {
-                self.stayed_away.store(true, Ordering::Relaxed);
-            }
+            self.handover.returned(away < LINGER.as_nanos() as u64);
             self.kick();
         }
     }

@@ -6,11 +6,11 @@ use crate::domain::IaShared;
 use crate::ep::rx::RxState;
 use crate::tx::{Segs, Tx};
 use rmr_api::Cookie;
-use rmr_api::provider::SoftEvd;
+use rmr_api::provider::{Handover, SoftEvd};
 use rmr_api::{DtoCompletion, DtoOp, EpEvds, EpId, EpState, Error, Event, Result, Status};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -18,19 +18,6 @@ use std::time::{Duration, Instant};
 /// helper waits this long before it takes over (a waiter that comes straight back,
 /// as in a ping-pong, never hands the socket to another thread).
 pub(super) const LINGER: Duration = Duration::from_micros(200);
-
-/// After the progress helper took an EP over from application threads
-/// (they left it for longer than [`LINGER`]: they compute between waits),
-/// it looks at the EP every [`LINGER`] while they drive it again, at most
-/// this many times, rather than at the `watch`: so that it takes over
-/// again soon after their next leaving, and an RDMA read or atomic aimed
-/// at a process that computes between its waits is answered then, not up
-/// to a `watch` later. A wait that lasts from one such look to the next
-/// makes its thread tell the helper as it leaves, and the helper takes
-/// over at once. Looks that find new waits (a ping-pong) or an EP just
-/// left use them up, and the EP is then watched as before. A new EP starts
-/// with them (its threads' habits are not known yet).
-pub(super) const FAST_LOOKS: u32 = 8;
 
 /// A waiter that stays this many looks in one wait lets the progress
 /// helper forget the EP until that waiter leaves (it stops looking).
@@ -156,27 +143,16 @@ pub(crate) struct EpShared {
     pub(super) active: AtomicUsize,
     pub(super) waits: AtomicU64,
     pub(super) left_at: AtomicU64,
-    /// The progress helper forgot the EP until a leaving waiter kicks it.
-    pub(super) deep: AtomicBool,
     /// The progress helper watches the socket (an arriving waiter kicks it).
     pub(super) bg_polling: AtomicBool,
-    /// Quick looks the helper has left for this EP (see [`FAST_LOOKS`]),
-    /// and the wait count it saw at the last one; the helper's own.
-    pub(super) fast_looks: AtomicU32,
-    pub(super) fast_seen: AtomicU64,
+    /// When the helper takes the EP over from threads that compute between
+    /// waits, and looks again soon after (quick looks every [`LINGER`]; a
+    /// thread counts as back quickly within [`LINGER`] of leaving).
+    pub(super) handover: Handover,
     /// The last driver left a long wait and kicked the helper: it takes
     /// the EP over at once, without [`LINGER`] (cleared by a thread that
     /// drives it again first).
     pub(super) handing: AtomicBool,
-    /// A thread came back to the EP within [`LINGER`] of leaving it, after
-    /// the helper had taken it over (`came_back`), or later (`stayed_away`);
-    /// the helper counts the quick returns in a row (`quick_returns`, its
-    /// own) and after two ends its quick looks (see [`FAST_LOOKS`]) until
-    /// the next takeover, so that a thread polling in waits is not handed
-    /// over at each one.
-    pub(super) came_back: AtomicBool,
-    pub(super) stayed_away: AtomicBool,
-    pub(super) quick_returns: AtomicU32,
     /// The peer-stall clock: when frames last waited with nothing moving
     /// (on the [`now_ns`] scale, 0: nothing waits), and the byte and frame
     /// counts last seen moving; `stalled_for` once the EP ended for it.
@@ -319,7 +295,7 @@ impl EpShared {
             self.ack_due.at().map(|d| d.saturating_duration_since(Instant::now())),
             self.stalled.load(Ordering::SeqCst),
             self.active.load(Ordering::SeqCst),
-            self.deep.load(Ordering::SeqCst),
+            self.handover.is_deep(),
             self.bg_polling.load(Ordering::SeqCst),
         )
     }

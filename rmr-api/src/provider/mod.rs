@@ -9,6 +9,9 @@
 //!   [`doorbell_deferred`]), the spin policy's CPU probes ([`cpus_idle`],
 //!   [`online_cpus`]) and the [`Sink`] hook a layer above uses to take
 //!   events as they come; [`clock`], stamps in plain nanoseconds.
+//! - [`Handover`]: when a backend's progress helper takes an endpoint over
+//!   from threads that compute between their waits ([`QuickLook`],
+//!   [`FAST_LOOKS`], with [`short_slices`] and [`yield_to_helper`]).
 //! - [`io`]: moving bytes between sockets and registered memory through
 //!   raw pointers, as DMA does (the only `unsafe` a socket transport needs).
 //! - [`settings`]: a backend's settings from the environment, checked
@@ -29,6 +32,7 @@ mod checks;
 pub mod clock;
 mod cpus;
 mod driver;
+mod handover;
 pub mod io;
 pub use crate::settings;
 mod soft_evd;
@@ -43,6 +47,7 @@ pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{RemoteTarget, check_local_sges, completion_result};
 pub use cpus::{SHORT_SLICE_NS, cpus_idle, online_cpus, short_slices, yield_to_helper};
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
+pub use handover::{FAST_LOOKS, Handover, QuickLook};
 pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
 
 thread_local! {

@@ -1,0 +1,320 @@
+//! Handing an endpoint over to the IA's progress helper when the threads
+//! that drive it leave to compute, and back when they return.
+//!
+//! A backend with progress by the waiter ([`Driver`](super::Driver)) keeps
+//! a helper thread that drives the endpoints no application thread drives:
+//! it answers RDMA reads and atomics aimed at this process while the
+//! application computes. The helper stands back while a thread drives an
+//! endpoint and looks now and then whether it has left. A thread that
+//! computes between its waits leaves for milliseconds each time; a read
+//! aimed at it meanwhile waits until the helper's next look. So after the
+//! helper took an endpoint over, it looks at it again [`FAST_LOOKS`] times
+//! at a quick pace (the backend's, about 200 us) while threads drive it
+//! once more, and a wait that lasts from one quick look to the next is
+//! left to tell the helper itself as it ends ([`Handover::leave`]): the
+//! helper then takes over at once.
+//!
+//! A thread that polls in waits (a ping-pong, or a rank waiting for
+//! messages in waits of a millisecond) would be handed over and kicked back
+//! at every wait, each costing the helper a wake-up: two quick returns in a
+//! row after a takeover ([`Handover::returned`]) end the quick looks until
+//! a thread stays away again.
+//!
+//! [`Handover`] is that state for one endpoint, the same in every backend;
+//! each backend says what a driver, a wait and a takeover are for it.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+
+/// After the IA's helper took an endpoint over from application threads
+/// (they compute between waits), it looks at the endpoint up to this many
+/// more times at the backend's quick pace while they drive it again,
+/// rather than at its slower watch: so that it takes over again soon after
+/// they next leave. Looks that find new waits use them up (a ping-pong's
+/// threads are never away from one look to the next), and so does a look
+/// that finds nobody driving. A new endpoint starts with them: its
+/// threads' habits are not known yet.
+pub const FAST_LOOKS: u32 = 8;
+
+/// What the helper's look at an endpoint it stands back from found
+/// ([`Handover::look`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuickLook {
+    /// No quick looks left: look at the pace of the helper's watch.
+    Off,
+    /// Waits began since the last look (the threads are back): look again
+    /// at the quick pace. One quick look is used up.
+    Soon,
+    /// One wait has lasted since the last look and still does: its thread
+    /// tells the helper as it leaves ([`Handover::leave`]), so the helper
+    /// need not look until then.
+    Hold,
+    /// Nobody drives the endpoint now: the helper may take it over.
+    Left,
+}
+
+/// One endpoint's handover state: shared by the threads that drive it
+/// (entering and leaving waits) and the IA's helper (looking, taking over).
+#[derive(Debug)]
+pub struct Handover {
+    /// The thread driving now tells the helper as it leaves: its wait has
+    /// lasted since the helper's last quick look.
+    deep: AtomicBool,
+    /// Quick looks left, and the wait count at the last one (the helper's).
+    looks: AtomicU32,
+    seen: AtomicU64,
+    /// A thread came back after a takeover quickly (`came_back`) or after
+    /// a while (`stayed_away`), not yet counted by the helper.
+    came_back: AtomicBool,
+    stayed_away: AtomicBool,
+    /// Quick returns in a row (the helper's).
+    quick_returns: AtomicU32,
+    /// The wait count at the last takeover (the helper's).
+    taken: AtomicU64,
+}
+
+impl Default for Handover {
+    fn default() -> Handover {
+        Handover::new()
+    }
+}
+
+impl Handover {
+    /// A new endpoint's state: with its quick looks (see [`FAST_LOOKS`]).
+    pub const fn new() -> Handover {
+        Handover {
+            deep: AtomicBool::new(false),
+            looks: AtomicU32::new(FAST_LOOKS),
+            seen: AtomicU64::new(u64::MAX),
+            came_back: AtomicBool::new(false),
+            stayed_away: AtomicBool::new(false),
+            quick_returns: AtomicU32::new(0),
+            taken: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// The helper looks at an endpoint it does not drive. `drivers` reads
+    /// the endpoint's count of waits begun and whether a thread drives it
+    /// now; it is read again after the helper asks a driver to tell it as
+    /// it leaves, in case it left meanwhile.
+    pub fn look(&self, drivers: impl Fn() -> (u64, bool)) -> QuickLook {
+        // A flag left from an earlier wait must not hand a later one over.
+        if self.deep.load(Ordering::SeqCst) {
+            self.deep.store(false, Ordering::SeqCst);
+        }
+        if self.stayed_away.swap(false, Ordering::Relaxed) {
+            self.quick_returns.store(0, Ordering::Relaxed);
+        }
+        if self.came_back.swap(false, Ordering::Relaxed) {
+            let r = self.quick_returns.load(Ordering::Relaxed).saturating_add(1);
+            self.quick_returns.store(r, Ordering::Relaxed);
+            if r >= 2 {
+                // It polls in waits rather than computing between them.
+                self.looks.store(0, Ordering::Relaxed);
+            }
+        }
+        let looks = self.looks.load(Ordering::Relaxed);
+        if looks == 0 {
+            return QuickLook::Off;
+        }
+        let (waits, driving) = drivers();
+        if !driving {
+            self.looks.store(looks - 1, Ordering::Relaxed);
+            return QuickLook::Left;
+        }
+        if self.seen.swap(waits, Ordering::Relaxed) != waits {
+            self.looks.store(looks - 1, Ordering::Relaxed);
+            return QuickLook::Soon;
+        }
+        // The same wait as at the last look: its thread tells the helper
+        // as it leaves, unless it left already (Dekker with `leave`).
+        self.deep.store(true, Ordering::SeqCst);
+        if drivers().1 { QuickLook::Hold } else { QuickLook::Left }
+    }
+
+    /// Uses up one quick look, if any is left (a look that found a message
+    /// waiting for a receive, say). Returns whether one was.
+    pub fn spend(&self) -> bool {
+        let looks = self.looks.load(Ordering::Relaxed);
+        if looks > 0 {
+            self.looks.store(looks - 1, Ordering::Relaxed);
+        }
+        looks > 0
+    }
+
+    /// The helper took the endpoint over (it drives it now); `waits` is
+    /// its count of waits begun now. Its quick looks start again, and what
+    /// the threads left behind is forgotten. Returns whether threads drove
+    /// it since the last takeover: a new takeover, not the same one looked
+    /// at again (a backend that stamps when it took over stamps then).
+    pub fn took_over(&self, waits: u64) -> bool {
+        self.looks.store(FAST_LOOKS, Ordering::Relaxed);
+        self.seen.store(waits, Ordering::Relaxed);
+        self.came_back.store(false, Ordering::Relaxed);
+        self.deep.store(false, Ordering::SeqCst);
+        self.taken.swap(waits, Ordering::Relaxed) != waits
+    }
+
+    /// A thread began driving the endpoint while the helper had it: `quick`
+    /// if it came back within the backend's quick period (it polls, rather
+    /// than computing between its waits).
+    pub fn returned(&self, quick: bool) {
+        if quick {
+            self.came_back.store(true, Ordering::Relaxed);
+        } else {
+            self.stayed_away.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Asks the thread driving now to tell the helper as it leaves (the
+    /// helper stops watching it).
+    pub fn mark_deep(&self) {
+        self.deep.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the driving thread is asked to tell the helper as it leaves.
+    pub fn is_deep(&self) -> bool {
+        self.deep.load(Ordering::SeqCst)
+    }
+
+    /// The endpoint's last driver leaves: returns whether it must tell the
+    /// helper (its wait was long: it likely computes now), consuming the
+    /// request. The caller wakes the helper and then calls
+    /// [`yield_to_helper`](super::yield_to_helper).
+    #[inline]
+    pub fn leave(&self) -> bool {
+        // Loaded before it is swapped: a locked swap on every leave would
+        // cost a ping-pong's waits what the flag is rarely set for.
+        self.deep.load(Ordering::SeqCst) && self.deep.swap(false, Ordering::SeqCst)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// An endpoint's wait count and whether a thread drives it.
+    struct Ep {
+        waits: Cell<u64>,
+        driving: Cell<bool>,
+    }
+
+    impl Ep {
+        fn new() -> Ep {
+            Ep { waits: Cell::new(0), driving: Cell::new(false) }
+        }
+        fn enter(&self) {
+            self.waits.set(self.waits.get() + 1);
+            self.driving.set(true);
+        }
+        fn now(&self) -> (u64, bool) {
+            (self.waits.get(), self.driving.get())
+        }
+    }
+
+    #[test]
+    fn a_long_wait_is_told_to_hand_over_once_and_a_ping_pong_never() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        // A ping-pong: a new wait at every look.
+        for _ in 0..3 {
+            ep.enter();
+            assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
+            ep.driving.set(false);
+            assert!(!h.leave(), "a short wait does not hand over");
+        }
+        // One wait spans two looks: its leave tells the helper, once.
+        ep.enter();
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Hold);
+        assert!(h.is_deep());
+        ep.driving.set(false);
+        assert!(h.leave(), "the long wait's leave tells the helper");
+        assert!(!h.leave(), "consumed");
+        // A flag the leave did not consume is cleared at the next look.
+        ep.enter();
+        h.mark_deep();
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
+        assert!(!h.leave(), "cleared by the look that found a new wait");
+    }
+
+    #[test]
+    fn a_driver_that_leaves_between_the_two_reads_is_left_to_the_helper() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        ep.enter();
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
+        let reads = Cell::new(0);
+        let r = h.look(|| {
+            reads.set(reads.get() + 1);
+            // Still driving at the first read, gone at the second.
+            (ep.waits.get(), reads.get() == 1)
+        });
+        assert_eq!(r, QuickLook::Left);
+    }
+
+    #[test]
+    fn quick_looks_run_out_and_start_again_at_a_takeover() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        for _ in 0..FAST_LOOKS {
+            ep.enter();
+            assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
+        }
+        ep.enter();
+        assert_eq!(h.look(|| ep.now()), QuickLook::Off, "all used up");
+        h.took_over(ep.waits.get());
+        ep.driving.set(false);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Left, "nobody drives: one used");
+        assert!(h.spend());
+        for _ in 2..FAST_LOOKS {
+            assert!(h.spend());
+        }
+        assert!(!h.spend(), "none left");
+        assert_eq!(h.look(|| ep.now()), QuickLook::Off);
+    }
+
+    #[test]
+    fn two_quick_returns_in_a_row_end_the_quick_looks_and_staying_away_resets_them() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        h.took_over(0);
+        ep.enter();
+        h.returned(true);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon, "one quick return is not a habit");
+        h.took_over(ep.waits.get());
+        ep.enter();
+        h.returned(true);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Off, "two in a row");
+        // A takeover gives quick looks back, but the next quick return
+        // ends them again: the habit stays known.
+        h.took_over(ep.waits.get());
+        ep.enter();
+        h.returned(true);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Off);
+        // A thread that stayed away (it computed) starts the count over.
+        h.took_over(ep.waits.get());
+        ep.enter();
+        h.returned(false);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
+        h.took_over(ep.waits.get());
+        ep.enter();
+        h.returned(true);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon, "one quick return after staying away");
+    }
+
+    #[test]
+    fn a_takeover_is_new_only_after_threads_drove_the_endpoint() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        assert!(h.took_over(0), "the first");
+        assert!(!h.took_over(0), "the same one, looked at again");
+        ep.enter();
+        assert!(h.took_over(ep.waits.get()), "after a wait");
+    }
+
+    #[test]
+    fn a_takeover_forgets_a_quick_return_the_helper_had_not_counted() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        h.returned(true);
+        h.took_over(0);
+        ep.enter();
+        h.returned(true);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon, "only the return after the takeover");
+    }
+}
