@@ -97,12 +97,11 @@ fn the_helper_sleeps_while_idle_and_is_not_woken_at_every_wait_of_a_polling_thre
     println!(
         "RESULT waits={WAITS} in {took:?}: helper wake-ups {woke} ({EPS} driven endpoints, {looks} 2 ms looks)"
     );
-    // Its looks, plus a takeover and a kick back now and then (a thread
-    // preempted between two waits, which then counts as away). Handed
-    // over and kicked back at every wait, the helper would wake at least
-    // twice per wait.
+    // Its looks, plus now and then a takeover between two waits and a
+    // kick back. Handed over and kicked back at every wait, the helper
+    // would wake about three times per wait.
     assert!(
-        woke <= looks + (WAITS / 10) as u64,
+        woke <= looks + (WAITS / 6) as u64,
         "{woke} helper wake-ups over {WAITS} waits ({looks} looks) on {EPS} endpoints"
     );
     drop(eps);

@@ -605,13 +605,21 @@ impl Driver for EpShared {
 
     fn enter(&self) {
         self.drivers.fetch_add(WAIT_BEGUN + 1, Ordering::SeqCst);
+        if self.handing.load(Ordering::Relaxed) {
+            // Back before the helper took over: its next takeover is not
+            // this leave's.
+            self.handing.store(false, Ordering::SeqCst);
+        }
         if self.helper_armed.load(Ordering::SeqCst)
             && self.helper_armed.swap(false, Ordering::SeqCst)
         {
-            // Back to an EP the helper had taken over: straight back (the
-            // thread polls in waits), or after computing meanwhile?
-            let away = now_ns().saturating_sub(self.taken_at.load(Ordering::SeqCst));
-            self.handover.returned(away < QUICK.as_nanos() as u64);
+            // Back to an EP the helper had taken over from a thread that
+            // left a long wait: straight back (the thread polls in waits),
+            // or after computing meanwhile?
+            let left = self.left_at.load(Ordering::SeqCst);
+            if left != u64::MAX {
+                self.handover.returned(now_ns().saturating_sub(left) < QUICK.as_nanos() as u64);
+            }
             // The helper sleeps on the doorbell this thread may now drain:
             // it must watch instead.
             self.ia.helper.kick();
@@ -622,13 +630,20 @@ impl Driver for EpShared {
         if self.drivers.fetch_sub(1, Ordering::SeqCst) as u32 == 1 && self.handover.leave() {
             // A long wait ends: the helper takes the EP over now (see
             // `Handover`), not at its next look.
+            self.left_at.store(now_ns(), Ordering::SeqCst);
+            self.handing.store(true, Ordering::SeqCst);
             self.ia.helper.kick();
             rmr_api::provider::yield_to_helper();
         }
     }
 
     fn release(&self) {
-        self.ia.helper.kick();
+        // Unless a thread drives it, or the helper has it already.
+        if self.drivers.load(Ordering::SeqCst) as u32 == 0
+            && !self.helper_armed.load(Ordering::SeqCst)
+        {
+            self.ia.helper.kick();
+        }
     }
 }
 
@@ -671,12 +686,11 @@ impl Tended for EpShared {
             return Look::Watch;
         }
         // Taken over from threads that compute between waits: look again
-        // soon once they are back (counting waits from now). A thread back
-        // within QUICK of a new takeover is back quickly; one that enters
-        // before the stamp reads an older one and counts as away (the
-        // helper keeps its quick looks: the safe side).
-        if self.handover.took_over(now >> 32) {
-            self.taken_at.store(now_ns(), Ordering::SeqCst);
+        // soon once they are back (counting waits from now). When a thread
+        // that left a long wait told the helper, its return is timed from
+        // that leave; else nobody knows when the last thread left.
+        if self.handover.took_over(now >> 32) && !self.handing.swap(false, Ordering::SeqCst) {
+            self.left_at.store(u64::MAX, Ordering::SeqCst);
         }
         let moved = self.drive_now();
         if moved || !self.arm() {

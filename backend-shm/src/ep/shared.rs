@@ -219,11 +219,16 @@ pub(crate) struct EpShared {
     /// waits, and looks again soon after (quick looks every
     /// [`QUICK`](crate::helper::QUICK)).
     pub(crate) handover: Handover,
-    /// When the helper last set out to take the EP over (on the
-    /// [`now_ns`](rmr_api::provider::clock::now_ns) scale): a thread that
-    /// drives it again within [`QUICK`](crate::helper::QUICK) of that came
-    /// back quickly (it polls in waits, see [`Handover::returned`]).
-    pub(crate) taken_at: AtomicU64,
+    /// When the last thread left a long wait and told the helper (on the
+    /// [`now_ns`](rmr_api::provider::clock::now_ns) scale; `u64::MAX` once
+    /// the helper took the EP over otherwise, when nobody knows). A thread
+    /// that drives the EP again within [`QUICK`](crate::helper::QUICK) of
+    /// leaving, after the helper took it over, came back quickly: it polls
+    /// in waits ([`Handover::returned`]).
+    pub(crate) left_at: AtomicU64,
+    /// That thread told the helper, which has not taken the EP over since
+    /// (cleared by a thread that drives it again first).
+    pub(crate) handing: AtomicBool,
     /// A sleeper armed the doorbell: the next drive drains it.
     pub(crate) efd_armed: AtomicBool,
     /// The IA's helper sleeps on this EP's doorbell: a thread that starts
@@ -272,7 +277,8 @@ impl EpShared {
             rx: Mutex::new(Rx::default()),
             drivers: AtomicU64::new(0),
             handover: Handover::new(),
-            taken_at: AtomicU64::new(0),
+            left_at: AtomicU64::new(u64::MAX),
+            handing: AtomicBool::new(false),
             efd_armed: AtomicBool::new(false),
             helper_armed: AtomicBool::new(false),
             detached: AtomicBool::new(false),

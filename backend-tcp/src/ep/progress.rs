@@ -315,8 +315,8 @@ impl Driver for EpShared {
 
     fn release(&self) {
         // As if the last driver left long ago: the IA's helper, told now,
-        // takes the endpoint over at once.
-        if self.active.load(Ordering::SeqCst) == 0 {
+        // takes the endpoint over at once (unless it has it already).
+        if self.active.load(Ordering::SeqCst) == 0 && !self.bg_polling.load(Ordering::SeqCst) {
             self.left_at.store(0, Ordering::SeqCst);
             self.kick();
         }

@@ -30,9 +30,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 /// more times at the backend's quick pace while they drive it again,
 /// rather than at its slower watch: so that it takes over again soon after
 /// they next leave. Looks that find new waits use them up (a ping-pong's
-/// threads are never away from one look to the next), and so does a look
-/// that finds nobody driving. A new endpoint starts with them: its
-/// threads' habits are not known yet.
+/// threads are never away from one look to the next), and so may a
+/// backend's looks that find work it cannot finish ([`Handover::spend`]).
+/// A new endpoint starts with them: its threads' habits are not known yet.
 pub const FAST_LOOKS: u32 = 8;
 
 /// What the helper's look at an endpoint it stands back from found
@@ -48,7 +48,8 @@ pub enum QuickLook {
     /// tells the helper as it leaves ([`Handover::leave`]), so the helper
     /// need not look until then.
     Hold,
-    /// Nobody drives the endpoint now: the helper may take it over.
+    /// Nobody drives the endpoint now, and no wait began since the last
+    /// look: the helper may take it over.
     Left,
 }
 
@@ -117,13 +118,14 @@ impl Handover {
             return QuickLook::Off;
         }
         let (waits, driving) = drivers();
-        if !driving {
-            self.looks.store(looks - 1, Ordering::Relaxed);
-            return QuickLook::Left;
-        }
         if self.seen.swap(waits, Ordering::Relaxed) != waits {
+            // Waits began since the last look: the threads are back (a
+            // ping-pong's are never away from one look to the next).
             self.looks.store(looks - 1, Ordering::Relaxed);
             return QuickLook::Soon;
+        }
+        if !driving {
+            return QuickLook::Left;
         }
         // The same wait as at the last look: its thread tells the helper
         // as it leaves, unless it left already (Dekker with `leave`).
@@ -132,7 +134,8 @@ impl Handover {
     }
 
     /// Uses up one quick look, if any is left (a look that found a message
-    /// waiting for a receive, say). Returns whether one was.
+    /// waiting for a receive, which the helper looks at again soon while
+    /// quick looks last). Returns whether one was.
     pub fn spend(&self) -> bool {
         let looks = self.looks.load(Ordering::Relaxed);
         if looks > 0 {
@@ -142,16 +145,25 @@ impl Handover {
     }
 
     /// The helper took the endpoint over (it drives it now); `waits` is
-    /// its count of waits begun now. Its quick looks start again, and what
-    /// the threads left behind is forgotten. Returns whether threads drove
-    /// it since the last takeover: a new takeover, not the same one looked
-    /// at again (a backend that stamps when it took over stamps then).
+    /// its count of waits begun now. What the threads left behind is
+    /// forgotten, and if threads drove the endpoint since the last
+    /// takeover (a new one, not the same one looked at again), its quick
+    /// looks start again, unless its threads' last two returns were quick
+    /// (they poll in waits) and none has stayed away since. Returns whether
+    /// it was a new one.
     pub fn took_over(&self, waits: u64) -> bool {
-        self.looks.store(FAST_LOOKS, Ordering::Relaxed);
-        self.seen.store(waits, Ordering::Relaxed);
+        if self.stayed_away.swap(false, Ordering::Relaxed) {
+            self.quick_returns.store(0, Ordering::Relaxed);
+        }
         self.came_back.store(false, Ordering::Relaxed);
         self.deep.store(false, Ordering::SeqCst);
-        self.taken.swap(waits, Ordering::Relaxed) != waits
+        if self.taken.swap(waits, Ordering::Relaxed) == waits {
+            return false;
+        }
+        let polls = self.quick_returns.load(Ordering::Relaxed) >= 2;
+        self.looks.store(if polls { 0 } else { FAST_LOOKS }, Ordering::Relaxed);
+        self.seen.store(waits, Ordering::Relaxed);
+        true
     }
 
     /// A thread began driving the endpoint while the helper had it: `quick`
@@ -252,7 +264,7 @@ mod tests {
     }
 
     #[test]
-    fn quick_looks_run_out_and_start_again_at_a_takeover() {
+    fn quick_looks_run_out_and_start_again_at_a_new_takeover() {
         let (h, ep) = (Handover::new(), Ep::new());
         for _ in 0..FAST_LOOKS {
             ep.enter();
@@ -260,15 +272,33 @@ mod tests {
         }
         ep.enter();
         assert_eq!(h.look(|| ep.now()), QuickLook::Off, "all used up");
-        h.took_over(ep.waits.get());
         ep.driving.set(false);
-        assert_eq!(h.look(|| ep.now()), QuickLook::Left, "nobody drives: one used");
-        assert!(h.spend());
-        for _ in 2..FAST_LOOKS {
+        assert!(h.took_over(ep.waits.get()), "a new takeover");
+        assert_eq!(h.look(|| ep.now()), QuickLook::Left, "nobody came back: none used");
+        // The same takeover looked at again (the helper drives the
+        // endpoint, finds work it cannot finish, and looks again soon)
+        // gives no new quick looks: they run out.
+        for _ in 0..FAST_LOOKS {
+            assert!(!h.took_over(ep.waits.get()));
             assert!(h.spend());
         }
+        assert!(!h.took_over(ep.waits.get()));
         assert!(!h.spend(), "none left");
         assert_eq!(h.look(|| ep.now()), QuickLook::Off);
+        ep.enter();
+        ep.driving.set(false);
+        assert!(h.took_over(ep.waits.get()), "a thread drove it since: a new one");
+        assert_eq!(h.look(|| ep.now()), QuickLook::Left);
+    }
+
+    #[test]
+    fn a_thread_that_left_after_a_short_wait_is_looked_at_again_before_a_takeover() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        h.took_over(0);
+        ep.enter();
+        ep.driving.set(false);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Soon, "a wait began: it may be back soon");
+        assert_eq!(h.look(|| ep.now()), QuickLook::Left, "still away");
     }
 
     #[test]
@@ -282,30 +312,27 @@ mod tests {
         ep.enter();
         h.returned(true);
         assert_eq!(h.look(|| ep.now()), QuickLook::Off, "two in a row");
-        // A takeover gives quick looks back, but the next quick return
-        // ends them again: the habit stays known.
+        // A takeover gives no quick looks back while the habit is known.
         h.took_over(ep.waits.get());
         ep.enter();
         h.returned(true);
         assert_eq!(h.look(|| ep.now()), QuickLook::Off);
-        // A thread that stayed away (it computed) starts the count over.
+        h.took_over(ep.waits.get());
+        ep.enter();
+        assert_eq!(h.look(|| ep.now()), QuickLook::Off, "a return of unknown length");
+        // A thread that stayed away (it computed) starts the count over,
+        // and the next takeover gives the quick looks back.
         h.took_over(ep.waits.get());
         ep.enter();
         h.returned(false);
+        assert_eq!(h.look(|| ep.now()), QuickLook::Off);
+        h.took_over(ep.waits.get());
+        ep.enter();
         assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
         h.took_over(ep.waits.get());
         ep.enter();
         h.returned(true);
         assert_eq!(h.look(|| ep.now()), QuickLook::Soon, "one quick return after staying away");
-    }
-
-    #[test]
-    fn a_takeover_is_new_only_after_threads_drove_the_endpoint() {
-        let (h, ep) = (Handover::new(), Ep::new());
-        assert!(h.took_over(0), "the first");
-        assert!(!h.took_over(0), "the same one, looked at again");
-        ep.enter();
-        assert!(h.took_over(ep.waits.get()), "after a wait");
     }
 
     #[test]
