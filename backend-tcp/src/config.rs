@@ -71,6 +71,19 @@ pub struct TcpConfig {
     /// at such a process waits for its answer. Shorter costs the helper
     /// more wake-ups while threads drive.
     pub watch: Duration,
+    /// Send the payload of an RDMA write, write with immediate or send of
+    /// at least this many bytes with `MSG_ZEROCOPY` (`zerocopy`,
+    /// `RMR_TCP_ZEROCOPY`: a size such as `64K`, or `off`, the default):
+    /// the kernel takes the bytes from the registered memory itself rather
+    /// than copying them into the socket, and the DTO completes once the
+    /// kernel says it is done with them (its notices on the socket's error
+    /// queue) as well as once the peer has them. Loopback and veth copy
+    /// anyway (the receiver is on this host): measured there it costs more
+    /// than it saves (BENCHMARKS.md), so it is off by default, kept for
+    /// NICs, where the kernel's guidance is that it pays from about 10 KB.
+    /// A kernel that refuses it leaves the EP copying (its `zerocopy`
+    /// note says why).
+    pub zerocopy: Option<u64>,
 }
 
 /// Which peers count as near (see [`TcpConfig::near`]).
@@ -125,7 +138,7 @@ pub const NEAR_RTT: Duration = Duration::from_micros(200);
 
 /// The knobs [`TcpConfig::from_given`] reads, in the order of
 /// [`TcpConfig::settings`].
-pub const KNOBS: [Knob; 11] = [
+pub const KNOBS: [Knob; 12] = [
     Knob {
         option: "rnr_timeout_ms",
         var: "RMR_TCP_RNR_TIMEOUT_MS",
@@ -173,6 +186,11 @@ pub const KNOBS: [Knob; 11] = [
         var: "RMR_TCP_WATCH_MS",
         doc: "how often the progress helper looks whether threads still drive an endpoint (ms)",
     },
+    Knob {
+        option: "zerocopy",
+        var: "RMR_TCP_ZEROCOPY",
+        doc: "send DTO payloads of at least this size with MSG_ZEROCOPY (bytes, e.g. 64K; off)",
+    },
 ];
 
 /// The most DTOs or receives an EP may be given.
@@ -194,6 +212,7 @@ impl Default for TcpConfig {
             near_sndbuf: NEAR_SNDBUF,
             near: Near::Host,
             watch: Duration::from_millis(2),
+            zerocopy: None,
         }
     }
 }
@@ -213,6 +232,7 @@ rmr_api::config_builder!(
         near_sndbuf: usize,
         near: Near,
         watch: Duration,
+        zerocopy: Option<u64>,
     }
 );
 
@@ -271,6 +291,9 @@ impl TcpConfig {
         if let Some(v) = g.get(&KNOBS[10], millis)? {
             c.watch = v;
         }
+        if let Some(v) = g.get(&KNOBS[11], zerocopy_of)? {
+            c.zerocopy = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -283,6 +306,9 @@ impl TcpConfig {
             check_within("near_sndbuf", self.near_sndbuf as u64, 16 << 10, 1 << 30)?;
         }
         check_within("watch_ms", self.watch.as_millis() as u64, 1, 60_000)?;
+        if let Some(z) = self.zerocopy {
+            check_within("zerocopy", z, 1, 1 << 40)?;
+        }
         check_within("max_dtos", self.max_dtos as u64, 1, MAX_QUEUE)?;
         check_within("max_recvs", self.max_recvs as u64, 1, MAX_QUEUE)
     }
@@ -307,9 +333,18 @@ impl TcpConfig {
             c.near_sndbuf.to_string(),
             c.near.to_string(),
             c.watch.as_millis().to_string(),
+            c.zerocopy.map_or("off".into(), |z| z.to_string()),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);
         Ok(out)
+    }
+}
+
+/// `off` (or `0`), or a size (see [`TcpConfig::zerocopy`]).
+fn zerocopy_of(v: &str) -> std::result::Result<Option<u64>, String> {
+    match v {
+        "off" | "0" => Ok(None),
+        _ => size(v).map(Some).map_err(|e| format!("{e}, or off")),
     }
 }

@@ -166,6 +166,7 @@ mod ia;
 mod psp;
 mod tx;
 pub mod wire;
+mod zerocopy;
 
 pub use config::{
     KNOBS, NEAR_RTT, NEAR_SNDBUF, NEAR_SNDBUF_MIN, Near, TcpConfig, TcpConfigBuilder,

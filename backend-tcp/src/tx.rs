@@ -10,11 +10,15 @@
 //! a held batch that nobody drives is sent by the endpoint's progress
 //! thread. Large frames are written straight from registered memory with
 //! `writev` (never staged); what the kernel does not take at once is queued
-//! and flushed by whoever drives the endpoint next.
+//! and flushed by whoever drives the endpoint next. With
+//! [`crate::TcpConfig::zerocopy`], a large request's payload goes with
+//! `MSG_ZEROCOPY` ([`crate::zerocopy`]).
 
 use crate::wire::{HDR, Header};
+use crate::zerocopy::Zc;
 use rmr_api::MemRegion;
 use rmr_api::provider::clock::{instant_of, ns_of};
+use rmr_api::provider::io::MSG_ZEROCOPY;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::io;
@@ -66,6 +70,8 @@ struct OutFrame {
     total: usize,
     /// Shut the write side down once this frame is out (orderly disconnect).
     last: bool,
+    /// A request whose payload goes zero-copy: its sequence number.
+    zc_seq: Option<u64>,
 }
 
 pub(crate) struct TxState {
@@ -111,6 +117,8 @@ pub(crate) struct Tx {
     /// Frames in the queue, readable without the lock (the receive side
     /// stops taking requests while too many wait: see `EpShared::tx_backlogged`).
     queued: AtomicUsize,
+    /// Zero-copy sends, when configured and the socket took them.
+    pub(crate) zc: Option<Zc>,
 }
 
 enum Progress {
@@ -118,17 +126,37 @@ enum Progress {
     Blocked,
 }
 
-fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
+fn write_some(stream: &TcpStream, f: &mut OutFrame, zc: Option<&Zc>) -> io::Result<Progress> {
     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
+    let base = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    let head_len = f.head.bytes().len();
     while f.sent < f.total {
-        let r = rmr_api::provider::io::send_gather(
-            stream.as_fd(),
-            f.head.bytes(),
-            f.segs.iter().map(|s| (&*s.region, s.off, s.len)),
-            f.sent,
-            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
-        )
-        .map_err(|e| io::Error::other(e.to_string()))?;
+        let zero = match (zc, f.zc_seq) {
+            (Some(z), Some(seq)) => Some((z, seq)),
+            _ => None,
+        };
+        let r = match zero {
+            // A zero-copy frame: its head alone first (copied: its buffer
+            // is reused at once), then its payload from registered memory.
+            Some(_) if f.sent < head_len => {
+                send(stream, f.head.bytes(), &Segs::new(), f.sent, base | libc::MSG_MORE)?
+            }
+            Some((z, seq)) => {
+                let skip = f.sent - head_len;
+                z.begin(seq);
+                let r = send(stream, &[], &f.segs, skip, base | MSG_ZEROCOPY)?;
+                z.end(matches!(r, Ok(n) if n > 0), &f.segs);
+                match r {
+                    // No room for the kernel's notice: copy this time.
+                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                        z.refused();
+                        send(stream, &[], &f.segs, skip, base)?
+                    }
+                    r => r,
+                }
+            }
+            None => send(stream, f.head.bytes(), &f.segs, f.sent, base)?,
+        };
         match r {
             Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "socket closed")),
             Ok(n) => {
@@ -143,9 +171,29 @@ fn write_some(stream: &TcpStream, f: &mut OutFrame) -> io::Result<Progress> {
     Ok(Progress::Done)
 }
 
+/// One `sendmsg` of `head` and `segs` from byte `skip` on.
+fn send(
+    stream: &TcpStream,
+    head: &[u8],
+    segs: &Segs,
+    skip: usize,
+    flags: i32,
+) -> io::Result<io::Result<usize>> {
+    rmr_api::provider::io::send_gather(
+        stream.as_fd(),
+        head,
+        segs.iter().map(|s| (&*s.region, s.off, s.len)),
+        skip,
+        flags,
+    )
+    .map_err(|e| io::Error::other(e.to_string()))
+}
+
 impl Tx {
-    pub(crate) fn new(stream: TcpStream) -> Tx {
+    /// The transmit side of `stream`; `zc`: its zero-copy sends, if any.
+    pub(crate) fn new(stream: TcpStream, zc: Option<Zc>) -> Tx {
         Tx {
+            zc,
             stream,
             st: Mutex::new(TxState {
                 queue: VecDeque::new(),
@@ -197,7 +245,8 @@ impl Tx {
 
     /// Sends, holds or queues a frame. The caller holds the lock so that
     /// sequence numbers and wire order agree; `hold` allows batching a small
-    /// frame. `Err` means the stream is unusable.
+    /// frame; `request`: the frame is a request (`hdr.seq`), whose payload
+    /// may go zero-copy. `Err` means the stream is unusable.
     pub(crate) fn push(
         &self,
         st: &mut TxState,
@@ -205,12 +254,19 @@ impl Tx {
         segs: Segs,
         last: bool,
         hold: bool,
+        request: bool,
     ) -> io::Result<Pushed> {
         if st.closed {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "endpoint closed"));
         }
         let payload: u64 = segs.iter().map(|s| s.len).sum();
+        let zc_seq = self
+            .zc
+            .as_ref()
+            .filter(|z| request && !last && payload > 0 && z.wants(payload))
+            .map(|_| hdr.seq);
         if hold
+            && zc_seq.is_none()
             && !last
             && st.queue.is_empty()
             && payload <= HOLD_FRAME
@@ -245,7 +301,7 @@ impl Tx {
             Head::Batch(b)
         };
         let total = head.bytes().len() + payload as usize;
-        let mut f = OutFrame { head, segs, sent: 0, total, last };
+        let mut f = OutFrame { head, segs, sent: 0, total, last, zc_seq };
         if !st.queue.is_empty() {
             let r = self.flush_locked(st);
             self.publish(st);
@@ -253,7 +309,7 @@ impl Tx {
         }
         let was_empty = st.queue.is_empty();
         if was_empty {
-            let r = write_some(&self.stream, &mut f);
+            let r = write_some(&self.stream, &mut f, self.zc.as_ref());
             self.tx_bytes.fetch_add(f.sent as u64, Ordering::Relaxed);
             if let Progress::Done = r.inspect_err(|_| self.publish(st))? {
                 self.done(st, f);
@@ -338,12 +394,13 @@ impl Tx {
                 sent: 0,
                 total,
                 last: false,
+                zc_seq: None,
             });
         }
         let mut moved = false;
         while let Some(f) = st.queue.front_mut() {
             let before = f.sent;
-            let r = write_some(&self.stream, f);
+            let r = write_some(&self.stream, f, self.zc.as_ref());
             self.tx_bytes.fetch_add((f.sent - before) as u64, Ordering::Relaxed);
             match r {
                 Ok(Progress::Done) => {

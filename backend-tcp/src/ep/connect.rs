@@ -7,10 +7,12 @@ use crate::ep::rx::RxState;
 use crate::ep::shared::*;
 use crate::tx::Tx;
 use crate::wire::{self, HDR, Header, Op};
+use crate::zerocopy::Zc;
 use rmr_api::provider::Driver;
 use rmr_api::{EpState, Error, Event, Result};
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,6 +119,22 @@ pub(super) fn dial_target(remote: &str, pd: &[u8]) -> Result<IpAddr> {
 }
 
 impl EpShared {
+    /// Zero-copy sends for `stream` when configured and the kernel takes
+    /// them; the EP's `zerocopy` note says otherwise why not.
+    fn zerocopy(&self, stream: &TcpStream) -> Option<Zc> {
+        let Some(min) = self.ia.cfg.zerocopy else {
+            let _ = self.zc_off.set("off".into());
+            return None;
+        };
+        match rmr_api::provider::io::enable_zerocopy(stream.as_fd()) {
+            Ok(()) => Some(Zc::new(min)),
+            Err(e) => {
+                let _ = self.zc_off.set(format!("refused by the kernel: {e}"));
+                None
+            }
+        }
+    }
+
     /// Makes the connection live: the stream goes non-blocking, the EP
     /// registers as a driver with its EVDs and with the IA's progress
     /// engine, and Established is posted.
@@ -125,7 +143,8 @@ impl EpShared {
         let _ = self.sndbuf.set(size_send_buffer(&stream, peer.ip(), &self.ia.cfg));
         stream.set_nonblocking(true).map_err(|e| Error::io("set non-blocking", e))?;
         let _ = self.peer.set(peer);
-        if self.tx.set(Tx::new(stream)).is_err() {
+        let zc = self.zerocopy(&stream);
+        if self.tx.set(Tx::new(stream, zc)).is_err() {
             return Err(Error::invalid("endpoint already connected"));
         }
         *self.rx.lock().unwrap_or_else(|e| e.into_inner()) = Some(RxState::new());

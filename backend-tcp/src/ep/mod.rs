@@ -67,6 +67,7 @@ impl TcpEp {
                 slot: AtomicUsize::new(crate::engine::NO_SLOT),
                 kick_pending: AtomicBool::new(false),
                 sndbuf: OnceLock::new(),
+                zc_off: OnceLock::new(),
             }),
         })
     }
@@ -167,6 +168,7 @@ impl Ep for TcpEp {
             notes: vec![
                 ("progress".into(), self.sh.progress_note()),
                 ("sndbuf".into(), self.sh.sndbuf.get().cloned().unwrap_or_else(|| "-".into())),
+                ("zerocopy".into(), self.sh.zerocopy_note()),
             ],
         }
     }

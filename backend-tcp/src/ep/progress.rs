@@ -248,6 +248,7 @@ impl Driver for EpShared {
             }
         };
         moved |= self.drive_rx();
+        moved |= self.reap_zerocopy();
         moved |= self.ack_timer();
         moved |= self.stall_check();
         let overdue = self.disconnect_until.passed();
@@ -264,7 +265,12 @@ impl Driver for EpShared {
         }
         let Some(tx) = self.tx.get() else { return false };
         match tx.flush_all() {
-            Ok(m) => m,
+            Ok(m) => {
+                if tx.zc.as_ref().is_some_and(|z| z.take_early()) {
+                    self.reap_zerocopy();
+                }
+                m
+            }
             Err(_) => {
                 // The receive side sees the error and ends the connection.
                 self.shutdown_stream();

@@ -15,7 +15,11 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// How long a response waits for the kernel's notices of the zero-copy
+/// requests before it ([`EpShared::settle_zerocopy`]).
+const ZEROCOPY_SETTLE: Duration = Duration::from_secs(1);
 
 impl EpShared {
     /// Handles every frame the socket has ready. Returns whether anything
@@ -436,7 +440,13 @@ impl EpShared {
 
     /// Completes, as successful, every in-flight request up to `ack` that
     /// needs no response of its own.
+    /// Requests whose payload the kernel still reads (zero-copy) wait for
+    /// its notice.
     pub(crate) fn complete_upto(&self, ack: u64) {
+        let ack = match self.tx.get().and_then(|t| t.zc.as_ref()) {
+            Some(z) => z.gate(ack),
+            None => ack,
+        };
         let mut done: SmallVec<[DtoCompletion; 8]> = SmallVec::new();
         {
             let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -458,6 +468,7 @@ impl EpShared {
 
     /// The in-flight entry a response answers (everything before it completed).
     fn answered(&self, seq: u64) -> Result<Inflight, End> {
+        self.settle_zerocopy(seq.saturating_sub(1))?;
         self.complete_upto(seq.saturating_sub(1));
         let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
         // Reads and atomics before `seq` that are still here were skipped by the peer.
@@ -465,6 +476,31 @@ impl EpShared {
             Some(f) if f.seq == seq => Ok(inf.pop_front().expect("front")),
             _ => Err(End::Broken(format!("protocol error: response to unknown request {seq}"))),
         }
+    }
+
+    /// Waits until the kernel is done with the pages of zero-copy requests
+    /// up to `seq` (so that they complete before a later response): their
+    /// notices come as the peer's acknowledgement of their bytes does, so
+    /// the wait is short; a kernel that holds them for a second breaks the
+    /// connection.
+    fn settle_zerocopy(&self, seq: u64) -> Result<(), End> {
+        let Some((tx, z)) = self.tx.get().and_then(|t| Some((t, t.zc.as_ref()?))) else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        while z.gate(seq) < seq {
+            z.reap(tx.stream().as_fd()).map_err(|e| io_end("read zero-copy notices", e))?;
+            if z.gate(seq) >= seq {
+                break;
+            }
+            if start.elapsed() > ZEROCOPY_SETTLE {
+                return Err(End::Broken(format!(
+                    "the kernel kept the pages of zero-copy sends for {ZEROCOPY_SETTLE:?} after the peer answered"
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        Ok(())
     }
 
     /// A response that does not fit the request it names breaks the

@@ -16,7 +16,7 @@ impl EpShared {
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
         self.frames[0].fetch_add(1, Ordering::Relaxed);
-        let pushed = tx.push(&mut st, &h, segs, false, false)?;
+        let pushed = tx.push(&mut st, &h, segs, false, false, false)?;
         drop(st);
         self.pushed(pushed);
         Ok(())
@@ -86,10 +86,13 @@ impl EpShared {
         // drive. An EP nobody drives gets its frames written at once, so a
         // post on one EP followed by a wait on another EVD is not delayed.
         let hold = self.ia.cfg.batch && !flags.contains(DtoFlags::URGENT) && self.driven_recently();
-        match tx.push(&mut st, &h, payload, false, hold) {
+        match tx.push(&mut st, &h, payload, false, hold, true) {
             Ok(pushed) => {
                 drop(st);
                 self.pushed(pushed);
+                if tx.zc.as_ref().is_some_and(|z| z.take_early()) {
+                    self.reap_zerocopy();
+                }
                 Ok(())
             }
             Err(e) => {

@@ -10,6 +10,7 @@ use rmr_api::provider::{Handover, SoftEvd};
 use rmr_api::{DtoCompletion, DtoOp, EpEvds, EpId, EpState, Error, Event, Result, Status};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -169,6 +170,9 @@ pub(crate) struct EpShared {
     /// What the connection's send buffer was set to, and why (the EP's
     /// `sndbuf` note; see [`crate::TcpConfig::near_sndbuf`]).
     pub(super) sndbuf: OnceLock<String>,
+    /// Why the EP sends no payload zero-copy (the `zerocopy` note; see
+    /// [`crate::TcpConfig::zerocopy`]), when it does not.
+    pub(super) zc_off: OnceLock<String>,
 }
 
 pub(super) fn state_from(v: u8) -> EpState {
@@ -219,6 +223,36 @@ impl EpShared {
     /// bound only stops a peer that sends requests and never reads.
     pub(crate) fn tx_backlogged(&self) -> bool {
         self.tx.get().is_some_and(|t| t.queued() > 3 * self.ia.cfg.max_dtos.max(64))
+    }
+
+    /// The EP's `zerocopy` note.
+    pub(super) fn zerocopy_note(&self) -> String {
+        match self.tx.get().and_then(|t| t.zc.as_ref()) {
+            Some(z) => z.note(),
+            None => self.zc_off.get().cloned().unwrap_or_else(|| "-".into()),
+        }
+    }
+
+    /// Reads the kernel's zero-copy notices, if sends wait for them, and
+    /// completes what they held back. Returns whether any DTO could go.
+    pub(crate) fn reap_zerocopy(&self) -> bool {
+        let Some((tx, z)) = self.tx.get().and_then(|t| Some((t, t.zc.as_ref()?))) else {
+            return false;
+        };
+        if !z.busy() {
+            return false;
+        }
+        match z.reap(tx.stream().as_fd()) {
+            Ok(true) => {
+                self.complete_upto(self.acked_rcvd.load(Ordering::Acquire));
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                tracing::warn!(target: "rmr::tcp", ep = self.id.0, "zero-copy notices: {e}");
+                false
+            }
+        }
     }
 
     pub(crate) fn tx(&self) -> Result<&Tx> {

@@ -47,7 +47,7 @@ impl EpShared {
         let mut st = tx.lock();
         let mut h = Header::new(Op::Disconnect);
         h.ack = self.rx_done.load(Ordering::Acquire);
-        let r = tx.push(&mut st, &h, Segs::new(), true, false);
+        let r = tx.push(&mut st, &h, Segs::new(), true, false, false);
         drop(st);
         match r {
             Ok(p) => self.pushed(p),

@@ -46,6 +46,13 @@ pub fn recv_into(
 /// leaving out the first `skip` bytes of that concatenation (to resume
 /// after a partial send). Returns the bytes sent.
 ///
+/// With [`MSG_ZEROCOPY`] in `flags` (on a socket [`enable_zerocopy`] was
+/// called on), the kernel pins the pages and reads them until its notice
+/// ([`zerocopy_done`]): the caller keeps those bytes unchanged until then,
+/// else the peer may get later bytes. Memory safety is not at stake (the
+/// kernel holds the pages, and only reads them); `head` is best sent
+/// without it, since its buffer is the caller's to reuse at once.
+///
 /// # Errors
 /// [`crate::Error::OutOfBounds`] when a range lies outside its region
 /// (nothing is sent); the OS error of `sendmsg` otherwise, in the inner result.
@@ -128,6 +135,122 @@ pub fn tcp_rtt(fd: BorrowedFd<'_>) -> io::Result<Duration> {
         return Err(io::Error::last_os_error());
     }
     Ok(Duration::from_micros(u64::from(info.tcpi_rtt)))
+}
+
+/// `MSG_ZEROCOPY` (linux/socket.h): a send whose payload the kernel
+/// takes from the caller's pages without copying (see [`send_gather`]).
+pub const MSG_ZEROCOPY: i32 = libc::MSG_ZEROCOPY;
+/// `SO_ZEROCOPY` (asm-generic/socket.h).
+const SO_ZEROCOPY: libc::c_int = 60;
+/// `SO_EE_ORIGIN_ZEROCOPY` and `SO_EE_CODE_ZEROCOPY_COPIED`
+/// (linux/errqueue.h).
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// Lets sends on socket `fd` take [`MSG_ZEROCOPY`] (`SO_ZEROCOPY`; Linux
+/// 4.14 on, TCP).
+///
+/// # Errors
+/// The OS error of `setsockopt(2)` (a kernel without it: `ENOPROTOOPT`).
+pub fn enable_zerocopy(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: `one` is a live c_int of the size passed; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            SO_ZEROCOPY,
+            (&raw const one).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The kernel is done with the pages of zero-copy sends `first..=last`
+/// (each `sendmsg` with [`MSG_ZEROCOPY`] that sent bytes is numbered, from
+/// 0 per socket, wrapping at `u32::MAX`); `copied`: it copied the bytes
+/// after all (loopback and veth do: the receiver is on this host).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZerocopyDone {
+    /// The first send of the range.
+    pub first: u32,
+    /// The last send of the range (inclusive).
+    pub last: u32,
+    /// The kernel copied the bytes instead.
+    pub copied: bool,
+}
+
+impl ZerocopyDone {
+    /// Whether send number `id` is in the range (wrapping).
+    pub fn covers(&self, id: u32) -> bool {
+        id.wrapping_sub(self.first) <= self.last.wrapping_sub(self.first)
+    }
+}
+
+/// Reads the zero-copy notices waiting on socket `fd`'s error queue
+/// (`recvmsg(2)` with `MSG_ERRQUEUE`, without blocking) into `out`, until
+/// the queue is empty. Returns how many were read. Other entries of the
+/// queue (none on a TCP socket that asked for no timestamps) are passed
+/// over.
+///
+/// # Errors
+/// The OS error of `recvmsg(2)`, other than "nothing queued".
+pub fn zerocopy_done(fd: BorrowedFd<'_>, out: &mut Vec<ZerocopyDone>) -> io::Result<usize> {
+    let mut n = 0;
+    loop {
+        // Room for a few control messages, aligned for cmsghdr.
+        let mut control = [0u64; 16];
+        // SAFETY: an all-zero msghdr is valid (no name, no iovec).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&control) as _;
+        // SAFETY: `msg` points only at `control`, live and of the length
+        // given, which the kernel fills (at most that much).
+        let r = unsafe {
+            libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT)
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::WouldBlock => return Ok(n),
+                io::ErrorKind::Interrupted => continue,
+                _ => return Err(e),
+            }
+        }
+        let need = std::mem::size_of::<libc::sock_extended_err>();
+        // SAFETY: `msg` is the header recvmsg filled; CMSG_FIRSTHDR reads
+        // its control pointer and length only.
+        let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
+        while !c.is_null() {
+            // SAFETY: a non-null cmsghdr from CMSG_FIRSTHDR/CMSG_NXTHDR lies
+            // within `control` (the kernel wrote it, the macros check the
+            // length); it is read by value, unaligned-safe.
+            let h: libc::cmsghdr = unsafe { std::ptr::read_unaligned(c) };
+            let ours = (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
+                || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR);
+            // SAFETY: CMSG_LEN is arithmetic on its argument.
+            if ours && h.cmsg_len as usize >= unsafe { libc::CMSG_LEN(need as u32) } as usize {
+                // SAFETY: the length check above puts `need` bytes of data
+                // after the header, inside `control`; read by value.
+                let e: libc::sock_extended_err =
+                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+                if e.ee_errno == 0 && e.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
+                    out.push(ZerocopyDone {
+                        first: e.ee_info,
+                        last: e.ee_data,
+                        copied: e.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                    });
+                    n += 1;
+                }
+            }
+            // SAFETY: `c` is a header within `msg`'s control buffer.
+            c = unsafe { libc::CMSG_NXTHDR(&msg, c) };
+        }
+    }
 }
 
 /// Aborts the TCP connection of socket `fd` at once (`connect(2)` with
