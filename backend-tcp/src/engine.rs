@@ -46,7 +46,9 @@ pub(crate) enum Next {
     /// and at `deadline` (its next timer). With neither interest, only at
     /// `deadline` (or when kicked): the helper stands back from an
     /// endpoint a thread drives or just left, and looks again then.
-    Arm { read: bool, write: bool, deadline: Option<Instant> },
+    /// `errors` alone: wake on its socket's errors only (the error queue
+    /// of zero-copy notices; epoll reports errors whatever it is asked).
+    Arm { read: bool, write: bool, errors: bool, deadline: Option<Instant> },
     /// An application thread drives it, or did a moment ago: watch for
     /// its drivers to leave.
     Watch,
@@ -338,9 +340,9 @@ impl Helper<'_> {
                     }
                 }
             }
-            Next::Arm { read, write, deadline } => {
+            Next::Arm { read, write, errors, deadline } => {
                 s.watched = false;
-                if read || write {
+                if read || write || errors {
                     // Level-triggered and one-shot: what is ready now fires
                     // at once; nothing fires again until the next look.
                     let mut f = epoll::EventFlags::ONESHOT;

@@ -144,13 +144,14 @@ fn write_some(stream: &TcpStream, f: &mut OutFrame, zc: Option<&Zc>) -> io::Resu
             Some((z, seq)) => {
                 let skip = f.sent - head_len;
                 z.begin(seq);
-                let r = send(stream, &[], &f.segs, skip, base | MSG_ZEROCOPY)?;
-                z.end(matches!(r, Ok(n) if n > 0), &f.segs);
-                match r {
-                    // No room for the kernel's notice: copy this time.
+                let r = send(stream, &[], &f.segs, skip, base | MSG_ZEROCOPY | libc::MSG_EOR);
+                z.end(matches!(r, Ok(Ok(n)) if n > 0), &f.segs);
+                match r? {
+                    // Refused (no room for the notice, or over the
+                    // locked-memory limit): copy this time.
                     Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
                         z.refused();
-                        send(stream, &[], &f.segs, skip, base)?
+                        send(stream, &[], &f.segs, skip, base | libc::MSG_EOR)?
                     }
                     r => r,
                 }
@@ -422,6 +423,9 @@ impl Tx {
     }
 
     /// Marks the queue closed and drops what it holds.
+    ///
+    /// Zero-copy payloads the kernel still holds keep going out from the
+    /// user's memory until the stream closes ([`Tx`]'s drop aborts it).
     pub(crate) fn close(&self) {
         let mut st = self.lock();
         st.closed = true;
@@ -431,5 +435,17 @@ impl Tx {
         st.held_since = None;
         st.held_open = false;
         self.publish(&st);
+    }
+}
+
+impl Drop for Tx {
+    /// A stream closed while the kernel still holds zero-copy payloads
+    /// would go on sending them from memory whose regions go with the
+    /// [`Zc`] (and may be reused): such a stream is aborted, which drops
+    /// what the kernel has yet to send.
+    fn drop(&mut self) {
+        if self.zc.as_ref().is_some_and(|z| z.busy()) {
+            let _ = rmr_api::provider::io::abort_tcp(self.stream.as_fd());
+        }
     }
 }

@@ -45,12 +45,20 @@ fn a_large_write_goes_zero_copy_and_its_memory_is_free_at_completion() {
     let k = counts(&n);
     assert_eq!(k.len(), 5, "{n}");
     assert_eq!(k[0], 64 << 10, "{n}");
-    assert!(k[1] >= 1, "the write went zero-copy: {n}");
-    // Over loopback the kernel copies at delivery, and says so.
-    assert!(k[2] >= 1, "{n}");
+    if k[1] == 0 {
+        // Refused each time (as a user with a small locked-memory limit):
+        // the write went copied, and the note says so.
+        assert!(k[3] >= 1, "neither zero-copy nor refused: {n}");
+        println!("the kernel refused every zero-copy send (RLIMIT_MEMLOCK?): {n}");
+    } else {
+        // Over loopback the kernel copies at delivery, and says so.
+        assert!(k[2] >= 1, "{n}");
+    }
     assert_eq!(k[4], 0, "the write completed before the kernel was done with its pages: {n}");
     // Its memory is the user's again: new bytes there go with the next
-    // write only.
+    // write only. (Over loopback the kernel has copied the bytes by the
+    // time the peer acknowledges them, so this holds the semantics, not
+    // the gate: the count of calls waiting above does that.)
     let second: Vec<u8> = first.iter().map(|b| b ^ 0xa5).collect();
     src.mem.write(0, &second).unwrap();
     p.a.post_rdma_write(&[src.sge()], dst[1].ctx().at(0), Cookie(2), DtoFlags::empty()).unwrap();

@@ -114,13 +114,23 @@ impl Dialer {
             match (&self.stream).write(&d.out[d.sent..]) {
                 Ok(n) => d.sent += n,
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    return Next::Arm { read: false, write: true, deadline: Some(self.until) };
+                    return Next::Arm {
+                        read: false,
+                        write: true,
+                        errors: false,
+                        deadline: Some(self.until),
+                    };
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // Not connected yet (a connect still in progress reads as
                 // such on some kernels): wait for writability.
                 Err(e) if e.kind() == std::io::ErrorKind::NotConnected => {
-                    return Next::Arm { read: false, write: true, deadline: Some(self.until) };
+                    return Next::Arm {
+                        read: false,
+                        write: true,
+                        errors: false,
+                        deadline: Some(self.until),
+                    };
                 }
                 Err(e) => return self.fail(format!("send request: {e}")),
             }
@@ -141,6 +151,7 @@ impl Dialer {
                             return Next::Arm {
                                 read: true,
                                 write: false,
+                                errors: false,
                                 deadline: Some(self.until),
                             };
                         }

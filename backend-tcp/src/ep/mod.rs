@@ -46,6 +46,8 @@ impl TcpEp {
                 rx_done: AtomicU64::new(0),
                 acked_sent: AtomicU64::new(0),
                 acked_rcvd: AtomicU64::new(0),
+                acked_applied: AtomicU64::new(0),
+                completing: Mutex::new(()),
                 frames: [AtomicU64::new(0), AtomicU64::new(0)],
                 ended: AtomicBool::new(false),
                 local_disconnect: AtomicBool::new(false),

@@ -162,7 +162,7 @@ impl EpShared {
         self.handing.store(false, Ordering::SeqCst);
         let w = self.wait_on();
         let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
-        Next::Arm { read, write, deadline: w.deadline }
+        Next::Arm { read, write, errors: w.fd.is_some(), deadline: w.deadline }
     }
 
     /// The helper stands back from an EP an application thread drives or
@@ -180,12 +180,19 @@ impl EpShared {
             QuickLook::Off => Next::Watch,
             QuickLook::Soon => {
                 let at = Instant::now() + LINGER;
-                Next::Arm { read: false, write: false, deadline: Some(at) }
+                Next::Arm { read: false, write: false, errors: false, deadline: Some(at) }
             }
-            QuickLook::Hold => Next::Arm { read: false, write: false, deadline: None },
+            QuickLook::Hold => {
+                Next::Arm { read: false, write: false, errors: false, deadline: None }
+            }
             QuickLook::Left => {
                 let left = instant_of(self.left_at.load(Ordering::SeqCst));
-                Next::Arm { read: false, write: false, deadline: Some(left + LINGER) }
+                Next::Arm {
+                    read: false,
+                    write: false,
+                    errors: false,
+                    deadline: Some(left + LINGER),
+                }
             }
         }
     }
@@ -250,6 +257,7 @@ impl Driver for EpShared {
         moved |= self.drive_rx();
         moved |= self.reap_zerocopy();
         moved |= self.ack_timer();
+        self.early_zerocopy();
         moved |= self.stall_check();
         let overdue = self.disconnect_until.passed();
         if overdue && !self.ended.load(Ordering::Acquire) {
@@ -266,9 +274,7 @@ impl Driver for EpShared {
         let Some(tx) = self.tx.get() else { return false };
         match tx.flush_all() {
             Ok(m) => {
-                if tx.zc.as_ref().is_some_and(|z| z.take_early()) {
-                    self.reap_zerocopy();
-                }
+                self.early_zerocopy();
                 m
             }
             Err(_) => {
@@ -296,7 +302,10 @@ impl Driver for EpShared {
             _ => None,
         };
         let deadline = [stall, disc, ack, tx.deferred_due(), stuck].into_iter().flatten().min();
-        let fd = (interest.read || interest.write).then(|| (tx.stream().as_fd(), interest));
+        // Sends waiting for the kernel's zero-copy notices: the socket's
+        // error queue, which a poll reports whatever it asked for.
+        let zc = tx.zc.as_ref().is_some_and(|z| z.busy());
+        let fd = (interest.read || interest.write || zc).then(|| (tx.stream().as_fd(), interest));
         WaitOn { fd, deadline }
     }
 

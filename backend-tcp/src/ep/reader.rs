@@ -300,6 +300,14 @@ impl EpShared {
             Op::AtomicResp | Op::Nak => self.on_response(&h, op)?,
             Op::Ack => {}
             Op::Disconnect => {
+                // The kernel's notices of what the peer acknowledged have
+                // come (the peer's segments acknowledged it): read them so
+                // that those DTOs complete rather than flush.
+                if let Some(tx) = self.tx.get()
+                    && let Some(z) = &tx.zc
+                {
+                    let _ = z.reap(tx.stream().as_fd());
+                }
                 self.complete_upto(h.ack);
                 if !self.local_disconnect.load(Ordering::Acquire) {
                     let _ = self.disconnect();
@@ -440,13 +448,24 @@ impl EpShared {
 
     /// Completes, as successful, every in-flight request up to `ack` that
     /// needs no response of its own.
-    /// Requests whose payload the kernel still reads (zero-copy) wait for
-    /// its notice.
+    /// Called by the receive side with an acknowledgement it has applied.
     pub(crate) fn complete_upto(&self, ack: u64) {
-        let ack = match self.tx.get().and_then(|t| t.zc.as_ref()) {
-            Some(z) => z.gate(ack),
-            None => ack,
-        };
+        if self.tx.get().is_some_and(|t| t.zc.is_some()) {
+            self.acked_applied.fetch_max(ack, Ordering::AcqRel);
+        }
+        self.release_upto(ack);
+    }
+
+    /// Completes, as successful, every in-flight request up to `ack` that
+    /// needs no response of its own and whose payload the kernel no longer
+    /// reads (zero-copy sends wait for its notice). With zero-copy sends,
+    /// other threads than the receive side complete too (as notices come),
+    /// so taking the requests out and reporting them is one step under the
+    /// `completing` lock: completions stay in order.
+    pub(crate) fn release_upto(&self, ack: u64) {
+        let zc = self.tx.get().and_then(|t| t.zc.as_ref());
+        let _one = zc.map(|_| self.completing.lock().unwrap_or_else(|e| e.into_inner()));
+        let ack = zc.map_or(ack, |z| z.gate(ack));
         let mut done: SmallVec<[DtoCompletion; 8]> = SmallVec::new();
         {
             let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -479,10 +498,12 @@ impl EpShared {
     }
 
     /// Waits until the kernel is done with the pages of zero-copy requests
-    /// up to `seq` (so that they complete before a later response): their
-    /// notices come as the peer's acknowledgement of their bytes does, so
-    /// the wait is short; a kernel that holds them for a second breaks the
-    /// connection.
+    /// up to `seq` (so that they complete before a later response). Each
+    /// such payload ends its record (`MSG_EOR`), so its notice waits only
+    /// for its own bytes' acknowledgement, which the response's segment
+    /// carried: the notices are queued before the response is read, or
+    /// come as the NIC finishes sending (a wait of microseconds). A kernel
+    /// that holds them for a second breaks the connection.
     fn settle_zerocopy(&self, seq: u64) -> Result<(), End> {
         let Some((tx, z)) = self.tx.get().and_then(|t| Some((t, t.zc.as_ref()?))) else {
             return Ok(());
@@ -583,10 +604,14 @@ impl EpShared {
         if let Some(c) = owed {
             self.complete_ended(c, status);
         }
-        let pending: Vec<Inflight> =
-            self.inflight.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
-        for f in pending {
-            self.complete(self.dto(f.cookie, f.op, status, 0));
+        {
+            // In order after any completions a reaper is reporting.
+            let _one = self.completing.lock().unwrap_or_else(|e| e.into_inner());
+            let pending: Vec<Inflight> =
+                self.inflight.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();
+            for f in pending {
+                self.complete(self.dto(f.cookie, f.op, status, 0));
+            }
         }
         let recvs: Vec<_> =
             self.recvs.lock().unwrap_or_else(|e| e.into_inner()).drain(..).collect();

@@ -28,6 +28,7 @@ impl EpShared {
     /// thread, when it polls, too. A waiter that comes (as the poster
     /// usually does next) sends them at once.
     pub(super) fn pushed(&self, p: Pushed) {
+        self.early_zerocopy();
         match p {
             Pushed::Queued(true) => {
                 self.kick();
@@ -90,9 +91,6 @@ impl EpShared {
             Ok(pushed) => {
                 drop(st);
                 self.pushed(pushed);
-                if tx.zc.as_ref().is_some_and(|z| z.take_early()) {
-                    self.reap_zerocopy();
-                }
                 Ok(())
             }
             Err(e) => {

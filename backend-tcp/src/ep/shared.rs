@@ -127,6 +127,15 @@ pub(crate) struct EpShared {
     pub(crate) acked_sent: AtomicU64,
     /// Highest acknowledgement received from the peer (diagnostics).
     pub(crate) acked_rcvd: AtomicU64,
+    /// The highest acknowledgement the receive side has applied (passed
+    /// to `complete_upto` after handling its frame): what completions held
+    /// back for the kernel's zero-copy notices may go up to once they come
+    /// (`acked_rcvd` is raised before a frame is handled).
+    pub(crate) acked_applied: AtomicU64,
+    /// Held across taking DTOs out of the in-flight queue and reporting
+    /// them, when threads other than the receive side complete too (with
+    /// zero-copy sends): completions stay in order.
+    pub(crate) completing: Mutex<()>,
     /// Frames sent and received (diagnostics).
     pub(crate) frames: [AtomicU64; 2],
     pub(crate) ended: AtomicBool,
@@ -233,6 +242,17 @@ impl EpShared {
         }
     }
 
+    /// After a push or a flush: a zero-copy call that was done as it
+    /// returned left no notice to wake anyone for its frame's completion,
+    /// so this thread lets it go.
+    pub(crate) fn early_zerocopy(&self) {
+        if self.tx.get().and_then(|t| t.zc.as_ref()).is_some_and(|z| z.take_early()) {
+            if !self.reap_zerocopy() {
+                self.release_upto(self.acked_applied.load(Ordering::Acquire));
+            }
+        }
+    }
+
     /// Reads the kernel's zero-copy notices, if sends wait for them, and
     /// completes what they held back. Returns whether any DTO could go.
     pub(crate) fn reap_zerocopy(&self) -> bool {
@@ -244,7 +264,7 @@ impl EpShared {
         }
         match z.reap(tx.stream().as_fd()) {
             Ok(true) => {
-                self.complete_upto(self.acked_rcvd.load(Ordering::Acquire));
+                self.release_upto(self.acked_applied.load(Ordering::Acquire));
                 true
             }
             Ok(false) => false,

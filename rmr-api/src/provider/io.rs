@@ -140,8 +140,8 @@ pub fn tcp_rtt(fd: BorrowedFd<'_>) -> io::Result<Duration> {
 /// `MSG_ZEROCOPY` (linux/socket.h): a send whose payload the kernel
 /// takes from the caller's pages without copying (see [`send_gather`]).
 pub const MSG_ZEROCOPY: i32 = libc::MSG_ZEROCOPY;
-/// `SO_ZEROCOPY` (asm-generic/socket.h).
-const SO_ZEROCOPY: libc::c_int = 60;
+/// `SO_ZEROCOPY` (the architecture's asm/socket.h).
+const SO_ZEROCOPY: libc::c_int = libc::SO_ZEROCOPY;
 /// `SO_EE_ORIGIN_ZEROCOPY` and `SO_EE_CODE_ZEROCOPY_COPIED`
 /// (linux/errqueue.h).
 const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
@@ -222,6 +222,10 @@ pub fn zerocopy_done(fd: BorrowedFd<'_>, out: &mut Vec<ZerocopyDone>) -> io::Res
             }
         }
         let need = std::mem::size_of::<libc::sock_extended_err>();
+        // The end of what the kernel wrote (it sets the length; a cut
+        // message, MSG_CTRUNC, ends at the buffer's end).
+        let filled = control.as_ptr() as usize
+            + (msg.msg_controllen as usize).min(std::mem::size_of_val(&control));
         // SAFETY: `msg` is the header recvmsg filled; CMSG_FIRSTHDR reads
         // its control pointer and length only.
         let mut c = unsafe { libc::CMSG_FIRSTHDR(&msg) };
@@ -232,12 +236,13 @@ pub fn zerocopy_done(fd: BorrowedFd<'_>, out: &mut Vec<ZerocopyDone>) -> io::Res
             let h: libc::cmsghdr = unsafe { std::ptr::read_unaligned(c) };
             let ours = (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
                 || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR);
-            // SAFETY: CMSG_LEN is arithmetic on its argument.
-            if ours && h.cmsg_len as usize >= unsafe { libc::CMSG_LEN(need as u32) } as usize {
-                // SAFETY: the length check above puts `need` bytes of data
-                // after the header, inside `control`; read by value.
-                let e: libc::sock_extended_err =
-                    unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()) };
+            // SAFETY: CMSG_LEN and CMSG_DATA are arithmetic on their arguments.
+            let (len, data) = unsafe { (libc::CMSG_LEN(need as u32) as usize, libc::CMSG_DATA(c)) };
+            if ours && h.cmsg_len as usize >= len && data as usize + need <= filled {
+                // SAFETY: the checks above put `need` bytes of data after
+                // the header, inside what the kernel wrote of `control`;
+                // read by value, unaligned-safe.
+                let e: libc::sock_extended_err = unsafe { std::ptr::read_unaligned(data.cast()) };
                 if e.ee_errno == 0 && e.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
                     out.push(ZerocopyDone {
                         first: e.ee_info,
