@@ -43,8 +43,8 @@ pub(crate) const NO_SLOT: usize = usize::MAX;
 #[derive(Debug)]
 pub(crate) enum Next {
     /// Nobody drives it: wake on its socket for reading and/or writing,
-    /// and at `deadline` (its next timer). With neither interest, only at
-    /// `deadline` (or when kicked): the helper stands back from an
+    /// and at `deadline` (its next timer). With neither interest (and not
+    /// `errors`), only at `deadline` (or when kicked): the helper stands back from an
     /// endpoint a thread drives or just left, and looks again then.
     /// `errors` alone: wake on its socket's errors only (the error queue
     /// of zero-copy notices; epoll reports errors whatever it is asked).

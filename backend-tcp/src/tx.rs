@@ -127,52 +127,102 @@ enum Progress {
 }
 
 fn write_some(stream: &TcpStream, f: &mut OutFrame, zc: Option<&Zc>) -> io::Result<Progress> {
+    if let (Some(z), Some(seq)) = (zc, f.zc_seq) {
+        return write_zerocopy(stream, f, z, seq);
+    }
     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
-    let base = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
-    let head_len = f.head.bytes().len();
     while f.sent < f.total {
-        let zero = match (zc, f.zc_seq) {
-            (Some(z), Some(seq)) => Some((z, seq)),
-            _ => None,
-        };
-        let r = match zero {
-            // A zero-copy frame: its head alone first (copied: its buffer
-            // is reused at once), then its payload from registered memory.
-            Some(_) if f.sent < head_len => {
-                send(stream, f.head.bytes(), &Segs::new(), f.sent, base | libc::MSG_MORE)?
-            }
-            Some((z, seq)) => {
-                let skip = f.sent - head_len;
-                z.begin(seq);
-                let r = send(stream, &[], &f.segs, skip, base | MSG_ZEROCOPY | libc::MSG_EOR);
-                z.end(matches!(r, Ok(Ok(n)) if n > 0), &f.segs);
-                match r? {
-                    // Refused (no room for the notice, or over the
-                    // locked-memory limit): copy this time.
-                    Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
-                        z.refused();
-                        send(stream, &[], &f.segs, skip, base | libc::MSG_EOR)?
-                    }
-                    r => r,
-                }
-            }
-            None => send(stream, f.head.bytes(), &f.segs, f.sent, base)?,
-        };
-        match r {
-            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "socket closed")),
-            Ok(n) => {
-                f.sent += n;
-                rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Progress::Blocked),
-            Err(e) => return Err(e),
+        let r =
+            send(stream, f.head.bytes(), &f.segs, f.sent, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)?;
+        if let Some(p) = wrote(f, r)? {
+            return Ok(p);
         }
     }
     Ok(Progress::Done)
 }
 
-/// One `sendmsg` of `head` and `segs` from byte `skip` on.
+/// What a `sendmsg` of a frame's bytes did: `Some` ends the write (the
+/// socket is full), `None` goes on.
+#[inline(always)]
+fn wrote(f: &mut OutFrame, r: io::Result<usize>) -> io::Result<Option<Progress>> {
+    match r {
+        Ok(0) => Err(io::Error::new(io::ErrorKind::WriteZero, "socket closed")),
+        Ok(n) => {
+            f.sent += n;
+            rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
+            Ok(None)
+        }
+        Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(None),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(Some(Progress::Blocked)),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`write_some`] for a zero-copy request frame: its head alone first
+/// (copied: its buffer is reused at once), then its payload from
+/// registered memory, ending the record.
+#[inline(never)]
+fn write_zerocopy(stream: &TcpStream, f: &mut OutFrame, z: &Zc, seq: u64) -> io::Result<Progress> {
+    rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
+    let base = libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL;
+    let head_len = f.head.bytes().len();
+    while f.sent < f.total {
+        let r = if f.sent < head_len {
+            send_payload_head(stream, f.head.bytes(), f.sent, base | libc::MSG_MORE)?
+        } else {
+            let skip = f.sent - head_len;
+            z.begin(seq);
+            let r = send_payload(stream, &f.segs, skip, base | MSG_ZEROCOPY | libc::MSG_EOR);
+            z.end(matches!(r, Ok(Ok(n)) if n > 0), &f.segs);
+            match r? {
+                // Refused (no room for the notice, or over the
+                // locked-memory limit): copy this time.
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    z.refused();
+                    send_payload(stream, &f.segs, skip, base | libc::MSG_EOR)?
+                }
+                r => r,
+            }
+        };
+        if let Some(p) = wrote(f, r)? {
+            return Ok(p);
+        }
+    }
+    Ok(Progress::Done)
+}
+
+/// A zero-copy frame's payload from byte `skip` on (a `send_gather` of
+/// its own, so that the plain path's stays inlined in [`write_some`]).
+fn send_payload(
+    stream: &TcpStream,
+    segs: &Segs,
+    skip: usize,
+    flags: i32,
+) -> io::Result<io::Result<usize>> {
+    rmr_api::provider::io::send_gather(
+        stream.as_fd(),
+        &[],
+        segs.iter().map(|s| (&*s.region, s.off, s.len)),
+        skip,
+        flags,
+    )
+    .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// A zero-copy frame's head from byte `skip` on.
+fn send_payload_head(
+    stream: &TcpStream,
+    head: &[u8],
+    skip: usize,
+    flags: i32,
+) -> io::Result<io::Result<usize>> {
+    rmr_api::provider::io::send_gather(stream.as_fd(), head, std::iter::empty(), skip, flags)
+        .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// One `sendmsg` of `head` and `segs` from byte `skip` on (the plain
+/// path's only call).
+#[inline(always)]
 fn send(
     stream: &TcpStream,
     head: &[u8],
@@ -425,7 +475,8 @@ impl Tx {
     /// Marks the queue closed and drops what it holds.
     ///
     /// Zero-copy payloads the kernel still holds keep going out from the
-    /// user's memory until the stream closes ([`Tx`]'s drop aborts it).
+    /// user's memory: the end of a connection aborts a stream that holds
+    /// any (`EpShared::finish_owing`), and so does [`Tx`]'s drop.
     pub(crate) fn close(&self) {
         let mut st = self.lock();
         st.closed = true;
@@ -444,7 +495,11 @@ impl Drop for Tx {
     /// [`Zc`] (and may be reused): such a stream is aborted, which drops
     /// what the kernel has yet to send.
     fn drop(&mut self) {
-        if self.zc.as_ref().is_some_and(|z| z.busy()) {
+        let fd = self.stream.as_fd();
+        if self.zc.as_ref().is_some_and(|z| {
+            let _ = z.reap(fd);
+            z.holds()
+        }) {
             let _ = rmr_api::provider::io::abort_tcp(self.stream.as_fd());
         }
     }

@@ -9,8 +9,8 @@
 //! is the queue's to reuse); the payload's last call ends its record
 //! (`MSG_EOR`), so that nothing sent later shares its buffers and its
 //! notice waits only for its own bytes' acknowledgement: the notices of
-//! the frames before a response have come by the time the response is read
-//! (the response's segment acknowledges them).
+//! the frames before a response come with the acknowledgement the
+//! response's segment carries, or as the NIC finishes sending them.
 
 use crate::tx::Segs;
 use rmr_api::provider::io::{ZerocopyDone, zerocopy_done};
@@ -53,7 +53,7 @@ pub(crate) struct Zc {
     /// Calls made, and notices that said the kernel copied after all.
     calls: AtomicU64,
     copied: AtomicU64,
-    /// Calls that went copied for want of room for the notice.
+    /// Calls the kernel refused (`ENOBUFS`), sent copied instead.
     refused: AtomicU64,
     /// A call was done as it returned (see [`Zc::take_early`]).
     early: AtomicBool,
@@ -113,9 +113,9 @@ impl Zc {
         self.busy.store(!st.calls.is_empty(), Ordering::SeqCst);
     }
 
-    /// Whether a call was done by the time it returned: its frame's
-    /// completion waits for the next [`Zc::reap`] (which the poster then
-    /// does: no notice is left to wake a driver for it).
+    /// Whether a call was done by the time it returned: no notice is left
+    /// to wake a driver for its frame's completion, so the poster lets it
+    /// go (the next [`Zc::gate`] or [`Zc::reap`] drops the call).
     pub(crate) fn take_early(&self) -> bool {
         self.early.load(Ordering::Relaxed) && self.early.swap(false, Ordering::SeqCst)
     }
@@ -125,6 +125,16 @@ impl Zc {
     /// `RLIMIT_MEMLOCK`): the caller copies instead.
     pub(crate) fn refused(&self) {
         self.refused.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Whether the kernel may still read pages of calls not yet done
+    /// (looked at under the lock; done calls at the front let go).
+    pub(crate) fn holds(&self) -> bool {
+        let mut st = self.lock();
+        while st.calls.front().is_some_and(|c| c.done) {
+            st.calls.pop_front();
+        }
+        st.calls.iter().any(|c| !c.done)
     }
 
     /// Whether calls wait for the kernel's notice.

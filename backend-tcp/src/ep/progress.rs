@@ -255,9 +255,14 @@ impl Driver for EpShared {
             }
         };
         moved |= self.drive_rx();
-        moved |= self.reap_zerocopy();
+        let zc = tx.zc.is_some();
+        if zc {
+            moved |= self.reap_zerocopy();
+        }
         moved |= self.ack_timer();
-        self.early_zerocopy();
+        if zc {
+            self.early_zerocopy();
+        }
         moved |= self.stall_check();
         let overdue = self.disconnect_until.passed();
         if overdue && !self.ended.load(Ordering::Acquire) {

@@ -19,7 +19,10 @@ use std::time::{Duration, Instant};
 
 /// How long a response waits for the kernel's notices of the zero-copy
 /// requests before it ([`EpShared::settle_zerocopy`]).
-const ZEROCOPY_SETTLE: Duration = Duration::from_secs(1);
+const ZEROCOPY_SETTLE: Duration = Duration::from_secs(5);
+/// How long an orderly disconnect waits for those notices before the
+/// requests still waiting for them flush.
+const DISCONNECT_SETTLE: Duration = Duration::from_millis(100);
 
 impl EpShared {
     /// Handles every frame the socket has ready. Returns whether anything
@@ -81,7 +84,7 @@ impl EpShared {
     pub(crate) fn send_ack_if_wanted(&self, wanted: &mut bool) -> io::Result<()> {
         if *wanted && self.rx_done.load(Ordering::Acquire) > self.acked_sent.load(Ordering::Acquire)
         {
-            self.respond(Header::new(Op::Ack), Segs::new())?;
+            self.respond(Header::new(Op::Ack), Segs::new(), None)?;
         }
         *wanted = false;
         Ok(())
@@ -300,14 +303,10 @@ impl EpShared {
             Op::AtomicResp | Op::Nak => self.on_response(&h, op)?,
             Op::Ack => {}
             Op::Disconnect => {
-                // The kernel's notices of what the peer acknowledged have
-                // come (the peer's segments acknowledged it): read them so
-                // that those DTOs complete rather than flush.
-                if let Some(tx) = self.tx.get()
-                    && let Some(z) = &tx.zc
-                {
-                    let _ = z.reap(tx.stream().as_fd());
-                }
+                // What the peer acknowledged completes rather than
+                // flushes once the kernel's notices for it are read (they
+                // come with the acknowledgement, or as the NIC finishes).
+                let _ = self.settle_for(h.ack, DISCONNECT_SETTLE);
                 self.complete_upto(h.ack);
                 if !self.local_disconnect.load(Ordering::Acquire) {
                     let _ = self.disconnect();
@@ -375,8 +374,7 @@ impl EpShared {
         n.seq = h.seq;
         n.status = status.code();
         // The NAKed request counts as handled.
-        self.rx_done.store(h.seq, Ordering::Release);
-        self.respond(n, Segs::new()).map_err(|e| io_end("send nak", e))
+        self.respond(n, Segs::new(), Some(h.seq)).map_err(|e| io_end("send nak", e))
     }
 
     fn on_read_req(&self, h: &Header) -> Result<(), End> {
@@ -395,12 +393,11 @@ impl EpShared {
                 let mut resp = Header::new(Op::ReadResp);
                 resp.seq = h.seq;
                 resp.len = h.arg0 as u32;
-                self.rx_done.store(h.seq, Ordering::Release);
                 let mut segs = Segs::new();
                 if h.arg0 > 0 {
                     segs.push(Seg { region: l.region.clone(), off, len: h.arg0 });
                 }
-                self.respond(resp, segs).map_err(|e| io_end("send read response", e))
+                self.respond(resp, segs, Some(h.seq)).map_err(|e| io_end("send read response", e))
             }
         }
     }
@@ -440,8 +437,8 @@ impl EpShared {
                 let mut resp = Header::new(Op::AtomicResp);
                 resp.seq = h.seq;
                 resp.arg0 = old;
-                self.rx_done.store(h.seq, Ordering::Release);
-                self.respond(resp, Segs::new()).map_err(|e| io_end("send atomic response", e))
+                self.respond(resp, Segs::new(), Some(h.seq))
+                    .map_err(|e| io_end("send atomic response", e))
             }
         }
     }
@@ -449,11 +446,15 @@ impl EpShared {
     /// Completes, as successful, every in-flight request up to `ack` that
     /// needs no response of its own.
     /// Called by the receive side with an acknowledgement it has applied.
+    #[inline]
     pub(crate) fn complete_upto(&self, ack: u64) {
-        if self.tx.get().is_some_and(|t| t.zc.is_some()) {
-            self.acked_applied.fetch_max(ack, Ordering::AcqRel);
+        match self.zc() {
+            None => self.release_plain(ack),
+            Some(_) => {
+                self.acked_applied.fetch_max(ack, Ordering::AcqRel);
+                self.release_upto(ack);
+            }
         }
-        self.release_upto(ack);
     }
 
     /// Completes, as successful, every in-flight request up to `ack` that
@@ -463,9 +464,18 @@ impl EpShared {
     /// so taking the requests out and reporting them is one step under the
     /// `completing` lock: completions stay in order.
     pub(crate) fn release_upto(&self, ack: u64) {
-        let zc = self.tx.get().and_then(|t| t.zc.as_ref());
-        let _one = zc.map(|_| self.completing.lock().unwrap_or_else(|e| e.into_inner()));
-        let ack = zc.map_or(ack, |z| z.gate(ack));
+        match self.zc() {
+            None => self.release_plain(ack),
+            Some(z) => {
+                let _one = self.completing.lock().unwrap_or_else(|e| e.into_inner());
+                self.release_plain(z.gate(ack));
+            }
+        }
+    }
+
+    /// Takes the in-flight requests up to `ack` that need no response out
+    /// and reports them.
+    fn release_plain(&self, ack: u64) {
         let mut done: SmallVec<[DtoCompletion; 8]> = SmallVec::new();
         {
             let mut inf = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
@@ -502,26 +512,41 @@ impl EpShared {
     /// such payload ends its record (`MSG_EOR`), so its notice waits only
     /// for its own bytes' acknowledgement, which the response's segment
     /// carried: the notices are queued before the response is read, or
-    /// come as the NIC finishes sending (a wait of microseconds). A kernel
-    /// that holds them for a second breaks the connection.
+    /// come as the NIC finishes sending (a wait of microseconds; longer
+    /// only while a poster that sent is preempted before it records its
+    /// call). A kernel that holds them for [`ZEROCOPY_SETTLE`] breaks the
+    /// connection.
     fn settle_zerocopy(&self, seq: u64) -> Result<(), End> {
-        let Some((tx, z)) = self.tx.get().and_then(|t| Some((t, t.zc.as_ref()?))) else {
+        if self.settle_for(seq, ZEROCOPY_SETTLE) {
             return Ok(());
+        }
+        Err(End::Broken(format!(
+            "the kernel kept the pages of zero-copy sends for {ZEROCOPY_SETTLE:?} after the peer answered"
+        )))
+    }
+
+    /// Reads the kernel's zero-copy notices until the requests up to `seq`
+    /// may complete, for at most `limit`. Returns whether they may.
+    pub(crate) fn settle_for(&self, seq: u64, limit: Duration) -> bool {
+        let Some((tx, z)) = self.tx.get().and_then(|t| Some((t, t.zc.as_ref()?))) else {
+            return true;
         };
         let start = Instant::now();
-        while z.gate(seq) < seq {
-            z.reap(tx.stream().as_fd()).map_err(|e| io_end("read zero-copy notices", e))?;
+        loop {
             if z.gate(seq) >= seq {
-                break;
+                return true;
             }
-            if start.elapsed() > ZEROCOPY_SETTLE {
-                return Err(End::Broken(format!(
-                    "the kernel kept the pages of zero-copy sends for {ZEROCOPY_SETTLE:?} after the peer answered"
-                )));
+            if z.reap(tx.stream().as_fd()).is_err() {
+                return false;
+            }
+            if z.gate(seq) >= seq {
+                return true;
+            }
+            if start.elapsed() > limit {
+                return false;
             }
             std::thread::sleep(Duration::from_micros(20));
         }
-        Ok(())
     }
 
     /// A response that does not fit the request it names breaks the
@@ -532,6 +557,11 @@ impl EpShared {
     }
 
     fn on_response(&self, h: &Header, op: Op) -> Result<(), End> {
+        if op == Op::Nak {
+            // A NAKed write or send completes after the kernel is done
+            // with its own pages too.
+            self.settle_zerocopy(h.seq)?;
+        }
         let f = self.answered(h.seq)?;
         let mut c = self.dto(f.cookie, f.op, Status::Success, f.bytes);
         if op == Op::Nak {
@@ -597,9 +627,16 @@ impl EpShared {
         if let Some(tx) = self.tx.get() {
             tx.close();
         }
+        // Zero-copy payloads the kernel has yet to send would go on being
+        // read from memory whose DTOs now flush (the user may reuse it):
+        // such a stream is aborted, which drops them.
+        let zc_held = self.zc().is_some_and(|z| {
+            let _ = self.tx.get().map(|t| z.reap(t.stream().as_fd()));
+            z.holds()
+        });
         match end {
-            End::Orderly | End::Refused(_) => self.shutdown_stream(),
-            End::Broken(_) => self.abort_stream(),
+            End::Orderly | End::Refused(_) if !zc_held => self.shutdown_stream(),
+            _ => self.abort_stream(),
         }
         if let Some(c) = owed {
             self.complete_ended(c, status);

@@ -9,10 +9,22 @@ use rmr_api::{DtoFlags, Error, Result};
 use std::sync::atomic::Ordering;
 
 impl EpShared {
-    /// Sends a response-type frame (ack, nak, read response, atomic response).
-    pub(crate) fn respond(&self, mut h: Header, segs: Segs) -> std::io::Result<()> {
+    /// Sends a response-type frame (ack, nak, read response, atomic
+    /// response). `handled`: the request it answers, which counts as
+    /// handled from now on: marked so under the transmit lock, so that no
+    /// frame acknowledges the request before its response goes (an
+    /// acknowledgement would complete a NAKed write as successful).
+    pub(crate) fn respond(
+        &self,
+        mut h: Header,
+        segs: Segs,
+        handled: Option<u64>,
+    ) -> std::io::Result<()> {
         let tx = self.tx.get().expect("connected");
         let mut st = tx.lock();
+        if let Some(seq) = handled {
+            self.rx_done.store(seq, Ordering::Release);
+        }
         h.ack = self.rx_done.load(Ordering::Acquire);
         self.acked_sent.fetch_max(h.ack, Ordering::AcqRel);
         self.frames[0].fetch_add(1, Ordering::Relaxed);

@@ -132,9 +132,12 @@ pub(crate) struct EpShared {
     /// back for the kernel's zero-copy notices may go up to once they come
     /// (`acked_rcvd` is raised before a frame is handled).
     pub(crate) acked_applied: AtomicU64,
-    /// Held across taking DTOs out of the in-flight queue and reporting
-    /// them, when threads other than the receive side complete too (with
-    /// zero-copy sends): completions stay in order.
+    /// Held across taking acknowledged DTOs out of the in-flight queue and
+    /// reporting them, when threads other than the receive side complete
+    /// too (with zero-copy sends), and by the end's flush: completions stay
+    /// in order. (A response's request is taken out by the receive side
+    /// alone, after the ones before it; nothing after it completes before
+    /// the receive side has reported it.)
     pub(crate) completing: Mutex<()>,
     /// Frames sent and received (diagnostics).
     pub(crate) frames: [AtomicU64; 2],
@@ -245,23 +248,32 @@ impl EpShared {
     /// After a push or a flush: a zero-copy call that was done as it
     /// returned left no notice to wake anyone for its frame's completion,
     /// so this thread lets it go.
+    #[inline]
     pub(crate) fn early_zerocopy(&self) {
-        if self.tx.get().and_then(|t| t.zc.as_ref()).is_some_and(|z| z.take_early()) {
-            if !self.reap_zerocopy() {
-                self.release_upto(self.acked_applied.load(Ordering::Acquire));
-            }
+        if self.zc().is_some_and(|z| z.take_early()) && !self.reap_zerocopy() {
+            self.release_upto(self.acked_applied.load(Ordering::Acquire));
         }
     }
 
     /// Reads the kernel's zero-copy notices, if sends wait for them, and
     /// completes what they held back. Returns whether any DTO could go.
+    #[inline]
     pub(crate) fn reap_zerocopy(&self) -> bool {
-        let Some((tx, z)) = self.tx.get().and_then(|t| Some((t, t.zc.as_ref()?))) else {
-            return false;
-        };
-        if !z.busy() {
-            return false;
+        match self.zc() {
+            Some(z) if z.busy() => self.reap_notices(z),
+            _ => false,
         }
+    }
+
+    /// The zero-copy sends, when the EP makes them.
+    #[inline]
+    pub(crate) fn zc(&self) -> Option<&crate::zerocopy::Zc> {
+        self.tx.get().and_then(|t| t.zc.as_ref())
+    }
+
+    #[inline(never)]
+    fn reap_notices(&self, z: &crate::zerocopy::Zc) -> bool {
+        let Some(tx) = self.tx.get() else { return false };
         match z.reap(tx.stream().as_fd()) {
             Ok(true) => {
                 self.release_upto(self.acked_applied.load(Ordering::Acquire));
