@@ -173,7 +173,9 @@ fn write_zerocopy(stream: &TcpStream, f: &mut OutFrame, z: &Zc, seq: u64) -> io:
             let skip = f.sent - head_len;
             z.begin(seq);
             let r = send_payload(stream, &f.segs, skip, base | MSG_ZEROCOPY | libc::MSG_EOR);
-            z.end(matches!(r, Ok(Ok(n)) if n > 0), &f.segs);
+            z.end(matches!(r, Ok(Ok(n)) if n > 0), || {
+                f.segs.iter().map(|s| s.region.clone()).collect()
+            });
             match r? {
                 // Refused (no room for the notice, or over the
                 // locked-memory limit): copy this time.

@@ -12,13 +12,18 @@
 //! the frames before a response come with the acknowledgement the
 //! response's segment carries, or as the NIC finishes sending them.
 
-use crate::tx::Segs;
+use rmr_api::MemRegion;
 use rmr_api::provider::io::{ZerocopyDone, zerocopy_done};
+use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::io;
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+/// The regions a call's pages lie in, kept while the kernel reads them.
+pub(crate) type Keep = SmallVec<[Arc<MemRegion>; 2]>;
 
 /// One zero-copy `sendmsg` that sent bytes, and the request frame it
 /// carried part of.
@@ -27,7 +32,7 @@ struct Call {
     seq: u64,
     done: bool,
     /// The frame's regions, kept while the kernel reads them.
-    _keep: Segs,
+    _keep: Keep,
 }
 
 #[derive(Default)]
@@ -95,7 +100,7 @@ impl Zc {
     /// The call [`Zc::begin`] announced returned; `sent`: it sent bytes
     /// (the kernel numbered it), so the frame's regions are kept until the
     /// kernel is done with them.
-    pub(crate) fn end(&self, sent: bool, segs: &Segs) {
+    pub(crate) fn end(&self, sent: bool, keep: impl FnOnce() -> Keep) {
         let mut st = self.lock();
         let seq = st.sending.take().expect("begin before end");
         let done = std::mem::take(&mut st.sending_done);
@@ -104,7 +109,7 @@ impl Zc {
         if sent {
             let id = st.next;
             st.next = id.wrapping_add(1);
-            st.calls.push_back(Call { id, seq, done, _keep: segs.clone() });
+            st.calls.push_back(Call { id, seq, done, _keep: keep() });
             self.calls.fetch_add(1, Ordering::Relaxed);
             if done {
                 self.early.store(true, Ordering::SeqCst);
@@ -227,13 +232,13 @@ mod tests {
         assert_eq!(z.gate(10), 10, "nothing sent zero-copy");
         z.begin(3);
         assert_eq!(z.gate(10), 2, "a call under way holds its frame back");
-        z.end(true, &Segs::new());
+        z.end(true, Keep::new);
         z.begin(3);
-        z.end(true, &Segs::new());
+        z.end(true, Keep::new);
         z.begin(5);
-        z.end(true, &Segs::new());
+        z.end(true, Keep::new);
         z.begin(6);
-        z.end(false, &Segs::new());
+        z.end(false, Keep::new);
         assert_eq!(z.gate(10), 2);
         // The kernel says it is done with calls 1..=2 (frame 3's second
         // call and frame 5): frame 3's first call still holds them up.
@@ -258,16 +263,16 @@ mod tests {
         // The kernel took call 0 and was done with it at once.
         assert!(!z.apply(&mut st, &[ZerocopyDone { first: 0, last: 0, copied: true }]));
         drop(st);
-        z.end(true, &Segs::new());
+        z.end(true, Keep::new);
         assert!(z.take_early() && !z.take_early());
         assert!(z.busy(), "recorded, done");
         assert_eq!(z.gate(9), 9, "a done call holds nothing back");
         assert!(!z.busy());
         // A call that sent nothing is not numbered: the next one is 1.
         z.begin(8);
-        z.end(false, &Segs::new());
+        z.end(false, Keep::new);
         z.begin(8);
-        z.end(true, &Segs::new());
+        z.end(true, Keep::new);
         let mut st = z.lock();
         assert!(z.apply(&mut st, &[ZerocopyDone { first: 1, last: 1, copied: true }]));
         drop(st);

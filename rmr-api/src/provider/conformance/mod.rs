@@ -24,6 +24,7 @@
 #![allow(missing_docs)]
 
 pub mod cases;
+pub mod helper;
 
 use crate::ep::{Ep, Psp};
 use crate::evd::Evd;
