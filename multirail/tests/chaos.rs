@@ -24,6 +24,9 @@
 //! - RSS flat after the warm-up (both processes);
 //! - the run ends by itself.
 //!
+//! The client sends stripes of 64 KiB and more with `MSG_ZEROCOPY`, the
+//! rest copied.
+//!
 //! `RMR_TEST_CHAOS_SECS` (default 60) sets the length,
 //! `RMR_TEST_CHAOS_SEED` the faults' seed (printed), and
 //! `RMR_TEST_CHAOS_PREFIX` the lab's name (default `rmrch`);
@@ -457,7 +460,13 @@ fn lab_chaos_soak_rails_cut_healed_and_reshaped() {
         [("RMR_TEST_CHAOS_SECS", secs.clone()), ("RMR_TCP_RNR_TIMEOUT_MS", "15000".to_string())];
     let srv = spawn_role(&lab.ns('b'), NAME, "server", &env);
     std::thread::sleep(Duration::from_millis(500));
-    let mut cli = spawn_role(&lab.ns('a'), NAME, "client", &env);
+    // The client's rails send stripes of 64 KiB and more zero-copy (the
+    // tcp backend's `zerocopy`), the smaller ones copied: both paths meet
+    // the cuts, and a cut rail's zero-copy sends must flush or complete
+    // like any other.
+    let mut cenv = env.to_vec();
+    cenv.push(("RMR_TCP_ZEROCOPY", "64K".to_string()));
+    let mut cli = spawn_role(&lab.ns('a'), NAME, "client", &cenv);
     // The client's lines, as they come.
     let (tx, lines) = std::sync::mpsc::channel();
     let out = cli.stdout.take().unwrap();
