@@ -616,9 +616,18 @@ impl Driver for EpShared {
             // Back to an EP the helper had taken over from a thread that
             // left a long wait: straight back (the thread polls in waits),
             // or after computing meanwhile?
-            let left = self.left_at.load(Ordering::SeqCst);
+            let (left, now) = (self.left_at.load(Ordering::SeqCst), now_ns());
             if left != u64::MAX {
-                self.handover.returned(now_ns().saturating_sub(left) < QUICK.as_nanos() as u64);
+                self.handover.returned(now.saturating_sub(left) < QUICK.as_nanos() as u64);
+            } else if now.saturating_sub(self.taken_at.load(Ordering::SeqCst))
+                >= QUICK.as_nanos() as u64
+            {
+                // Taken over unasked (when the thread left is not known),
+                // and away a quick period since: it computed. (Sooner,
+                // nothing is known: nothing is counted.) Without this an
+                // endpoint whose quick looks ended would never get them
+                // back: only a timed return could say it stayed away.
+                self.handover.returned(false);
             }
             // The helper sleeps on the doorbell this thread may now drain:
             // it must watch instead.
@@ -668,22 +677,26 @@ impl Tended for EpShared {
             let now = self.drivers.load(Ordering::SeqCst);
             (now >> 32, now as u32 > 0)
         };
-        match self.handover.look(drivers) {
+        let quick = match self.handover.look(drivers) {
             // Waits began since the last quick look: the threads are back.
             QuickLook::Soon => return Look::Soon,
             // One wait since the last look: its waiter kicks the helper as
             // it leaves.
             QuickLook::Hold => return Look::Watch,
-            QuickLook::Off | QuickLook::Left => {}
-        }
+            QuickLook::Off => false,
+            QuickLook::Left => true,
+        };
         // Dekker with `enter`, before anything is driven or armed: either a
         // thread that starts driving sees the flag (and kicks the helper),
         // or the helper sees it driving and stands back.
         self.helper_armed.store(true, Ordering::SeqCst);
         let now = self.drivers.load(Ordering::SeqCst);
         if now as u32 > 0 {
+            // A thread came in just now, perhaps before it could see the
+            // flag (then nobody kicks the helper): while quick looks last,
+            // look again as one would, not only at the watch.
             self.helper_armed.store(false, Ordering::SeqCst);
-            return Look::Watch;
+            return if quick { Look::Soon } else { Look::Watch };
         }
         // Taken over from threads that compute between waits: look again
         // soon once they are back (counting waits from now). When a thread
@@ -691,6 +704,7 @@ impl Tended for EpShared {
         // that leave; else nobody knows when the last thread left.
         if self.handover.took_over(now >> 32) && !self.handing.swap(false, Ordering::SeqCst) {
             self.left_at.store(u64::MAX, Ordering::SeqCst);
+            self.taken_at.store(now_ns(), Ordering::SeqCst);
         }
         let moved = self.drive_now();
         if moved || !self.arm() {

@@ -226,6 +226,10 @@ pub(crate) struct EpShared {
     /// leaving, after the helper took it over, came back quickly: it polls
     /// in waits ([`Handover::returned`]).
     pub(crate) left_at: AtomicU64,
+    /// When the helper last took the endpoint over unasked (no leave told
+    /// it; `left_at` then unknown), on the `now_ns` scale: a thread that
+    /// comes back a quick period or more after it stayed away.
+    pub(crate) taken_at: AtomicU64,
     /// That thread told the helper, which has not taken the EP over since
     /// (cleared by a thread that drives it again first).
     pub(crate) handing: AtomicBool,
@@ -278,6 +282,7 @@ impl EpShared {
             drivers: AtomicU64::new(0),
             handover: Handover::new(),
             left_at: AtomicU64::new(u64::MAX),
+            taken_at: AtomicU64::new(0),
             handing: AtomicBool::new(false),
             efd_armed: AtomicBool::new(false),
             helper_armed: AtomicBool::new(false),

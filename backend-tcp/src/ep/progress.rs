@@ -139,9 +139,16 @@ impl EpShared {
         // deadline).
         self.bg_polling.store(true, Ordering::SeqCst);
         if self.active.load(Ordering::SeqCst) > 0 {
+            // A thread came in just now, perhaps before it could see the
+            // flag (then nobody kicks the helper): look again as a quick
+            // look would, not only at the watch.
             self.bg_polling.store(false, Ordering::SeqCst);
-            return Next::Watch;
+            return self.stand_back();
         }
+        // Taken over from threads that compute between waits: look again
+        // soon once they are back (see `Handover`). Before the drive: a
+        // thread that comes back during it is a return to count.
+        self.handover.took_over(self.waits.load(Ordering::SeqCst));
         if self.drive() && self.active.load(Ordering::SeqCst) > 0 {
             // A waiter came in while the helper drove, found the receive
             // side busy and went to poll the socket that the helper had
@@ -156,9 +163,6 @@ impl EpShared {
             self.detach();
             return Next::Gone;
         }
-        // Taken over from threads that compute between waits: look again
-        // soon once they are back (see `Handover`).
-        self.handover.took_over(self.waits.load(Ordering::SeqCst));
         self.handing.store(false, Ordering::SeqCst);
         let w = self.wait_on();
         let (read, write) = w.fd.map_or((false, false), |(_, i)| (i.read, i.write));
@@ -167,7 +171,8 @@ impl EpShared {
 
     /// The helper stands back from an EP an application thread drives or
     /// just left: watched, or after a recent takeover looked at again
-    /// [`LINGER`] after the last driver left (the quick looks of
+    /// soon (every [`LINGER`], or [`LINGER`] after the last driver left;
+    /// the quick looks of
     /// [`Handover`]). A wait that lasts from one such look to the next is
     /// left to kick the helper as it ends, rather than looked at every
     /// [`LINGER`].
@@ -320,9 +325,11 @@ impl Driver for EpShared {
             self.handing.store(false, Ordering::SeqCst);
         }
         self.waits.fetch_add(1, Ordering::SeqCst);
-        if self.bg_polling.load(Ordering::SeqCst) {
+        if self.bg_polling.load(Ordering::SeqCst) && self.bg_polling.swap(false, Ordering::SeqCst) {
             // Back to an EP the helper had taken over: did this thread come
             // straight back (it polls), rather than compute meanwhile?
+            // (Cleared here: the flag is the helper's again at its next
+            // takeover, and a later release must not think it has it.)
             let away = now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst));
             self.handover.returned(away < LINGER.as_nanos() as u64);
             self.kick();
@@ -334,11 +341,14 @@ impl Driver for EpShared {
     }
 
     fn release(&self) {
-        // As if the last driver left long ago: the IA's helper, told now,
-        // takes the endpoint over at once (unless it has it already).
-        if self.active.load(Ordering::SeqCst) == 0 && !self.bg_polling.load(Ordering::SeqCst) {
+        // As if the last driver left long ago: the IA's helper, told now
+        // (unless it has the endpoint already), takes it over at once; a
+        // look it has pending finds it left long ago too.
+        if self.active.load(Ordering::SeqCst) == 0 {
             self.left_at.store(0, Ordering::SeqCst);
-            self.kick();
+            if !self.bg_polling.load(Ordering::SeqCst) {
+                self.kick();
+            }
         }
     }
 

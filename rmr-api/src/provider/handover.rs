@@ -46,7 +46,7 @@ pub enum QuickLook {
     Soon,
     /// One wait has lasted since the last look and still does: its thread
     /// tells the helper as it leaves ([`Handover::leave`]), so the helper
-    /// need not look until then.
+    /// need not look at the quick pace until then.
     Hold,
     /// Nobody drives the endpoint now, and no wait began since the last
     /// look: the helper may take it over.
