@@ -497,11 +497,7 @@ impl Drop for Tx {
     /// [`Zc`] (and may be reused): such a stream is aborted, which drops
     /// what the kernel has yet to send.
     fn drop(&mut self) {
-        let fd = self.stream.as_fd();
-        if self.zc.as_ref().is_some_and(|z| {
-            let _ = z.reap(fd);
-            z.holds()
-        }) {
+        if self.zc.as_ref().is_some_and(|z| z.holds(self.stream.as_fd())) {
             let _ = rmr_api::provider::io::abort_tcp(self.stream.as_fd());
         }
     }

@@ -132,9 +132,11 @@ impl Zc {
         self.refused.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Whether the kernel may still read pages of calls not yet done
-    /// (looked at under the lock; done calls at the front let go).
-    pub(crate) fn holds(&self) -> bool {
+    /// Whether the kernel may still read pages of calls not yet done, once
+    /// the notices waiting on `fd` are read (a stream that ends or is
+    /// dropped then is aborted: see `Tx`'s drop).
+    pub(crate) fn holds(&self, fd: BorrowedFd<'_>) -> bool {
+        let _ = self.reap(fd);
         let mut st = self.lock();
         while st.calls.front().is_some_and(|c| c.done) {
             st.calls.pop_front();

@@ -630,10 +630,10 @@ impl EpShared {
         // Zero-copy payloads the kernel has yet to send would go on being
         // read from memory whose DTOs now flush (the user may reuse it):
         // such a stream is aborted, which drops them.
-        let zc_held = self.zc().is_some_and(|z| {
-            let _ = self.tx.get().map(|t| z.reap(t.stream().as_fd()));
-            z.holds()
-        });
+        let zc_held = self
+            .tx
+            .get()
+            .is_some_and(|t| t.zc.as_ref().is_some_and(|z| z.holds(t.stream().as_fd())));
         match end {
             End::Orderly | End::Refused(_) if !zc_held => self.shutdown_stream(),
             _ => self.abort_stream(),

@@ -239,7 +239,7 @@ impl EpShared {
 
     /// The EP's `zerocopy` note.
     pub(super) fn zerocopy_note(&self) -> String {
-        match self.tx.get().and_then(|t| t.zc.as_ref()) {
+        match self.zc() {
             Some(z) => z.note(),
             None => self.zc_off.get().cloned().unwrap_or_else(|| "-".into()),
         }
