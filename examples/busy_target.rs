@@ -18,7 +18,9 @@
 //! `RMR_BUSY_COMPUTE_US` (default 20000), `RMR_BUSY_GAP_US` (default
 //! 1000) and `RMR_BUSY_IDLE_US` (how long the target then waits for the
 //! next message, as for a slower peer at a barrier; default 2000) change
-//! the run (the initiator's settings; the target reads the compute time); `scripts/bench-busy-target.sh` pins the two
+//! the run (the initiator's settings; the target reads the compute time
+//! and `RMR_BUSY_POLLS`, waits of a millisecond that find nothing before
+//! each wait for the next message, default 0); `scripts/bench-busy-target.sh` pins the two
 //! processes to their own CPUs and compares two builds.
 
 use rmr::{Access, Cookie, DtoFlags, EpEvds, MemRegion, Result, RmrContext, Sge};
@@ -55,9 +57,25 @@ fn server(spec: &str, port: u16, rounds: u64, compute: Duration) -> Result<()> {
     println!("target: listening on {}:{}", listener.address(), listener.service());
     let ep = ia.create_ep(&pz, &EpEvds::single(&evd))?;
     listener.accept(&ep, &lmr.rmr_context().to_bytes(), WAIT)?;
+    // Waits of a millisecond that find nothing, before each wait for the
+    // go (a rank that polls for messages for a while, then waits long).
+    let polls = knob("RMR_BUSY_POLLS", 0);
     for round in 0..rounds {
         ep.post_recv(&[Sge::whole(&*note_lmr)], Cookie(round), DtoFlags::empty())?;
-        evd.wait_dto(WAIT)?; // "go": then compute, no call into rmr
+        let mut go = false;
+        for _ in 0..polls {
+            match evd.wait_dto(Duration::from_millis(1)) {
+                Ok(_) => {
+                    go = true;
+                    break;
+                }
+                Err(rmr::Error::Timeout) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !go {
+            evd.wait_dto(WAIT)?; // "go": then compute, no call into rmr
+        }
         compute_for(compute);
     }
     evd.wait_closed(WAIT)

@@ -35,6 +35,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 /// A new endpoint starts with them: its threads' habits are not known yet.
 pub const FAST_LOOKS: u32 = 8;
 
+/// With no quick looks left, a wait that the helper's looks found going
+/// on (the same wait, driven) at least this long apart, in nanoseconds, is
+/// long: its thread tells the helper as it ends, as after a quick look.
+/// The default watch's period (2 ms): a thread that polls in waits of a
+/// millisecond is never told, while the first compute phase after a run
+/// of such waits is taken over as its long wait ends rather than at the
+/// next look of the watch.
+pub const LONG_WAIT_NS: u64 = 2_000_000;
+
 /// What the helper's look at an endpoint it stands back from found
 /// ([`Handover::look`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +72,9 @@ pub struct Handover {
     /// Quick looks left, and the wait count at the last one (the helper's).
     looks: AtomicU32,
     seen: AtomicU64,
+    /// When a look without quick looks first found the wait count `seen`
+    /// (on the [`now_ns`](super::clock::now_ns) scale; 0: not known).
+    seen_at: AtomicU64,
     /// A thread came back after a takeover quickly (`came_back`) or after
     /// a while (`stayed_away`), not yet counted by the helper.
     came_back: AtomicBool,
@@ -86,6 +98,7 @@ impl Handover {
             deep: AtomicBool::new(false),
             looks: AtomicU32::new(FAST_LOOKS),
             seen: AtomicU64::new(u64::MAX),
+            seen_at: AtomicU64::new(0),
             came_back: AtomicBool::new(false),
             stayed_away: AtomicBool::new(false),
             quick_returns: AtomicU32::new(0),
@@ -98,6 +111,12 @@ impl Handover {
     /// now; it is read again after the helper asks a driver to tell it as
     /// it leaves, in case it left meanwhile.
     pub fn look(&self, drivers: impl Fn() -> (u64, bool)) -> QuickLook {
+        self.look_timed(drivers, super::clock::now_ns)
+    }
+
+    /// [`Handover::look`] with the clock given (`now`, read only when no
+    /// quick looks are left).
+    fn look_timed(&self, drivers: impl Fn() -> (u64, bool), now: impl Fn() -> u64) -> QuickLook {
         // A flag left from an earlier wait must not hand a later one over.
         if self.deep.load(Ordering::SeqCst) {
             self.deep.store(false, Ordering::SeqCst);
@@ -115,9 +134,11 @@ impl Handover {
         }
         let looks = self.looks.load(Ordering::Relaxed);
         if looks == 0 {
+            self.watch_look(&drivers, now());
             return QuickLook::Off;
         }
         let (waits, driving) = drivers();
+        self.seen_at.store(0, Ordering::Relaxed);
         if self.seen.swap(waits, Ordering::Relaxed) != waits {
             // Waits began since the last look: the threads are back (a
             // ping-pong's are never away from one look to the next).
@@ -131,6 +152,26 @@ impl Handover {
         // as it leaves, unless it left already (Dekker with `leave`).
         self.deep.store(true, Ordering::SeqCst);
         if drivers().1 { QuickLook::Hold } else { QuickLook::Left }
+    }
+
+    /// A look at the watch's pace (no quick looks left, [`QuickLook::Off`]):
+    /// a wait found going on at two such looks at least [`LONG_WAIT_NS`]
+    /// apart tells the helper as it ends ([`Handover::leave`]), unless its
+    /// thread left already (Dekker with `leave`, as a quick look's).
+    fn watch_look(&self, drivers: &impl Fn() -> (u64, bool), now: u64) {
+        let (waits, driving) = drivers();
+        let since = self.seen_at.load(Ordering::Relaxed);
+        if self.seen.swap(waits, Ordering::Relaxed) != waits || since == 0 {
+            self.seen_at.store(now.max(1), Ordering::Relaxed);
+            return;
+        }
+        if driving && now.saturating_sub(since) >= LONG_WAIT_NS {
+            self.deep.store(true, Ordering::SeqCst);
+            if !drivers().1 {
+                // Gone meanwhile: the backend's own look takes it over.
+                self.deep.store(false, Ordering::SeqCst);
+            }
+        }
     }
 
     /// Uses up one quick look, if any is left (a look that found a message
@@ -163,6 +204,7 @@ impl Handover {
         let polls = self.quick_returns.load(Ordering::Relaxed) >= 2;
         self.looks.store(if polls { 0 } else { FAST_LOOKS }, Ordering::Relaxed);
         self.seen.store(waits, Ordering::Relaxed);
+        self.seen_at.store(0, Ordering::Relaxed);
         true
     }
 
@@ -247,6 +289,56 @@ mod tests {
         h.mark_deep();
         assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
         assert!(!h.leave(), "cleared by the look that found a new wait");
+    }
+
+    #[test]
+    fn with_no_quick_looks_left_a_wait_seen_at_looks_a_long_wait_apart_hands_over_as_it_ends() {
+        let (h, ep) = (Handover::new(), Ep::new());
+        let at = |t: u64| h.look_timed(|| ep.now(), || t);
+        // Two quick returns after takeovers: the quick looks end.
+        for _ in 0..2 {
+            h.took_over(ep.waits.get());
+            ep.enter();
+            h.returned(true);
+            ep.driving.set(false);
+            at(0);
+        }
+        ep.enter();
+        assert_eq!(at(1_000_000), QuickLook::Off);
+        assert_eq!(h.looks.load(Ordering::Relaxed), 0, "the guard ended the quick looks");
+        // The same wait, looked at again soon (a look for another endpoint):
+        // not long yet.
+        assert_eq!(at(1_000_000 + LONG_WAIT_NS / 2), QuickLook::Off);
+        assert!(!h.is_deep());
+        // Still the same wait a long wait after it was first seen: its
+        // leave tells the helper.
+        assert_eq!(at(1_000_000 + LONG_WAIT_NS), QuickLook::Off);
+        assert!(h.is_deep());
+        ep.driving.set(false);
+        assert!(h.leave(), "the long wait's leave tells the helper");
+        // Waits of a millisecond one after the other never do.
+        let mut t = 10_000_000;
+        for _ in 0..10 {
+            ep.enter();
+            assert_eq!(at(t), QuickLook::Off);
+            t += LONG_WAIT_NS / 2;
+            ep.driving.set(false);
+            assert!(!h.leave(), "a short wait does not hand over");
+        }
+        // A thread gone between the look's two reads is left to the
+        // backend's own look (no flag for a later wait).
+        ep.enter();
+        assert_eq!(at(t), QuickLook::Off);
+        let reads = Cell::new(0);
+        let r = h.look_timed(
+            || {
+                reads.set(reads.get() + 1);
+                (ep.waits.get(), reads.get() == 1)
+            },
+            || t + LONG_WAIT_NS,
+        );
+        assert_eq!(r, QuickLook::Off);
+        assert!(!h.is_deep());
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{RemoteTarget, check_local_sges, completion_result};
 pub use cpus::{SHORT_SLICE_NS, cpus_idle, online_cpus, short_slices, yield_to_helper};
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
-pub use handover::{FAST_LOOKS, Handover, QuickLook};
+pub use handover::{FAST_LOOKS, Handover, LONG_WAIT_NS, QuickLook};
 pub use soft_evd::{SPIN_KNOBS, Sink, SoftEvd, spin_settings, trace_event};
 
 thread_local! {
