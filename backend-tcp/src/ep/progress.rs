@@ -236,7 +236,7 @@ impl Tended for EpShared {
             Look::Keep => Watched::Stay,
             Look::Wake => Watched::Tend,
             Look::Deep => {
-                self.handover.mark_deep();
+                self.handover.mark_deep(self.waits.load(Ordering::SeqCst));
                 // A waiter that left meanwhile may not have seen `deep`.
                 if self.active.load(Ordering::SeqCst) == 0 { Watched::Tend } else { Watched::Leave }
             }

@@ -117,10 +117,6 @@ impl Handover {
     /// [`Handover::look`] with the clock given (`now`, read only when no
     /// quick looks are left).
     fn look_timed(&self, drivers: impl Fn() -> (u64, bool), now: impl Fn() -> u64) -> QuickLook {
-        // A flag left from an earlier wait must not hand a later one over.
-        if self.deep.load(Ordering::SeqCst) {
-            self.deep.store(false, Ordering::SeqCst);
-        }
         if self.stayed_away.swap(false, Ordering::Relaxed) {
             self.quick_returns.store(0, Ordering::Relaxed);
         }
@@ -136,6 +132,11 @@ impl Handover {
         if looks == 0 {
             self.watch_look(&drivers, now());
             return QuickLook::Off;
+        }
+        // A flag left from an earlier wait must not hand a later one over
+        // (a quick look sets it again if the wait is still the same).
+        if self.deep.load(Ordering::SeqCst) {
+            self.deep.store(false, Ordering::SeqCst);
         }
         let (waits, driving) = drivers();
         self.seen_at.store(0, Ordering::Relaxed);
@@ -162,10 +163,19 @@ impl Handover {
         let (waits, driving) = drivers();
         let since = self.seen_at.load(Ordering::Relaxed);
         if self.seen.swap(waits, Ordering::Relaxed) != waits || since == 0 {
+            // A new wait (or the first look): a flag is an earlier wait's.
             self.seen_at.store(now.max(1), Ordering::Relaxed);
+            if self.deep.load(Ordering::SeqCst) {
+                self.deep.store(false, Ordering::SeqCst);
+            }
             return;
         }
-        if driving && now.saturating_sub(since) >= LONG_WAIT_NS {
+        // The same wait: long by now, or found so by the backend's own
+        // watch ([`Handover::mark_deep`]), which a look keeps.
+        let long = now.saturating_sub(since) >= LONG_WAIT_NS || self.deep.load(Ordering::SeqCst);
+        if !driving {
+            self.deep.store(false, Ordering::SeqCst);
+        } else if long {
             self.deep.store(true, Ordering::SeqCst);
             if !drivers().1 {
                 // Gone meanwhile: the backend's own look takes it over.
@@ -219,9 +229,15 @@ impl Handover {
         }
     }
 
-    /// Asks the thread driving now to tell the helper as it leaves (the
-    /// helper stops watching it).
-    pub fn mark_deep(&self) {
+    /// Asks the thread driving now, in the wait that is the endpoint's
+    /// `waits`-th, to tell the helper as it leaves (the helper stops
+    /// watching it): a backend's own watch found that wait long. Looks
+    /// without quick looks keep the flag while the wait lasts.
+    pub fn mark_deep(&self, waits: u64) {
+        let other = self.seen.swap(waits, Ordering::Relaxed) != waits;
+        if other || self.seen_at.load(Ordering::Relaxed) == 0 {
+            self.seen_at.store(super::clock::now_ns().max(1), Ordering::Relaxed);
+        }
         self.deep.store(true, Ordering::SeqCst);
     }
 
@@ -286,7 +302,7 @@ mod tests {
         assert!(!h.leave(), "consumed");
         // A flag the leave did not consume is cleared at the next look.
         ep.enter();
-        h.mark_deep();
+        h.mark_deep(ep.waits.get() - 1);
         assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
         assert!(!h.leave(), "cleared by the look that found a new wait");
     }
@@ -325,6 +341,19 @@ mod tests {
             ep.driving.set(false);
             assert!(!h.leave(), "a short wait does not hand over");
         }
+        // A backend's own watch found the wait long: looks keep its flag
+        // while that wait lasts, and drop it once a new one began.
+        ep.enter();
+        h.mark_deep(ep.waits.get());
+        assert_eq!(at(t), QuickLook::Off);
+        assert!(h.is_deep(), "kept: the same wait");
+        ep.driving.set(false);
+        assert!(h.leave());
+        ep.enter();
+        h.mark_deep(ep.waits.get() - 1);
+        assert_eq!(at(t + 1), QuickLook::Off);
+        assert!(!h.is_deep(), "an earlier wait's flag is dropped");
+        ep.driving.set(false);
         // A thread gone between the look's two reads is left to the
         // backend's own look (no flag for a later wait).
         ep.enter();
