@@ -488,7 +488,9 @@ impl EpShared {
     /// Everything ready now, on the caller's thread; true when anything moved.
     pub(crate) fn drive_now(&self) -> bool {
         let Some(link) = self.link.get() else { return false };
-        if self.efd_armed.swap(false, Ordering::AcqRel) {
+        // Loaded first: a locked swap on every drive would cost each
+        // round trip what the flag is rarely set for.
+        if self.efd_armed.load(Ordering::Relaxed) && self.efd_armed.swap(false, Ordering::AcqRel) {
             let mut b = [0u8; 8];
             let _ = rustix::io::read(&link.my_efd, &mut b);
         }

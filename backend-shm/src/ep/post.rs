@@ -18,6 +18,38 @@ pub(crate) fn segs_of(sges: &[Sge<'_>]) -> Segs {
         .collect()
 }
 
+/// Where a checked segment list's bytes lie now (no hold on the regions:
+/// for a copy made while the caller's borrows keep them).
+fn pieces_of(sges: &[Sge<'_>]) -> Pieces {
+    sges.iter()
+        .map(|s| Piece {
+            ptr: s.lmr.region().as_ptr().wrapping_add((s.lmr.offset() + s.offset) as usize),
+            len: s.len as usize,
+        })
+        .collect()
+}
+
+type Pieces = smallvec::SmallVec<[Piece; 4]>;
+
+/// Copies the pieces' bytes, in order, to `dst` (`Dir::Write`), or
+/// `dst`'s into the pieces (`Dir::Read`).
+///
+/// # Safety
+/// Each piece is valid for its length (a checked segment whose region
+/// the caller's borrow keeps), and `dst` for the pieces' total.
+unsafe fn copy_pieces(pieces: &[Piece], dir: Dir, mut dst: *mut u8) {
+    for p in pieces {
+        // SAFETY: the caller's contract, piece by piece.
+        unsafe {
+            match dir {
+                Dir::Write => crate::sys::copy(p.ptr, dst, p.len),
+                Dir::Read => crate::sys::copy(dst, p.ptr, p.len),
+            }
+        }
+        dst = dst.wrapping_add(p.len);
+    }
+}
+
 /// What a request is, for [`EpShared::post`].
 pub(crate) struct Req<'a> {
     pub(crate) op: DtoOp,
@@ -94,7 +126,6 @@ impl EpShared {
         if self.state() != EpState::Connected {
             return Err(Error::NotConnected);
         }
-        let segs = segs_of(r.local);
         // Straight into the peer's memory: a large access by cross-memory
         // attach, one of any size to a shared region by a mapped copy.
         let cma = self.ia.cfg.cma
@@ -117,7 +148,19 @@ impl EpShared {
             old: None,
         };
         if cma {
-            out.done = Some(self.cross(link, &mut tx.files, r.op, &segs, key, addr, total));
+            let status = self.cross(link, &mut tx.files, r.op, r.local, key, addr, total);
+            if tx.outstanding.is_empty() {
+                // Nothing before it to complete first: done now (what
+                // `complete_front` would do with it alone).
+                drop(tx);
+                if !status.is_ok() || !r.flags.contains(DtoFlags::SUPPRESS) {
+                    let bytes = if status.is_ok() { total } else { 0 };
+                    let c = DtoCompletion::new(self.id, r.cookie, r.op, status, bytes);
+                    self.push_request(Event::Dto(c));
+                }
+                return Ok(());
+            }
+            out.done = Some(status);
             tx.outstanding.push_back(out);
             let evs = self.complete_front(&mut tx);
             drop(tx);
@@ -132,12 +175,12 @@ impl EpShared {
         h.key = key;
         h.addr = addr;
         h.total = total;
-        let payload = match r.op {
+        let carries = match r.op {
             DtoOp::Send => {
                 if r.flags.contains(DtoFlags::SOLICITED) {
                     h.flags |= SOLICITED;
                 }
-                segs
+                true
             }
             DtoOp::RdmaWrite => {
                 h.op = Op::Write as u8;
@@ -145,25 +188,40 @@ impl EpShared {
                     h.flags |= IMM;
                     h.arg = u64::from(imm);
                 }
-                segs
+                true
             }
             DtoOp::RdmaRead => {
                 h.op = Op::ReadReq as u8;
-                out.local = segs;
-                Segs::new()
+                out.local = segs_of(r.local);
+                false
             }
             _ => {
                 h.op = if r.op == DtoOp::FetchAdd { Op::FetchAdd } else { Op::CmpSwap } as u8;
                 (h.arg, h.arg2) = r.args;
                 h.total = 0;
-                out.local = segs;
-                Segs::new()
+                out.local = segs_of(r.local);
+                false
             }
         };
         if out.memop {
             tx.unapplied += 1;
         }
         tx.outstanding.push_back(out);
+        if carries && tx.pending.is_empty() && total <= link.out.max_chunk() as u64 {
+            // Nothing queued ahead and one frame's worth: straight into
+            // the ring from the caller's segments, if it has room.
+            h.len = total as u32;
+            let pieces = pieces_of(r.local);
+            // SAFETY: the ring hands `fill` the payload space of the frame
+            // it reserves (`total` bytes, this side's until it publishes);
+            // the pieces are the checked segments the caller's borrows keep.
+            let mut fill = |dst: *mut u8| unsafe { copy_pieces(&pieces, Dir::Write, dst) };
+            if link.out.push(&h, &mut fill) {
+                link.wake_consumer();
+                return Ok(());
+            }
+        }
+        let payload = if carries { segs_of(r.local) } else { Segs::new() };
         tx.pending.push_back(OutFrame { h, segs: payload });
         self.pump(&mut tx, link);
         Ok(())
@@ -179,7 +237,7 @@ impl EpShared {
         link: &Link,
         files: &mut crate::sys::Files,
         op: DtoOp,
-        segs: &Segs,
+        local: &[Sge<'_>],
         key: u64,
         addr: u64,
         total: u64,
@@ -213,13 +271,10 @@ impl EpShared {
                             let p = m.ptr().wrapping_add(at as usize);
                             // SAFETY: `[at, at + total)` lies inside the
                             // mapping (checked against its length just
-                            // above), which `m` keeps mapped for the copy.
-                            unsafe {
-                                match dir {
-                                    Dir::Write => gather(segs, 0, p, total as usize),
-                                    Dir::Read => scatter(segs, 0, p, total as usize),
-                                }
-                            }
+                            // above), which `m` keeps mapped for the copy;
+                            // the pieces are the caller's checked segments,
+                            // `total` bytes in all.
+                            unsafe { copy_pieces(&pieces_of(local), dir, p) };
                             return Status::Success;
                         }
                         None => return Status::RemoteAccess,
@@ -231,8 +286,7 @@ impl EpShared {
                 Err(_) => {}
             }
         }
-        let pieces: smallvec::SmallVec<[Piece; 4]> = segs.iter().map(Seg::piece).collect();
-        match cross(link.peer_pid, dir, &pieces, addr, total as usize) {
+        match cross(link.peer_pid, dir, &pieces_of(local), addr, total as usize) {
             Ok(()) => Status::Success,
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Status::RemoteAccess,
             Err(e) => {

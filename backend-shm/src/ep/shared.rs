@@ -5,7 +5,7 @@
 
 use crate::domain::{IaShared, soft};
 use crate::ring::Ring;
-use crate::sys::{Mapping, Piece};
+use crate::sys::Mapping;
 use crate::table::PeerTable;
 use crate::wire::Hdr;
 use rmr_api::provider::Handover;
@@ -28,12 +28,6 @@ pub(crate) struct Seg {
 }
 
 pub(crate) type Segs = SmallVec<[Seg; 2]>;
-
-impl Seg {
-    pub(crate) fn piece(&self) -> Piece {
-        Piece { ptr: self.region.as_ptr().wrapping_add(self.off as usize), len: self.len as usize }
-    }
-}
 
 /// Copies `len` bytes of the segments' bytes from `at` on to `dst`.
 ///
