@@ -154,14 +154,51 @@ const QUIET_WAITS: u64 = 32;
 /// Which drivers a waiter drives next.
 enum Ready {
     All,
-    Some(SmallVec<[bool; 8]>),
+    Some(Set),
 }
 
 impl Ready {
     fn has(&self, i: usize) -> bool {
         match self {
             Ready::All => true,
-            Ready::Some(v) => v.get(i).copied().unwrap_or(true),
+            Ready::Some(v) => v.has(i),
+        }
+    }
+}
+
+/// A set of a waiter's drivers, by index: bits while they are 64 or
+/// fewer (no vector to fill and drop on every pass of a wait).
+enum Set {
+    Mask(u64),
+    List(SmallVec<[bool; 8]>),
+}
+
+impl Set {
+    /// None of `n` drivers.
+    fn none(n: usize) -> Set {
+        if n <= 64 { Set::Mask(0) } else { Set::List(SmallVec::from_elem(false, n)) }
+    }
+
+    /// Those of `n` drivers for which `f` holds.
+    fn of(n: usize, f: impl Fn(usize) -> bool) -> Set {
+        let mut s = Set::none(n);
+        for i in (0..n).filter(|&i| f(i)) {
+            s.insert(i);
+        }
+        s
+    }
+
+    fn insert(&mut self, i: usize) {
+        match self {
+            Set::Mask(m) => *m |= 1 << i,
+            Set::List(v) => v[i] = true,
+        }
+    }
+
+    fn has(&self, i: usize) -> bool {
+        match self {
+            Set::Mask(m) => i >= 64 || m & 1 << i != 0,
+            Set::List(v) => v.get(i).copied().unwrap_or(true),
         }
     }
 }
@@ -400,7 +437,13 @@ impl SoftEvd {
         let g = DRIVERS_GEN.load(Ordering::Acquire);
         let mut c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
         if c.0 == g {
-            return c.1.iter().filter_map(Weak::upgrade).collect();
+            // Pushed one by one: a collect into a small vector costs
+            // several times as much for the few drivers a wait has.
+            let mut out = Drivers::new();
+            for d in c.1.iter().filter_map(Weak::upgrade) {
+                out.push(d);
+            }
+            return out;
         }
         let out = self.build_drivers();
         *c = (g, out.iter().map(Arc::downgrade).collect());
@@ -680,11 +723,12 @@ impl Evd for SoftEvd {
         let threshold = threshold.max(1);
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);
+        let mut from = Some(start);
         loop {
             let done = || self.queued.load(Ordering::SeqCst) >= threshold;
-            let ok = self.block_until(deadline, self.spin_time(), &done);
+            let (ok, end) = self.block_until_timed(deadline, self.spin_time(), &done, from.take());
             if let Some(e) = self.pop(threshold) {
-                self.note_wait(start.elapsed());
+                self.note_wait(end.saturating_duration_since(start));
                 return Ok(e);
             }
             if !ok {

@@ -4,7 +4,7 @@
 //! when nothing moves; the doorbell and poke waits the multirail layer uses.
 
 use super::SoftEvd;
-use super::{Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS, Ready};
+use super::{Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS, Ready, Set};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::provider::cpus::cpus_idle;
@@ -24,18 +24,35 @@ impl SoftEvd {
         spin: Duration,
         done: &dyn Fn() -> bool,
     ) -> bool {
+        self.block_until_timed(deadline, spin, done, None).0
+    }
+
+    /// [`SoftEvd::block_until`] from `start` (when the caller began its
+    /// wait, if it read the clock), returning also about when it ended:
+    /// the wait's last clock reading when it did not sleep since (at most
+    /// a pass of its loop early, which is all that sizing the spin needs,
+    /// and no clock read on the way from the event to the application),
+    /// else a fresh one.
+    pub(super) fn block_until_timed(
+        &self,
+        deadline: Option<Instant>,
+        spin: Duration,
+        done: &dyn Fn() -> bool,
+        start: Option<Instant>,
+    ) -> (bool, Instant) {
         if let Some(m) = self.many() {
-            return self.many_block_until(m, deadline, spin, done);
+            return (self.many_block_until(m, deadline, spin, done), Instant::now());
         }
         let drivers = self.drivers();
         if drivers.is_empty() {
-            return self.cv_block_until(deadline, spin, done);
+            return (self.cv_block_until(deadline, spin, done), Instant::now());
         }
         for d in &drivers {
             d.enter();
         }
         let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
-        let start = Instant::now();
+        let start = start.unwrap_or_else(Instant::now);
+        let (mut last, mut slept) = (start, false);
         // Several drivers: the ones idle at the end of the last wait are
         // left to `poll` (no read on a socket that had nothing).
         let several = drivers.len() > 1;
@@ -43,7 +60,7 @@ impl SoftEvd {
         let mut ready = if idle == 0 {
             Ready::All
         } else {
-            Ready::Some((0..drivers.len()).map(|i| i >= 64 || idle & 1 << i == 0).collect())
+            Ready::Some(Set::of(drivers.len(), |i| i >= 64 || idle & 1 << i == 0))
         };
         // Drivers that moved in this wait, and zero-timeout looks so far;
         // the quiet ones, as the last waits left them.
@@ -62,11 +79,13 @@ impl SoftEvd {
             // once; the others when `poll` reports them (no read on an idle
             // socket per pass).
             let mut moved = false;
-            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            let mut which = Set::none(drivers.len());
             for (i, d) in drivers.iter().enumerate() {
                 if ready.has(i) {
                     let m = d.drive();
-                    which[i] = m;
+                    if m {
+                        which.insert(i);
+                    }
                     moved |= m;
                     if several && i < 64 {
                         if m {
@@ -94,6 +113,7 @@ impl SoftEvd {
                 continue;
             }
             let now = Instant::now();
+            last = now;
             if deadline.is_some_and(|d| now >= d) {
                 break false;
             }
@@ -122,6 +142,7 @@ impl SoftEvd {
             }
             let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
             looks = looks.wrapping_add(1);
+            slept |= !spinning;
             ready = self.poll_once(&drivers, deadline, done, false, spinning, skip);
         };
         // Only a wait that got something through a driver counts (one that
@@ -136,12 +157,13 @@ impl SoftEvd {
             for d in &drivers {
                 d.leave_at(left);
             }
+            (res, left)
         } else {
             for d in &drivers {
                 d.leave();
             }
+            (res, if slept { Instant::now() } else { last })
         }
-        res
     }
 
     /// A wait got something through the drivers in `moved` (by index) of
@@ -258,7 +280,7 @@ impl SoftEvd {
         let mut ready = Ready::All;
         let mut woke = false;
         if n > 0 {
-            let mut which: SmallVec<[bool; 8]> = SmallVec::from_elem(false, drivers.len());
+            let mut which = Set::none(drivers.len());
             for (f, &o) in fds.iter().zip(&owner) {
                 if f.revents().is_empty() {
                     continue;
@@ -266,7 +288,7 @@ impl SoftEvd {
                 if o == usize::MAX {
                     woke = true;
                 } else {
-                    which[o] = true;
+                    which.insert(o);
                 }
             }
             // A wake-up (push, poke, changed interest) means: look at everything.
@@ -278,7 +300,7 @@ impl SoftEvd {
             // unless one already is.
             let due = until.is_some_and(|u| u <= Instant::now());
             if !due {
-                ready = Ready::Some(SmallVec::from_elem(false, drivers.len()));
+                ready = Ready::Some(Set::none(drivers.len()));
             }
         }
         drop(fds);

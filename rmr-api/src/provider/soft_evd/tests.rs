@@ -289,3 +289,20 @@ fn push_from_another_thread_wakes_a_polling_waiter() {
     assert!(matches!(evd.wait(Some(Duration::from_secs(5)), 1), Ok(Event::Software(7))));
     t.join().unwrap();
 }
+
+#[test]
+fn a_set_of_drivers_holds_the_same_as_bits_or_as_a_list() {
+    for n in [1, 2, 7, 64, 65, 130] {
+        let pick = |i: usize| i % 3 == 1 || i == n - 1;
+        let s = Set::of(n, pick);
+        assert_eq!(matches!(s, Set::Mask(_)), n <= 64, "{n} drivers");
+        for i in 0..n {
+            assert_eq!(s.has(i), pick(i), "driver {i} of {n}");
+        }
+        let mut t = Set::none(n);
+        assert!((0..n).all(|i| !t.has(i)), "none of {n}");
+        t.insert(n - 1);
+        assert!(t.has(n - 1) && (0..n - 1).all(|i| !t.has(i)));
+        assert!(Ready::Some(t).has(n - 1) && Ready::All.has(0));
+    }
+}
