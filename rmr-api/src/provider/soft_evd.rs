@@ -151,58 +151,6 @@ const QUIET_LOOK: u32 = 8;
 /// endpoint's idle rail does.
 const QUIET_WAITS: u64 = 32;
 
-/// Which drivers a waiter drives next.
-enum Ready {
-    All,
-    Some(Set),
-}
-
-impl Ready {
-    fn has(&self, i: usize) -> bool {
-        match self {
-            Ready::All => true,
-            Ready::Some(v) => v.has(i),
-        }
-    }
-}
-
-/// A set of a waiter's drivers, by index: bits while they are 64 or
-/// fewer (no vector to fill and drop on every pass of a wait).
-enum Set {
-    Mask(u64),
-    List(SmallVec<[bool; 8]>),
-}
-
-impl Set {
-    /// None of `n` drivers.
-    fn none(n: usize) -> Set {
-        if n <= 64 { Set::Mask(0) } else { Set::List(SmallVec::from_elem(false, n)) }
-    }
-
-    /// Those of `n` drivers for which `f` holds.
-    fn of(n: usize, f: impl Fn(usize) -> bool) -> Set {
-        let mut s = Set::none(n);
-        for i in (0..n).filter(|&i| f(i)) {
-            s.insert(i);
-        }
-        s
-    }
-
-    fn insert(&mut self, i: usize) {
-        match self {
-            Set::Mask(m) => *m |= 1 << i,
-            Set::List(v) => v[i] = true,
-        }
-    }
-
-    fn has(&self, i: usize) -> bool {
-        match self {
-            Set::Mask(m) => i >= 64 || m & 1 << i != 0,
-            Set::List(v) => v.get(i).copied().unwrap_or(true),
-        }
-    }
-}
-
 /// The knobs of every software EVD of the process (environment only).
 pub const SPIN_KNOBS: [Knob; 2] = [
     Knob {

@@ -4,7 +4,7 @@
 //! when nothing moves; the doorbell and poke waits the multirail layer uses.
 
 use super::SoftEvd;
-use super::{Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS, Ready, Set};
+use super::{Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS};
 use crate::error::{Error, Result};
 use crate::event::Event;
 use crate::provider::cpus::cpus_idle;
@@ -470,6 +470,58 @@ impl SoftEvd {
             if !ok {
                 return Err(Error::Timeout);
             }
+        }
+    }
+}
+
+/// Which drivers a waiter drives next.
+pub(super) enum Ready {
+    All,
+    Some(Set),
+}
+
+impl Ready {
+    pub(super) fn has(&self, i: usize) -> bool {
+        match self {
+            Ready::All => true,
+            Ready::Some(v) => v.has(i),
+        }
+    }
+}
+
+/// A set of a waiter's drivers, by index: bits while they are 64 or
+/// fewer (no vector to fill and drop on every pass of a wait).
+pub(super) enum Set {
+    Mask(u64),
+    List(SmallVec<[bool; 8]>),
+}
+
+impl Set {
+    /// None of `n` drivers.
+    pub(super) fn none(n: usize) -> Set {
+        if n <= 64 { Set::Mask(0) } else { Set::List(SmallVec::from_elem(false, n)) }
+    }
+
+    /// Those of `n` drivers for which `f` holds.
+    pub(super) fn of(n: usize, f: impl Fn(usize) -> bool) -> Set {
+        let mut s = Set::none(n);
+        for i in (0..n).filter(|&i| f(i)) {
+            s.insert(i);
+        }
+        s
+    }
+
+    pub(super) fn insert(&mut self, i: usize) {
+        match self {
+            Set::Mask(m) => *m |= 1 << i,
+            Set::List(v) => v[i] = true,
+        }
+    }
+
+    pub(super) fn has(&self, i: usize) -> bool {
+        match self {
+            Set::Mask(m) => i >= 64 || m & 1 << i != 0,
+            Set::List(v) => v.get(i).copied().unwrap_or(true),
         }
     }
 }

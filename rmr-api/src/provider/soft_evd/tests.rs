@@ -1,4 +1,5 @@
 //! The soft EVD's unit tests (eventfd, poll(2) and clocks: not under Miri).
+use super::block::{Ready, Set};
 use super::*;
 use crate::provider::{Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
 
