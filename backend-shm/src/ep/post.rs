@@ -23,11 +23,15 @@ pub(crate) fn segs_of(sges: &[Sge<'_>]) -> Segs {
 }
 
 /// Where a checked segment list's bytes lie now (no hold on the regions:
-/// for a copy made while the caller's borrows keep them).
+/// for a copy made while the caller's borrows keep them). Each piece lies
+/// inside its region: `check_local_sges` kept the segment inside its LMR,
+/// and an LMR lies inside its region (the `Lmr` contract, checked here in
+/// debug builds as `gather` does).
 fn pieces_of(sges: &[Sge<'_>]) -> Pieces {
     // Pushed one by one, as in `segs_of`.
     let mut v = Pieces::new();
     for s in sges {
+        debug_assert!(s.lmr.region().check(s.lmr.offset() + s.offset, s.len).is_ok());
         v.push(Piece {
             ptr: s.lmr.region().as_ptr().wrapping_add((s.lmr.offset() + s.offset) as usize),
             len: s.len as usize,

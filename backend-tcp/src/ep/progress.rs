@@ -28,7 +28,17 @@ impl EpShared {
             return Look::Keep;
         }
         *same += 1;
-        if *same < DEEP_AFTER { Look::Keep } else { Look::Deep }
+        // The same wait at `same` looks after the first, each at least a
+        // watch after the last: long once that spans the handover's long
+        // wait (2 ms by default, longer after quick returns), whatever
+        // the watch's period. A thread that polls in waits of a
+        // millisecond is never found so.
+        let watch = self.ia.cfg.watch.as_nanos().max(1) as u64;
+        if u64::from(*same) * watch < self.handover.long_wait_ns() {
+            Look::Keep
+        } else {
+            Look::Deep(w)
+        }
     }
 
     /// Whether an application thread drives this EP now or did within [`LINGER`].
@@ -235,10 +245,18 @@ impl Tended for EpShared {
         match self.watch_look(seen, same) {
             Look::Keep => Watched::Stay,
             Look::Wake => Watched::Tend,
-            Look::Deep => {
-                self.handover.mark_deep(self.waits.load(Ordering::SeqCst));
-                // A waiter that left meanwhile may not have seen `deep`.
-                if self.active.load(Ordering::SeqCst) == 0 { Watched::Tend } else { Watched::Leave }
+            Look::Deep(w) => {
+                let drivers =
+                    || (self.waits.load(Ordering::SeqCst), self.active.load(Ordering::SeqCst) > 0);
+                if self.handover.mark_deep(w, drivers) {
+                    Watched::Leave
+                } else if self.active.load(Ordering::SeqCst) == 0 {
+                    // The waiter left meanwhile and may not have seen `deep`.
+                    Watched::Tend
+                } else {
+                    // A new wait began: not the long one.
+                    Watched::Stay
+                }
             }
         }
     }
@@ -367,6 +385,7 @@ pub(super) enum Look {
     Keep,
     /// Take it over: its drivers left (or the EP ended).
     Wake,
-    /// One wait has lasted: the waiter kicks the helper on leaving.
-    Deep,
+    /// One wait (the EP's `waits`-th) has lasted: the waiter kicks the
+    /// helper on leaving.
+    Deep(u64),
 }

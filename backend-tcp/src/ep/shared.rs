@@ -20,15 +20,6 @@ use std::time::{Duration, Instant};
 /// as in a ping-pong, never hands the socket to another thread).
 pub(super) const LINGER: Duration = Duration::from_micros(200);
 
-/// A waiter found in the same wait at this many looks of the helper's
-/// watch after the first (they come a watch, 2 ms by default, apart, as
-/// [`LONG_WAIT_NS`](rmr_api::provider::LONG_WAIT_NS) has it for the
-/// quick looks' state) lets the helper forget the EP until that waiter
-/// leaves, and its leave hands the EP over at once: a thread whose wait
-/// lasted that long likely computes next. A thread that polls in waits of
-/// a millisecond is never found so.
-pub(super) const DEEP_AFTER: u32 = 1;
-
 /// How long an orderly disconnect waits for the peer's answer.
 pub(super) const DISCONNECT_WAIT: Duration = Duration::from_secs(3);
 

@@ -20,6 +20,13 @@
 //! row after a takeover ([`Handover::returned`]) end the quick looks until
 //! a thread stays away again.
 //!
+//! Without quick looks the helper still looks at the pace of its watch: a
+//! wait found going on at two such looks [`LONG_WAIT_NS`] apart (longer
+//! after each quick return it caused, see [`Handover::long_wait_ns`]), or
+//! found long by the backend's own watch ([`Handover::mark_deep`]), tells
+//! the helper as it ends. So the first compute phase after a run of short
+//! waits is taken over as its long wait ends, not a watch later.
+//!
 //! [`Handover`] is that state for one endpoint, the same in every backend;
 //! each backend says what a driver, a wait and a takeover are for it.
 
@@ -41,7 +48,10 @@ pub const FAST_LOOKS: u32 = 8;
 /// The default watch's period (2 ms): a thread that polls in waits of a
 /// millisecond is never told, while the first compute phase after a run
 /// of such waits is taken over as its long wait ends rather than at the
-/// next look of the watch.
+/// next look of the watch. Doubled for each quick return in a row beyond
+/// the first ([`Handover::long_wait_ns`]): a thread that waits a few
+/// milliseconds at a time and comes straight back is told a few times,
+/// not at every wait.
 pub const LONG_WAIT_NS: u64 = 2_000_000;
 
 /// What the helper's look at an endpoint it stands back from found
@@ -67,9 +77,10 @@ pub enum QuickLook {
 #[derive(Debug)]
 pub struct Handover {
     /// The thread driving now tells the helper as it leaves: its wait has
-    /// lasted since the helper's last quick look.
+    /// lasted from one quick look to the next, or long at the watch's pace.
     deep: AtomicBool,
-    /// Quick looks left, and the wait count at the last one (the helper's).
+    /// Quick looks left, and the wait count at the last look (or the one
+    /// the backend's watch marked, [`Handover::mark_deep`]; the helper's).
     looks: AtomicU32,
     seen: AtomicU64,
     /// When a look without quick looks first found the wait count `seen`
@@ -172,16 +183,36 @@ impl Handover {
         }
         // The same wait: long by now, or found so by the backend's own
         // watch ([`Handover::mark_deep`]), which a look keeps.
-        let long = now.saturating_sub(since) >= LONG_WAIT_NS || self.deep.load(Ordering::SeqCst);
+        let long =
+            now.saturating_sub(since) >= self.long_wait_ns() || self.deep.load(Ordering::SeqCst);
         if !driving {
             self.deep.store(false, Ordering::SeqCst);
         } else if long {
             self.deep.store(true, Ordering::SeqCst);
-            if !drivers().1 {
-                // Gone meanwhile: the backend's own look takes it over.
-                self.deep.store(false, Ordering::SeqCst);
-            }
+            self.keep_if_same(waits, drivers);
         }
+    }
+
+    /// After setting `deep` for wait `waits`: drops it again unless that
+    /// wait still goes on (Dekker with `leave`): a thread gone meanwhile
+    /// is left to the backend's own look, and a new wait is not the long
+    /// one. Returns whether it was kept.
+    fn keep_if_same(&self, waits: u64, drivers: &impl Fn() -> (u64, bool)) -> bool {
+        let (now_waits, driving) = drivers();
+        if now_waits != waits || !driving {
+            self.deep.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// How long, in nanoseconds, a wait must be found going on at the
+    /// watch's pace to tell the helper as it ends: [`LONG_WAIT_NS`],
+    /// doubled for each quick return in a row beyond the first (at most
+    /// 32 times; a thread that stays away starts it again).
+    pub fn long_wait_ns(&self) -> u64 {
+        let returns = self.quick_returns.load(Ordering::Relaxed);
+        LONG_WAIT_NS << returns.saturating_sub(1).min(5)
     }
 
     /// Uses up one quick look, if any is left (a look that found a message
@@ -231,14 +262,21 @@ impl Handover {
 
     /// Asks the thread driving now, in the wait that is the endpoint's
     /// `waits`-th, to tell the helper as it leaves (the helper stops
-    /// watching it): a backend's own watch found that wait long. Looks
-    /// without quick looks keep the flag while the wait lasts.
-    pub fn mark_deep(&self, waits: u64) {
+    /// watching it): a backend's own watch found that wait long (for at
+    /// least [`Handover::long_wait_ns`]). Looks without quick looks keep
+    /// the flag while the wait lasts.
+    ///
+    /// `drivers` is read after the flag is set, as in
+    /// [`Handover::look`]: returns false (flag dropped) when the thread
+    /// left meanwhile (the helper takes the endpoint over itself) or a new
+    /// wait began.
+    pub fn mark_deep(&self, waits: u64, drivers: impl Fn() -> (u64, bool)) -> bool {
         let other = self.seen.swap(waits, Ordering::Relaxed) != waits;
         if other || self.seen_at.load(Ordering::Relaxed) == 0 {
             self.seen_at.store(super::clock::now_ns().max(1), Ordering::Relaxed);
         }
         self.deep.store(true, Ordering::SeqCst);
+        self.keep_if_same(waits, &drivers)
     }
 
     /// Whether the driving thread is asked to tell the helper as it leaves.
@@ -302,7 +340,7 @@ mod tests {
         assert!(!h.leave(), "consumed");
         // A flag the leave did not consume is cleared at the next look.
         ep.enter();
-        h.mark_deep(ep.waits.get() - 1);
+        h.deep.store(true, Ordering::SeqCst);
         assert_eq!(h.look(|| ep.now()), QuickLook::Soon);
         assert!(!h.leave(), "cleared by the look that found a new wait");
     }
@@ -322,16 +360,31 @@ mod tests {
         ep.enter();
         assert_eq!(at(1_000_000), QuickLook::Off);
         assert_eq!(h.looks.load(Ordering::Relaxed), 0, "the guard ended the quick looks");
+        // Two quick returns in a row: a long wait is twice the base.
+        let long = h.long_wait_ns();
+        assert_eq!(long, 2 * LONG_WAIT_NS);
         // The same wait, looked at again soon (a look for another endpoint):
         // not long yet.
-        assert_eq!(at(1_000_000 + LONG_WAIT_NS / 2), QuickLook::Off);
+        assert_eq!(at(1_000_000 + long / 2), QuickLook::Off);
         assert!(!h.is_deep());
         // Still the same wait a long wait after it was first seen: its
         // leave tells the helper.
-        assert_eq!(at(1_000_000 + LONG_WAIT_NS), QuickLook::Off);
+        assert_eq!(at(1_000_000 + long), QuickLook::Off);
         assert!(h.is_deep());
         ep.driving.set(false);
         assert!(h.leave(), "the long wait's leave tells the helper");
+        // Each quick return after such a takeover doubles it (at most 32
+        // times the base); a thread that stays away starts again.
+        for k in 0..8u32 {
+            h.took_over(ep.waits.get());
+            h.returned(true);
+            at(0);
+            assert_eq!(h.long_wait_ns(), LONG_WAIT_NS << (2 + k).min(5));
+        }
+        h.took_over(ep.waits.get());
+        h.returned(false);
+        at(0);
+        assert_eq!(h.long_wait_ns(), LONG_WAIT_NS);
         // Waits of a millisecond one after the other never do.
         let mut t = 10_000_000;
         for _ in 0..10 {
@@ -344,16 +397,20 @@ mod tests {
         // A backend's own watch found the wait long: looks keep its flag
         // while that wait lasts, and drop it once a new one began.
         ep.enter();
-        h.mark_deep(ep.waits.get());
+        assert!(h.mark_deep(ep.waits.get(), || ep.now()));
         assert_eq!(at(t), QuickLook::Off);
         assert!(h.is_deep(), "kept: the same wait");
         ep.driving.set(false);
         assert!(h.leave());
         ep.enter();
-        h.mark_deep(ep.waits.get() - 1);
+        assert!(!h.mark_deep(ep.waits.get() - 1, || ep.now()), "not the wait going on");
+        assert!(!h.is_deep());
+        h.deep.store(true, Ordering::SeqCst);
         assert_eq!(at(t + 1), QuickLook::Off);
         assert!(!h.is_deep(), "an earlier wait's flag is dropped");
         ep.driving.set(false);
+        assert!(!h.mark_deep(ep.waits.get(), || ep.now()), "the thread left");
+        assert!(!h.is_deep());
         // A thread gone between the look's two reads is left to the
         // backend's own look (no flag for a later wait).
         ep.enter();

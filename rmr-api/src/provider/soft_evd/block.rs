@@ -29,10 +29,12 @@ impl SoftEvd {
 
     /// [`SoftEvd::block_until`] from `start` (when the caller began its
     /// wait, if it read the clock), returning also about when it ended:
-    /// the wait's last clock reading when it did not sleep since (at most
-    /// a pass of its loop early, which is all that sizing the spin needs,
-    /// and no clock read on the way from the event to the application),
-    /// else a fresh one.
+    /// with one driver, the wait's last clock reading when it neither
+    /// slept nor moved data for more than one pass since (a spinning look
+    /// and the pass that took the event in early: all that sizing the spin
+    /// needs, and no clock read on the way from the event to the
+    /// application), else a fresh one. (A pass that blocks on a lock for
+    /// long is not seen: the spin it may grow stays within its cap.)
     pub(super) fn block_until_timed(
         &self,
         deadline: Option<Instant>,
@@ -52,7 +54,9 @@ impl SoftEvd {
         }
         let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
         let start = start.unwrap_or_else(Instant::now);
-        let (mut last, mut slept) = (start, false);
+        // The last clock reading, whether the waiter slept since the wait
+        // began, and the passes that moved something since that reading.
+        let (mut last, mut slept, mut busy) = (start, false, 0u32);
         // Several drivers: the ones idle at the end of the last wait are
         // left to `poll` (no read on a socket that had nothing).
         let several = drivers.len() > 1;
@@ -110,10 +114,11 @@ impl SoftEvd {
             }
             if moved {
                 ready = Ready::Some(which);
+                busy += 1;
                 continue;
             }
             let now = Instant::now();
-            last = now;
+            (last, busy) = (now, 0);
             if deadline.is_some_and(|d| now >= d) {
                 break false;
             }
@@ -162,7 +167,10 @@ impl SoftEvd {
             for d in &drivers {
                 d.leave();
             }
-            (res, if slept { Instant::now() } else { last })
+            // A ping-pong's wait ends one moving pass after its last clock
+            // reading; a wait that slept, or moved data for several passes,
+            // reads the clock again.
+            (res, if slept || busy > 1 { Instant::now() } else { last })
         }
     }
 
@@ -490,7 +498,9 @@ impl Ready {
 }
 
 /// A set of a waiter's drivers, by index: bits while they are 64 or
-/// fewer (no vector to fill and drop on every pass of a wait).
+/// fewer (no vector to fill and drop on every pass of a wait). Asked only
+/// about indices of the drivers it was made for (beyond them a list says
+/// yes, bits say no below 64).
 pub(super) enum Set {
     Mask(u64),
     List(SmallVec<[bool; 8]>),
