@@ -167,9 +167,10 @@ impl Handover {
     }
 
     /// A look at the watch's pace (no quick looks left, [`QuickLook::Off`]):
-    /// a wait found going on at two such looks at least [`LONG_WAIT_NS`]
-    /// apart tells the helper as it ends ([`Handover::leave`]), unless its
-    /// thread left already (Dekker with `leave`, as a quick look's).
+    /// a wait found going on at two such looks at least
+    /// [`Handover::long_wait_ns`] apart tells the helper as it ends
+    /// ([`Handover::leave`]), unless its thread left already (Dekker with
+    /// `leave`, as a quick look's).
     fn watch_look(&self, drivers: &impl Fn() -> (u64, bool), now: u64) {
         let (waits, driving) = drivers();
         let since = self.seen_at.load(Ordering::Relaxed);
