@@ -3,7 +3,9 @@
 # (examples/busy_target.rs: the target waits for a message, then computes
 # 20 ms without calling into rmr; the initiator reads 8 KiB 1 ms into that
 # compute, then waits for the next message, as at a barrier for a slower
-# peer: 2 ms, and 0 for a target whose next message is already there),
+# peer: 2 ms, and 0 for a target whose next message is already there;
+# and `polls`: twenty 1 ms waits that find nothing, then a wait of about
+# 8 ms, then 10 ms of compute, as a rank that polls for a while first),
 # old build against new: this tree's example built against the
 # library at REV (default: the first parent of HEAD) in a worktree of its
 # own, and at the working tree. ROUNDS (default 5)
@@ -32,9 +34,15 @@ fi
 (cd "$OLD" && CARGO_TARGET_DIR=$OLD/target cargo build --release -q -p rmr-examples --example busy_target)
 OLD_B=$OLD/target/release/examples/busy_target
 port=7485
-run() { # binary spec idle_us -> median read latency (us)
+run() { # binary spec pattern -> median read latency (us)
   port=$((port + 1))
-  taskset -c 1 "$1" server "$2" "$port" >/dev/null &
+  local env
+  case $3 in
+    idle*) env=("RMR_BUSY_IDLE_US=${3#idle}") ;;
+    # Waits of 1 ms that find nothing, then a long wait, then the compute.
+    polls) env=(RMR_BUSY_POLLS=20 RMR_BUSY_IDLE_US=28000 RMR_BUSY_COMPUTE_US=10000 RMR_BUSY_ROUNDS=30) ;;
+  esac
+  env "${env[@]}" taskset -c 1 "$1" server "$2" "$port" >/dev/null &
   local t=$!
   local host
   case $2 in
@@ -42,17 +50,17 @@ run() { # binary spec idle_us -> median read latency (us)
     multirail:*) host=127.0.0.1,127.0.0.2 ;;
     *) host=${2#tcp:} ;;
   esac
-  RMR_BUSY_IDLE_US=$3 taskset -c 0 "$1" client "$2" "$host:$port" | awk '{print $11}'
+  env "${env[@]}" taskset -c 0 "$1" client "$2" "$host:$port" | awk '{print $11}'
   wait "$t"
 }
 specs=("tcp:127.0.0.1" "shm:busybench" "multirail:tcp:127.0.0.1,tcp:127.0.0.2")
 for r in $(seq 1 "$ROUNDS"); do
   line="round $r:"
   for s in "${specs[@]}"; do
-    for idle in 2000 0; do
-      if [ $((r % 2)) = 1 ]; then o=$(run "$OLD_B" "$s" $idle); n=$(run "$NEW_B" "$s" $idle)
-      else n=$(run "$NEW_B" "$s" $idle); o=$(run "$OLD_B" "$s" $idle); fi
-      line="$line ${s%%:*}/idle$idle old $o new $n"
+    for pat in idle2000 idle0 polls; do
+      if [ $((r % 2)) = 1 ]; then o=$(run "$OLD_B" "$s" $pat); n=$(run "$NEW_B" "$s" $pat)
+      else n=$(run "$NEW_B" "$s" $pat); o=$(run "$OLD_B" "$s" $pat); fi
+      line="$line ${s%%:*}/$pat old $o new $n"
     done
   done
   echo "$line"
