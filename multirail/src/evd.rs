@@ -347,13 +347,7 @@ impl MrEvd {
     fn cores(&self) -> (usize, Cores) {
         let g = self.polled_gen.load(Ordering::Acquire);
         let p = self.polled.lock().unwrap_or_else(|e| e.into_inner());
-        // Pushed one by one (a collect into a small vector costs several
-        // times as much for the few endpoints a wait has).
-        let mut cores = Cores::new();
-        for c in p.iter().filter_map(Weak::upgrade) {
-            cores.push(c);
-        }
-        (g, cores)
+        (g, rmr_api::provider::small_vec(p.iter().filter_map(Weak::upgrade)))
     }
 
     /// [`MrEvd::progress`] over `cores`.

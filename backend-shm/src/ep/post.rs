@@ -13,52 +13,11 @@ use std::sync::atomic::Ordering;
 
 /// The segments of a checked segment list.
 pub(crate) fn segs_of(sges: &[Sge<'_>]) -> Segs {
-    // Pushed one by one: a collect into a small vector costs several
-    // times as much for the one or two segments a message has.
-    let mut v = Segs::new();
-    for s in sges {
-        v.push(Seg { region: s.lmr.region().clone(), off: s.lmr.offset() + s.offset, len: s.len });
-    }
-    v
-}
-
-/// Where a checked segment list's bytes lie now (no hold on the regions:
-/// for a copy made while the caller's borrows keep them). Each piece lies
-/// inside its region: `check_local_sges` kept the segment inside its LMR,
-/// and an LMR lies inside its region (the `Lmr` contract, checked here in
-/// debug builds as `gather` does).
-fn pieces_of(sges: &[Sge<'_>]) -> Pieces {
-    // Pushed one by one, as in `segs_of`.
-    let mut v = Pieces::new();
-    for s in sges {
-        debug_assert!(s.lmr.region().check(s.lmr.offset() + s.offset, s.len).is_ok());
-        v.push(Piece {
-            ptr: s.lmr.region().as_ptr().wrapping_add((s.lmr.offset() + s.offset) as usize),
-            len: s.len as usize,
-        });
-    }
-    v
-}
-
-type Pieces = smallvec::SmallVec<[Piece; 4]>;
-
-/// Copies the pieces' bytes, in order, to `dst` (`Dir::Write`), or
-/// `dst`'s into the pieces (`Dir::Read`).
-///
-/// # Safety
-/// Each piece is valid for its length (a checked segment whose region
-/// the caller's borrow keeps), and `dst` for the pieces' total.
-unsafe fn copy_pieces(pieces: &[Piece], dir: Dir, mut dst: *mut u8) {
-    for p in pieces {
-        // SAFETY: the caller's contract, piece by piece.
-        unsafe {
-            match dir {
-                Dir::Write => crate::sys::copy(p.ptr, dst, p.len),
-                Dir::Read => crate::sys::copy(dst, p.ptr, p.len),
-            }
-        }
-        dst = dst.wrapping_add(p.len);
-    }
+    rmr_api::provider::small_vec(sges.iter().map(|s| Seg {
+        region: s.lmr.region().clone(),
+        off: s.lmr.offset() + s.offset,
+        len: s.len,
+    }))
 }
 
 /// What a request is, for [`EpShared::post`].
@@ -222,11 +181,13 @@ impl EpShared {
             // Nothing queued ahead and one frame's worth: straight into
             // the ring from the caller's segments, if it has room.
             h.len = total as u32;
-            let pieces = pieces_of(r.local);
+            let local = r.local.iter().map(piece_of);
             // SAFETY: the ring hands `fill` the payload space of the frame
             // it reserves (`total` bytes, this side's until it publishes);
             // the pieces are the checked segments the caller's borrows keep.
-            let mut fill = |dst: *mut u8| unsafe { copy_pieces(&pieces, Dir::Write, dst) };
+            let mut fill = |dst: *mut u8| unsafe {
+                copy_runs(local.clone(), Dir::Write, 0, dst, total as usize)
+            };
             if link.out.push(&h, &mut fill) {
                 link.wake_consumer();
                 return Ok(());
@@ -285,7 +246,9 @@ impl EpShared {
                             // above), which `m` keeps mapped for the copy;
                             // the pieces are the caller's checked segments,
                             // `total` bytes in all.
-                            unsafe { copy_pieces(&pieces_of(local), dir, p) };
+                            unsafe {
+                                copy_runs(local.iter().map(piece_of), dir, 0, p, total as usize)
+                            };
                             return Status::Success;
                         }
                         None => return Status::RemoteAccess,
@@ -297,7 +260,9 @@ impl EpShared {
                 Err(_) => {}
             }
         }
-        match cross(link.peer_pid, dir, &pieces_of(local), addr, total as usize) {
+        let pieces: smallvec::SmallVec<[Piece; 4]> =
+            rmr_api::provider::small_vec(local.iter().map(piece_of));
+        match cross(link.peer_pid, dir, &pieces, addr, total as usize) {
             Ok(()) => Status::Success,
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Status::RemoteAccess,
             Err(e) => {

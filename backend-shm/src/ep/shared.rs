@@ -5,7 +5,7 @@
 
 use crate::domain::{IaShared, soft};
 use crate::ring::Ring;
-use crate::sys::Mapping;
+use crate::sys::{Dir, Mapping, Piece};
 use crate::table::PeerTable;
 use crate::wire::Hdr;
 use rmr_api::provider::Handover;
@@ -29,57 +29,85 @@ pub(crate) struct Seg {
 
 pub(crate) type Segs = SmallVec<[Seg; 2]>;
 
-/// Copies `len` bytes of the segments' bytes from `at` on to `dst`.
+impl Seg {
+    /// Where the segment's bytes lie (its region is held by whoever holds
+    /// the segment: the DTO).
+    fn piece(&self) -> Piece {
+        debug_assert!(self.region.check(self.off, self.len).is_ok());
+        Piece { ptr: self.region.as_ptr().wrapping_add(self.off as usize), len: self.len as usize }
+    }
+}
+
+/// Where a checked local segment's bytes lie now (no hold on the region:
+/// for a copy made while the caller's borrow keeps it). Inside its region:
+/// `check_local_sges` kept the segment inside its LMR, and an LMR lies
+/// inside its region (the `Lmr` contract, checked in debug builds).
+pub(crate) fn piece_of(s: &rmr_api::Sge<'_>) -> Piece {
+    debug_assert!(s.lmr.region().check(s.lmr.offset() + s.offset, s.len).is_ok());
+    Piece {
+        ptr: s.lmr.region().as_ptr().wrapping_add((s.lmr.offset() + s.offset) as usize),
+        len: s.len as usize,
+    }
+}
+
+/// Moves `len` bytes between `other` and the pieces' bytes taken in order
+/// from byte `at` on: into `other` (`Dir::Write`: the pieces are the
+/// source) or out of it (`Dir::Read`: the pieces are the destination).
 ///
 /// # Safety
-/// `dst` is valid for writes of `len` bytes for the call: ring space this
-/// side owns until it publishes the frame, or a range of a peer's shared
+/// Each piece is valid for its length for the call (a segment whose region
+/// the DTO holds, or a checked segment the caller's borrow keeps); `other`
+/// is valid for `len` bytes the same way: ring space this side owns until
+/// it publishes the frame, a frame's payload the consumer owns until it
+/// moves the ring's tail, a local value, or a range of a peer's shared
 /// file mapped here and checked against the file's length.
-pub(crate) unsafe fn gather(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize) {
-    for s in segs {
+pub(crate) unsafe fn copy_runs(
+    pieces: impl IntoIterator<Item = Piece>,
+    dir: Dir,
+    mut at: u64,
+    mut other: *mut u8,
+    mut len: usize,
+) {
+    for p in pieces {
         if len == 0 {
             break;
         }
-        if at >= s.len {
-            at -= s.len;
+        if at >= p.len as u64 {
+            at -= p.len as u64;
             continue;
         }
-        let n = ((s.len - at) as usize).min(len);
-        debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
-        // SAFETY: the segment was checked against its LMR's bounds at post
-        // and the DTO holds its region; `dst` is valid for `len` bytes (the
-        // caller's contract).
-        unsafe { crate::sys::copy(s.region.as_ptr().add((s.off + at) as usize), dst, n) };
-        dst = dst.wrapping_add(n);
+        let n = (p.len - at as usize).min(len);
+        let mine = p.ptr.wrapping_add(at as usize);
+        // SAFETY: `[at, at + n)` lies inside the piece and `n <= len`
+        // inside `other` (the caller's contract).
+        unsafe {
+            match dir {
+                Dir::Write => crate::sys::copy(mine, other, n),
+                Dir::Read => crate::sys::copy(other, mine, n),
+            }
+        }
+        other = other.wrapping_add(n);
         len -= n;
         at = 0;
     }
 }
 
+/// Copies `len` bytes of the segments' bytes from `at` on to `dst`.
+///
+/// # Safety
+/// As [`copy_runs`]'s, with `dst` as `other`.
+pub(crate) unsafe fn gather(segs: &[Seg], at: u64, dst: *mut u8, len: usize) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Write, at, dst, len) }
+}
+
 /// Copies `len` bytes at `src` into the segments from byte `at` on.
 ///
 /// # Safety
-/// `src` is valid for reads of `len` bytes for the call: a frame's payload
-/// the consumer owns until it moves the ring's tail, a local value, or a
-/// range of a peer's shared file mapped here and checked against the
-/// file's length.
-pub(crate) unsafe fn scatter(segs: &[Seg], mut at: u64, mut src: *const u8, mut len: usize) {
-    for s in segs {
-        if len == 0 {
-            break;
-        }
-        if at >= s.len {
-            at -= s.len;
-            continue;
-        }
-        let n = ((s.len - at) as usize).min(len);
-        debug_assert!(s.region.check(s.off + at, n as u64).is_ok());
-        // SAFETY: as in `gather`, the other way (`src`: the caller's contract).
-        unsafe { crate::sys::copy(src, s.region.as_ptr().add((s.off + at) as usize), n) };
-        src = src.wrapping_add(n);
-        len -= n;
-        at = 0;
-    }
+/// As [`copy_runs`]'s, with `src` as `other` (only read).
+pub(crate) unsafe fn scatter(segs: &[Seg], at: u64, src: *const u8, len: usize) {
+    // SAFETY: the caller's contract; `src` is only read.
+    unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Read, at, src.cast_mut(), len) }
 }
 
 /// The connection to the peer, fixed once connected.

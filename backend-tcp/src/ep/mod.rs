@@ -75,17 +75,11 @@ impl TcpEp {
     }
 
     fn segs(&self, local: &[Sge<'_>]) -> Segs {
-        // Pushed one by one: a collect into a small vector costs several
-        // times as much for the one or two segments a message has.
-        let mut v = Segs::new();
-        for s in local.iter().filter(|s| s.len > 0) {
-            v.push(Seg {
-                region: s.lmr.region().clone(),
-                off: s.lmr.offset() + s.offset,
-                len: s.len,
-            });
-        }
-        v
+        rmr_api::provider::small_vec(local.iter().filter(|s| s.len > 0).map(|s| Seg {
+            region: s.lmr.region().clone(),
+            off: s.lmr.offset() + s.offset,
+            len: s.len,
+        }))
     }
 
     fn check(&self, local: &[Sge<'_>], need: Access) -> Result<u64> {

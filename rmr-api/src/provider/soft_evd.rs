@@ -385,13 +385,7 @@ impl SoftEvd {
         let g = DRIVERS_GEN.load(Ordering::Acquire);
         let mut c = self.cached.lock().unwrap_or_else(|p| p.into_inner());
         if c.0 == g {
-            // Pushed one by one: a collect into a small vector costs
-            // several times as much for the few drivers a wait has.
-            let mut out = Drivers::new();
-            for d in c.1.iter().filter_map(Weak::upgrade) {
-                out.push(d);
-            }
-            return out;
+            return crate::provider::small_vec(c.1.iter().filter_map(Weak::upgrade));
         }
         let out = self.build_drivers();
         *c = (g, out.iter().map(Arc::downgrade).collect());
