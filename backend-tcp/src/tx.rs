@@ -50,14 +50,15 @@ pub(crate) type Segs = SmallVec<[Seg; 2]>;
 /// What goes before a frame's payload: its header, or a held batch of
 /// small frames followed by the header.
 enum Head {
-    Hdr([u8; HDR]),
+    /// A header and its length.
+    Hdr([u8; HDR], u8),
     Batch(Vec<u8>),
 }
 
 impl Head {
     fn bytes(&self) -> &[u8] {
         match self {
-            Head::Hdr(h) => h,
+            Head::Hdr(h, n) => &h[..usize::from(*n)],
             Head::Batch(b) => b,
         }
     }
@@ -86,6 +87,9 @@ pub(crate) struct TxState {
     closed: bool,
     /// Next request sequence number (starts at 1).
     pub(crate) next_seq: u64,
+    /// The last ack put on the stream (a frame carries one only when it
+    /// is news: see `wire`).
+    wire_ack: u64,
 }
 
 /// What [`Tx::push`] did with a frame.
@@ -255,6 +259,7 @@ impl Tx {
                 held_open: false,
                 closed: false,
                 next_seq: 1,
+                wire_ack: 0,
             }),
             tx_bytes: AtomicU64::new(0),
             queued: AtomicUsize::new(0),
@@ -325,7 +330,9 @@ impl Tx {
             && payload <= HOLD_FRAME
             && st.held.len() + HDR + payload as usize <= HOLD_BATCH
         {
-            st.held.extend_from_slice(&hdr.encode());
+            let mut hb = [0u8; HDR];
+            let n = hdr.encode_data(&mut st.wire_ack, &mut hb);
+            st.held.extend_from_slice(&hb[..n]);
             for s in &segs {
                 s.region
                     .append_to(s.off, s.len, &mut st.held)
@@ -344,11 +351,13 @@ impl Tx {
         if last {
             st.closed = true;
         }
+        let mut hb = [0u8; HDR];
+        let n = hdr.encode_data(&mut st.wire_ack, &mut hb);
         let head = if st.held.is_empty() {
-            Head::Hdr(hdr.encode())
+            Head::Hdr(hb, n as u8)
         } else {
             let mut b = std::mem::take(&mut st.held);
-            b.extend_from_slice(&hdr.encode());
+            b.extend_from_slice(&hb[..n]);
             st.held_since = None;
             st.held_open = false;
             Head::Batch(b)

@@ -2,7 +2,7 @@
 //! planner, event queue push/pop, and the TCP frame codec.
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
-use backend_tcp::wire::{Header, Op};
+use backend_tcp::wire::{HDR, Header, Op, decode_data};
 use criterion::{Criterion, black_box, criterion_group, criterion_main};
 use multirail::{Planner, Policy};
 use rmr_api::provider::SoftEvd;
@@ -41,15 +41,25 @@ fn evd(c: &mut Criterion) {
 fn codec(c: &mut Criterion) {
     let mut h = Header::new(Op::Write);
     h.seq = 42;
+    h.ack = 41;
     h.key = 0xdead_beef;
     h.addr = 0x1000;
     h.len = 65536;
-    c.bench_function("wire/encode", |b| b.iter(|| black_box(black_box(&h).encode())));
-    let bytes = h.encode();
+    c.bench_function("wire/encode", |b| {
+        b.iter(|| {
+            let mut out = [0u8; HDR];
+            let mut last = 0;
+            black_box(black_box(&h).encode_data(&mut last, &mut out));
+            black_box(out)
+        })
+    });
+    let mut bytes = [0u8; HDR];
+    let n = h.encode_data(&mut 0, &mut bytes);
     c.bench_function("wire/decode+validate", |b| {
         b.iter(|| {
-            let d = Header::decode(black_box(&bytes));
-            black_box(d.validate())
+            let mut last = 0;
+            let d = decode_data(black_box(&bytes[..n]), 42, &mut last);
+            black_box(d.ok().flatten().map(|(h, _)| h.validate()))
         })
     });
 }

@@ -31,7 +31,7 @@
 //! `RMR_TEST_BRIDGE_FUZZ_SEED` the seed (printed, to replay a run);
 //! `scripts/fuzz-bridge.sh` runs the long campaign.
 
-use backend_tcp::wire::{HDR, Header};
+use backend_tcp::wire::{HDR, Header, StreamState, data_hdr_len};
 use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Evd, Event, Ia, MemRegion, RmrContext, Sge};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -121,21 +121,48 @@ fn mutate(plan: &Plan, h: &mut Header, payload: &mut [u8]) -> Option<usize> {
     Some(1)
 }
 
-/// Copies frames from `from` to `to`, mutating them when `hostile`.
+/// Copies frames from `from` to `to`, mutating them when `hostile`: the
+/// handshake's 56-byte header first, then live-stream frames (read with
+/// the stream's state, written again with the proxy's own).
 fn pump(mut from: TcpStream, mut to: TcpStream, plan: Arc<Plan>, hostile: bool) {
     let mut hdr = [0u8; HDR];
+    let mut rx: Option<StreamState> = None;
+    let mut tx_ack = 0u64;
     loop {
-        if from.read_exact(&mut hdr).is_err() {
-            break;
-        }
-        let mut h = Header::decode(&hdr);
+        let mut h = match rx.as_mut() {
+            None => {
+                if from.read_exact(&mut hdr).is_err() {
+                    break;
+                }
+                Header::decode(&hdr)
+            }
+            Some(st) => {
+                if from.read_exact(&mut hdr[..2]).is_err() {
+                    break;
+                }
+                let Some(n) = data_hdr_len(hdr[0], hdr[1]) else { break };
+                if from.read_exact(&mut hdr[2..n]).is_err() {
+                    break;
+                }
+                match st.decode(&hdr[..n]) {
+                    Ok(Some((h, _))) => h,
+                    _ => break,
+                }
+            }
+        };
         let mut payload = vec![0u8; h.len as usize];
         if from.read_exact(&mut payload).is_err() {
             break;
         }
         let copies = if hostile { mutate(&plan, &mut h, &mut payload) } else { Some(1) };
         let Some(copies) = copies else { break };
-        let frame = [h.encode().as_slice(), &payload].concat();
+        let frame = if rx.is_none() {
+            rx = Some(StreamState::default());
+            [h.encode().as_slice(), &payload].concat()
+        } else {
+            let n = h.encode_data(&mut tx_ack, &mut hdr);
+            [&hdr[..n], &payload].concat()
+        };
         if (0..copies).any(|_| to.write_all(&frame).is_err()) {
             break;
         }

@@ -7,7 +7,7 @@
 use crate::ep::rx::*;
 use crate::ep::shared::{EpShared, Inflight};
 use crate::tx::{Seg, Segs};
-use crate::wire::{F_ACK_NOW, F_ACK_REQ, F_SOLICITED, HDR, Header, MAX_PAYLOAD, Op};
+use crate::wire::{self, F_ACK_NOW, F_ACK_REQ, F_SOLICITED, Header, MAX_PAYLOAD, Op};
 use rmr_api::Cookie;
 use rmr_api::{Access, DtoCompletion, DtoOp, EpState, Event, Status};
 use smallvec::SmallVec;
@@ -39,7 +39,7 @@ impl EpShared {
                     // so that more frames or a reply can carry it), not only
                     // when the stream pauses — a long stream would otherwise
                     // complete nothing until its end.
-                    if rx.ack_wanted && matches!(rx.phase, Phase::Header) && rx.avail() < HDR {
+                    if rx.ack_wanted && matches!(rx.phase, Phase::Header) && !rx.header_buffered() {
                         if let Err(e) = self.ack_requested(rx) {
                             break Err(e);
                         }
@@ -99,13 +99,14 @@ impl EpShared {
                 if self.tx_backlogged() {
                     return Ok(Step::Stalled);
                 }
-                if rx.avail() < HDR {
-                    return Ok(if rx.fill(sock)? { Step::More } else { Step::Blocked });
+                let got = wire::decode_data(&rx.buf[rx.start..rx.end], rx.expect, &mut rx.last_ack);
+                match got.map_err(|e| End::Broken(format!("protocol error: {e}")))? {
+                    None => Ok(if rx.fill(sock)? { Step::More } else { Step::Blocked }),
+                    Some((h, n)) => {
+                        rx.start += n;
+                        self.on_header(rx, h)
+                    }
                 }
-                let hb: &[u8; HDR] = rx.buf[rx.start..rx.start + HDR].try_into().expect("HDR");
-                let h = Header::decode(hb);
-                rx.start += HDR;
-                self.on_header(rx, h)
             }
             Phase::NeedRecv { h, since } => self.on_need_recv(rx, h, since),
             Phase::Place { h, segs, mut idx, mut at, mut left, then } => {

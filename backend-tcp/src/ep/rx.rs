@@ -79,8 +79,11 @@ pub(crate) struct RxState {
     pub(super) start: usize,
     pub(super) end: usize,
     pub(super) phase: Phase,
-    /// Next expected request sequence number.
+    /// Next expected request sequence number (the next request's: the
+    /// wire counts requests, see `wire`).
     pub(super) expect: u64,
+    /// The last ack the stream carried (a frame without one repeats it).
+    pub(super) last_ack: u64,
     pub(super) ack_wanted: bool,
     /// The acknowledgement wanted must not wait for the ack delay (the
     /// initiator waits for it: `F_ACK_NOW`).
@@ -133,6 +136,7 @@ impl RxState {
             end: 0,
             phase: Phase::Header,
             expect: 1,
+            last_ack: 0,
             ack_wanted: false,
             ack_now: false,
             rx_bytes: 0,
@@ -158,6 +162,16 @@ impl RxState {
 
     pub(super) fn avail(&self) -> usize {
         self.end - self.start
+    }
+
+    /// Whether a whole frame header is buffered (or a malformed one, which
+    /// the next step reports).
+    pub(super) fn header_buffered(&self) -> bool {
+        let mut ack = self.last_ack;
+        !matches!(
+            crate::wire::decode_data(&self.buf[self.start..self.end], self.expect, &mut ack),
+            Ok(None)
+        )
     }
 
     /// Reads what the socket has into the buffer. `Ok(false)`: would block.

@@ -2,7 +2,7 @@
 //! hand, and a target process side (IA, PZs, regions, a PSP, and a good
 //! peer on the same IA that must keep working whatever the raw peer does).
 
-use backend_tcp::wire::{HDR, Header, MAGIC, Op};
+use backend_tcp::wire::{HDR, Header, MAGIC, Op, StreamState, data_hdr_len};
 use rmr_api::Cookie;
 use rmr_api::provider::conformance::{Buf, checksum, pattern};
 use rmr_api::{Access, DtoFlags, Ep, EpEvds, Evd, Event, Ia, Psp, Pz, RmrContext, Status};
@@ -16,6 +16,8 @@ pub const WAIT: Duration = Duration::from_secs(20);
 pub struct RawPeer {
     pub s: TcpStream,
     next_seq: u64,
+    /// The target's stream past its handshake reply (`None` before it).
+    rx: Option<StreamState>,
 }
 
 impl RawPeer {
@@ -29,7 +31,7 @@ impl RawPeer {
         let mut b = h.encode().to_vec();
         b.extend_from_slice(pd);
         s.write_all(&b).unwrap();
-        RawPeer { s, next_seq: 1 }
+        RawPeer { s, next_seq: 1, rx: None }
     }
 
     /// Reads the ConnAccept.
@@ -46,18 +48,29 @@ impl RawPeer {
         h
     }
 
+    /// Sends a live-stream frame (its ack always carried).
     pub fn send(&mut self, h: &Header, payload: &[u8]) -> std::io::Result<()> {
-        let mut b = h.encode().to_vec();
-        b.extend_from_slice(payload);
-        self.s.write_all(&b)
+        self.s.write_all(&h.data_frame(payload))
     }
 
-    /// Reads one frame (header and payload); `None` at EOF or error.
+    /// Reads one frame (header and payload): the handshake reply first,
+    /// then live-stream frames; `None` at EOF or error.
     pub fn read_frame(&mut self) -> Option<(Header, Vec<u8>)> {
         self.s.set_read_timeout(Some(WAIT)).unwrap();
         let mut hb = [0u8; HDR];
-        self.s.read_exact(&mut hb).ok()?;
-        let h = Header::decode(&hb);
+        let h = match self.rx.as_mut() {
+            None => {
+                self.s.read_exact(&mut hb).ok()?;
+                self.rx = Some(StreamState::default());
+                Header::decode(&hb)
+            }
+            Some(st) => {
+                self.s.read_exact(&mut hb[..2]).ok()?;
+                let n = data_hdr_len(hb[0], hb[1]).expect("the target sends known ops");
+                self.s.read_exact(&mut hb[2..n]).ok()?;
+                st.decode(&hb[..n]).expect("a header").expect("a whole header").0
+            }
+        };
         let mut p = vec![0u8; h.len as usize];
         self.s.read_exact(&mut p).ok()?;
         Some((h, p))

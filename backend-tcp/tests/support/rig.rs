@@ -399,7 +399,7 @@ impl<'a> Input<'a> {
 ///   status, key selector — one of the rig's real keys or a raw value —,
 ///   offset from the granted base, declared length, actual payload length,
 ///   sequence number mode, ack, arguments), which the rig serialises with
-///   the real header codec. Real keys and plausible addresses let the
+///   the real live-stream header codec. Real keys and plausible addresses let the
 ///   fuzzer reach the placement code, which random bytes never would.
 pub fn build(rig: &Rig, data: &[u8]) -> (Vec<u8>, Vec<usize>, usize, bool, bool) {
     let mut inp = Input::new(data);
@@ -470,7 +470,14 @@ pub fn build(rig: &Rig, data: &[u8]) -> (Vec<u8>, Vec<usize>, usize, bool, bool)
             0..=127 => u64::from(seqm % 4),
             _ => u64::from(seqm),
         };
-        out.extend_from_slice(&h.encode());
+        if (1..=14).contains(&op) {
+            // A known op: the live stream's codec (the ack always carried).
+            out.extend_from_slice(&h.data_frame(&[]));
+        } else {
+            // No op: the first six bytes say so.
+            out.extend_from_slice(&[op, flags]);
+            out.extend_from_slice(&len.to_le_bytes());
+        }
         out.extend(std::iter::repeat_n(fillb, pay));
     }
     (out, chunks, recvs, read, atomic)
