@@ -3,10 +3,13 @@
 # API or layout change makes that "performance holds". Builds rmr-bench at
 # REV (default: the first parent of HEAD) in a worktree of its own, then
 # runs ROUNDS (default 6) rounds, each: the 8 B write+notify half round
-# trip (3000 round trips) and 1 MiB RDMA-write bandwidth, old then new
-# (every other round new then old). Prints each round and the medians of
-# new/old. Cleans up its namespaces and servers on exit.
-#   scripts/bench-ab.sh [REV] [ROUNDS]
+# trip (3000 round trips) and RDMA-write bandwidth at each of BW_SIZES
+# (default 1M), old then new (every other round new then old). With
+# WIRE=1, also the bytes each build puts on the rail per 8 B round trip
+# (both directions, from the veth's counters: frame headers and TCP/IP's
+# own, not time). Prints each round and the medians of new/old. Cleans up
+# its namespaces and servers on exit.
+#   [BW_SIZES="64 256 1K"] [WIRE=1] scripts/bench-ab.sh [REV] [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV=${1:-HEAD~1}; ROUNDS=${2:-6}; P=rmrab
@@ -22,24 +25,44 @@ scripts/lab.sh pair $P 1gbit,1gbit >/dev/null
 taskset -c 1 ip netns exec $P-b "$OLD_B" server --rails 198.18.0.2 --port 7600 --idle 60 >/dev/null 2>&1 &
 taskset -c 1 ip netns exec $P-b "$NEW_B" server --rails 198.18.0.2 --port 7640 --idle 60 >/dev/null 2>&1 &
 sleep 1
-run() { # binary port -> "lat_us mbps"
-  local lat bw
-  lat=$(taskset -c 0 ip netns exec $P-a "$1" client --json --rails 198.18.0.2 --port "$2" --test lat --sizes 8 --iters 3000 2>/dev/null | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin][-1]["lat_us"])')
-  bw=$(ip netns exec $P-a "$1" client --json --rails 198.18.0.2 --port "$2" --test bw --sizes 1M 2>/dev/null | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin][-1]["mbps"])')
-  echo "$lat $bw"
+BW_SIZES=${BW_SIZES:-1M}
+DEV=${P}a0
+rail_bytes() { # bytes through the client's end of the rail, both ways
+  local t x
+  t=$(ip netns exec $P-a cat /sys/class/net/$DEV/statistics/tx_bytes)
+  x=$(ip netns exec $P-a cat /sys/class/net/$DEV/statistics/rx_bytes)
+  echo $((t + x))
 }
+LAT_ITERS=3000
+run() { # binary port -> "lat_us mbps..."
+  local lat bw out b0
+  b0=$(rail_bytes)
+  lat=$(taskset -c 0 ip netns exec $P-a "$1" client --json --rails 198.18.0.2 --port "$2" --test lat --sizes 8 --iters $LAT_ITERS 2>/dev/null | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin][-1]["lat_us"])')
+  out="$lat"
+  if [ "${WIRE:-0}" = 1 ]; then
+    # The whole client run (connection, warm-up, control) over its round trips.
+    out="$out $(( ($(rail_bytes) - b0) / LAT_ITERS ))"
+  fi
+  for s in $BW_SIZES; do
+    bw=$(ip netns exec $P-a "$1" client --json --rails 198.18.0.2 --port "$2" --test bw --sizes "$s" 2>/dev/null | python3 -c 'import json,sys; print([json.loads(l) for l in sys.stdin][-1]["mbps"])')
+    out="$out $bw"
+  done
+  echo "$out"
+}
+names="lat_us"
+[ "${WIRE:-0}" = 1 ] && names="$names bytes_per_rt"
+for s in $BW_SIZES; do names="$names mbps_$s"; done
 rows=()
 for r in $(seq 1 "$ROUNDS"); do
   if [ $((r % 2)) = 1 ]; then o=$(run "$OLD_B" 7600); n=$(run "$NEW_B" 7640)
   else n=$(run "$NEW_B" 7640); o=$(run "$OLD_B" 7600); fi
-  echo "round $r: old lat_us mbps = $o; new = $n"
-  rows+=("$o $n")
+  echo "round $r: old $names = $o; new = $n"
+  rows+=("$o|$n")
 done
-printf '%s\n' "${rows[@]}" | python3 -c '
-import sys, statistics as st
-r=[list(map(float,l.split())) for l in sys.stdin if l.strip()]
-lat=[n/o for o,_,n,_ in [(a,b,c,d) for a,b,c,d in r]]
-bw=[n/o for _,o,_,n in [(a,b,c,d) for a,b,c,d in r]]
-print(f"8 B half round trip new/old: median {st.median(lat):.3f} (rounds {[round(x,3) for x in lat]})")
-print(f"1 MiB bandwidth new/old:     median {st.median(bw):.3f} (rounds {[round(x,3) for x in bw]})")
-print(f"medians: old {st.median(x[0] for x in r):.2f} us {st.median(x[1] for x in r):.0f} Mbit/s; new {st.median(x[2] for x in r):.2f} us {st.median(x[3] for x in r):.0f} Mbit/s")'
+printf '%s\n' "${rows[@]}" | NAMES="$names" python3 -c '
+import os, sys, statistics as st
+names = os.environ["NAMES"].split()
+r = [[list(map(float, h.split())) for h in l.strip().split("|")] for l in sys.stdin if l.strip()]
+for i, n in enumerate(names):
+    q = [b[i] / a[i] for a, b in r]
+    print(f"{n} new/old: median {st.median(q):.3f} (rounds {[round(x, 3) for x in q]}); old {st.median(a[i] for a, _ in r):.2f}, new {st.median(b[i] for _, b in r):.2f}")'

@@ -17,7 +17,7 @@
 use crate::wire::{HDR, Header};
 use crate::zerocopy::Zc;
 use rmr_api::MemRegion;
-use rmr_api::provider::clock::{instant_of, ns_of};
+use rmr_api::provider::clock::{instant_of, now_ns};
 use rmr_api::provider::io::MSG_ZEROCOPY;
 use smallvec::SmallVec;
 use std::collections::VecDeque;
@@ -80,7 +80,8 @@ pub(crate) struct TxState {
     /// Small frames waiting to go out with the next frame or drive (only
     /// while the queue is empty, so that wire order is posting order).
     held: Vec<u8>,
-    held_since: Option<Instant>,
+    /// When the held batch began, on the `clock::now_ns` scale (0: none).
+    held_since: u64,
     /// A poster that does not ring the doorbell itself added to the held
     /// batch: whoever drives the endpoint sends it (and is woken for it).
     held_open: bool,
@@ -255,7 +256,7 @@ impl Tx {
             st: Mutex::new(TxState {
                 queue: VecDeque::new(),
                 held: Vec::new(),
-                held_since: None,
+                held_since: 0,
                 held_open: false,
                 closed: false,
                 next_seq: 1,
@@ -275,7 +276,7 @@ impl Tx {
         self.queued.store(st.queue.len(), Ordering::Release);
         self.has_queue.store(!st.queue.is_empty(), Ordering::SeqCst);
         let any = !st.held.is_empty();
-        let at = st.held_since.filter(|_| any).map_or(0, |t| ns_of(t).max(1));
+        let at = if any { st.held_since } else { 0 };
         self.held_at.store(at, Ordering::SeqCst);
         self.has_any_held.store(any, Ordering::SeqCst);
         self.has_held.store(any && st.held_open, Ordering::SeqCst);
@@ -338,8 +339,8 @@ impl Tx {
                     .append_to(s.off, s.len, &mut st.held)
                     .map_err(|e| io::Error::other(e.to_string()))?;
             }
-            if st.held_since.is_none() {
-                st.held_since = Some(Instant::now());
+            if st.held_since == 0 {
+                st.held_since = now_ns().max(1);
             }
             // The batch is news to drivers only when it opens to them.
             let deferred = rmr_api::provider::doorbell_deferred();
@@ -358,7 +359,7 @@ impl Tx {
         } else {
             let mut b = std::mem::take(&mut st.held);
             b.extend_from_slice(&hb[..n]);
-            st.held_since = None;
+            st.held_since = 0;
             st.held_open = false;
             Head::Batch(b)
         };
@@ -447,7 +448,7 @@ impl Tx {
         if !st.held.is_empty() {
             // Held only while the queue is empty: the batch goes first.
             let b = std::mem::take(&mut st.held);
-            st.held_since = None;
+            st.held_since = 0;
             st.held_open = false;
             let total = b.len();
             st.queue.push_back(OutFrame {
@@ -494,7 +495,7 @@ impl Tx {
         st.queue.clear();
         self.queued.store(0, Ordering::Release);
         st.held.clear();
-        st.held_since = None;
+        st.held_since = 0;
         st.held_open = false;
         self.publish(&st);
     }

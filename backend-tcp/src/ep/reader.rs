@@ -219,7 +219,7 @@ impl EpShared {
         match then {
             Then::Request => {}
             Then::NeedRecv => {
-                rx.phase = Phase::NeedRecv { h, since: Instant::now() };
+                rx.phase = Phase::NeedRecv { h, since: None };
                 return Ok(Step::More);
             }
             Then::Recv(c) => self.complete(c),
@@ -260,7 +260,7 @@ impl EpShared {
         }
         match op {
             Op::Send => {
-                rx.phase = Phase::NeedRecv { h, since: Instant::now() };
+                rx.phase = Phase::NeedRecv { h, since: None };
                 return Ok(Step::More);
             }
             Op::Write | Op::WriteImm => {
@@ -323,10 +323,16 @@ impl EpShared {
     }
 
     /// A send or write-with-immediate needs the oldest posted receive.
-    fn on_need_recv(&self, rx: &mut RxState, h: Header, since: Instant) -> Result<Step, End> {
+    fn on_need_recv(
+        &self,
+        rx: &mut RxState,
+        h: Header,
+        since: Option<Instant>,
+    ) -> Result<Step, End> {
         let op = h.validate().map_err(|e| End::Broken(format!("protocol error: {e}")))?;
         let wr = self.recvs.lock().unwrap_or_else(|e| e.into_inner()).pop_front();
         let Some(wr) = wr else {
+            let since = since.unwrap_or_else(Instant::now);
             if since.elapsed() >= self.ia.cfg.rnr_timeout || self.state() != EpState::Connected {
                 self.nak(&h, Status::ReceiverNotReady)?;
                 return Err(End::Refused(format!(
@@ -337,7 +343,7 @@ impl EpShared {
             // Let the peer's earlier DTOs complete while we wait for a buffer.
             let mut w = true;
             self.send_ack_if_wanted(&mut w).map_err(|e| io_end("send ack", e))?;
-            rx.phase = Phase::NeedRecv { h, since };
+            rx.phase = Phase::NeedRecv { h, since: Some(since) };
             self.stall(since + self.ia.cfg.rnr_timeout);
             // A receive posted while we announced the stall is taken now.
             if self.recvs.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {

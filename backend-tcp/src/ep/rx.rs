@@ -54,7 +54,9 @@ pub(super) enum Phase {
     /// A send or write-with-immediate waiting for a posted receive.
     NeedRecv {
         h: Header,
-        since: Instant,
+        /// Since when it waits: read the first time no receive was there
+        /// (a frame that finds one reads no clock).
+        since: Option<Instant>,
     },
     /// Placing `left` payload bytes into `segs`, at segment `idx`, byte `at`.
     Place {
