@@ -135,55 +135,80 @@ pub const F_ACK_NOW: u8 = 4;
 /// [`Header::encode_data`], read by [`decode_data`]).
 pub const F_ACK: u8 = 0x80;
 
-/// Which optional fields a live-stream frame of `op` carries (see the
-/// module docs).
-#[derive(Clone, Copy)]
-struct Fields {
-    status: bool,
-    /// A request's low 16 sequence bits.
-    seq16: bool,
-    /// A response's whole sequence number.
-    seq: bool,
-    remote: bool,
-    arg0: bool,
-    arg1: bool,
+/// Which optional fields a live-stream frame of an op carries (see the
+/// module docs), as bits of [`LAYOUT`]: a NAK's status.
+const STATUS: u8 = 1;
+/// A request's low 16 sequence bits.
+const SEQ16: u8 = 2;
+/// A response's whole sequence number.
+const SEQ: u8 = 4;
+/// Key and address.
+const REMOTE: u8 = 8;
+/// The first argument.
+const ARG0: u8 = 16;
+/// The second argument.
+const ARG1: u8 = 32;
+/// The byte names an op.
+const KNOWN: u8 = 64;
+
+/// The fields of each op's live-stream header, by op byte.
+const LAYOUT: [u8; 16] = {
+    let mut t = [0u8; 16];
+    t[Op::ConnReq as usize] = KNOWN;
+    t[Op::ConnAccept as usize] = KNOWN;
+    t[Op::ConnReject as usize] = KNOWN;
+    t[Op::Send as usize] = KNOWN | SEQ16;
+    t[Op::Write as usize] = KNOWN | SEQ16 | REMOTE;
+    t[Op::WriteImm as usize] = KNOWN | SEQ16 | REMOTE | ARG0;
+    t[Op::ReadReq as usize] = KNOWN | SEQ16 | REMOTE | ARG0;
+    t[Op::ReadResp as usize] = KNOWN | SEQ;
+    t[Op::FetchAdd as usize] = KNOWN | SEQ16 | REMOTE | ARG0;
+    t[Op::CmpSwap as usize] = KNOWN | SEQ16 | REMOTE | ARG0 | ARG1;
+    t[Op::AtomicResp as usize] = KNOWN | SEQ | ARG0;
+    t[Op::Ack as usize] = KNOWN;
+    t[Op::Nak as usize] = KNOWN | STATUS | SEQ;
+    t[Op::Disconnect as usize] = KNOWN;
+    t
+};
+
+/// The layout bits of op byte `op` (0: no op).
+#[inline]
+fn layout(op: u8) -> u8 {
+    LAYOUT.get(usize::from(op)).copied().unwrap_or(0)
 }
 
-fn fields(op: Op) -> Fields {
-    use Op::*;
-    let f = Fields {
-        status: false,
-        seq16: op.is_request(),
-        seq: false,
-        remote: false,
-        arg0: false,
-        arg1: false,
-    };
-    match op {
-        Write => Fields { remote: true, ..f },
-        WriteImm | ReadReq | FetchAdd => Fields { remote: true, arg0: true, ..f },
-        CmpSwap => Fields { remote: true, arg0: true, arg1: true, ..f },
-        ReadResp => Fields { seq: true, ..f },
-        AtomicResp => Fields { seq: true, arg0: true, ..f },
-        Nak => Fields { status: true, seq: true, ..f },
-        Send | Ack | Disconnect | ConnReq | ConnAccept | ConnReject => f,
-    }
+/// Header length for layout bits `l` and flags `flags`.
+#[inline]
+fn len_of(l: u8, flags: u8) -> usize {
+    let has = |bit: u8, n: usize| if l & bit != 0 { n } else { 0 };
+    MIN_HDR
+        + has(STATUS, 2)
+        + has(SEQ16, 2)
+        + has(SEQ, 8)
+        + has(REMOTE, 16)
+        + has(ARG0, 8)
+        + has(ARG1, 8)
+        + if flags & F_ACK != 0 { 8 } else { 0 }
 }
 
 /// Header length of a live-stream frame whose first two bytes are `op`
 /// and `flags`; `None` for a byte that names no op.
+#[inline]
 pub fn data_hdr_len(op: u8, flags: u8) -> Option<usize> {
-    let f = fields(Op::from_u8(op)?);
-    Some(
-        MIN_HDR
-            + 2 * usize::from(f.status)
-            + 2 * usize::from(f.seq16)
-            + 8 * usize::from(f.seq)
-            + 8 * usize::from(flags & F_ACK != 0)
-            + 16 * usize::from(f.remote)
-            + 8 * usize::from(f.arg0)
-            + 8 * usize::from(f.arg1),
-    )
+    let l = layout(op);
+    (l & KNOWN != 0).then(|| len_of(l, flags))
+}
+
+/// Whether `b` begins with a whole live-stream header (or with a byte that
+/// names no op, which [`decode_data`] reports): what a reader at a frame
+/// boundary asks before it decodes.
+#[inline]
+pub fn header_complete(b: &[u8]) -> bool {
+    match b {
+        [] => false,
+        [op] => layout(*op) == 0,
+        [op, flags, ..] => data_hdr_len(*op, *flags).is_none_or(|n| b.len() >= n),
+    }
 }
 
 /// Decodes the next live-stream header from `b`: `Ok(None)` while `b` holds
@@ -198,60 +223,56 @@ pub fn data_hdr_len(op: u8, flags: u8) -> Option<usize> {
 /// # Errors
 /// [`WireError::BadOp`] when the op byte names no op (the header's length
 /// is then unknown).
+#[inline]
 pub fn decode_data(
     b: &[u8],
     expect: u64,
     last_ack: &mut u64,
 ) -> Result<Option<(Header, usize)>, WireError> {
-    let Some(&first) = b.first() else { return Ok(None) };
-    let op = Op::from_u8(first).ok_or(WireError::BadOp(first))?;
+    let Some(&op) = b.first() else { return Ok(None) };
+    let l = layout(op);
+    if l & KNOWN == 0 {
+        return Err(WireError::BadOp(op));
+    }
     if b.len() < MIN_HDR {
         return Ok(None);
     }
     let flags = b[1];
-    let n = data_hdr_len(first, flags).expect("an op");
-    if b.len() < n {
-        return Ok(None);
-    }
+    let n = len_of(l, flags);
+    let Some(b) = b.get(..n) else { return Ok(None) };
     let mut at = MIN_HDR;
-    let u64_at = |at: &mut usize| {
-        let v = u64::from_le_bytes(b[*at..*at + 8].try_into().expect("8 bytes"));
-        *at += 8;
-        v
+    let mut take = |k: usize| {
+        let mut v = [0u8; 8];
+        v[..k].copy_from_slice(&b[at..at + k]);
+        at += k;
+        u64::from_le_bytes(v)
     };
-    let u16_at = |at: &mut usize| {
-        let v = u16::from_le_bytes([b[*at], b[*at + 1]]);
-        *at += 2;
-        v
-    };
-    let f = fields(op);
     let mut h = Header {
-        op: first,
+        op,
         flags: flags & !F_ACK,
         len: u32::from_le_bytes([b[2], b[3], b[4], b[5]]),
         ..Header::default()
     };
-    if f.status {
-        h.status = u16_at(&mut at);
+    if l & STATUS != 0 {
+        h.status = take(2) as u16;
     }
-    if f.seq16 {
-        h.seq = expect & !0xffff | u64::from(u16_at(&mut at));
+    if l & SEQ16 != 0 {
+        h.seq = expect & !0xffff | take(2);
     }
-    if f.seq {
-        h.seq = u64_at(&mut at);
+    if l & SEQ != 0 {
+        h.seq = take(8);
     }
-    h.ack = if flags & F_ACK != 0 { u64_at(&mut at) } else { *last_ack };
-    if f.remote {
-        h.key = u64_at(&mut at);
-        h.addr = u64_at(&mut at);
+    h.ack = if flags & F_ACK != 0 { take(8) } else { *last_ack };
+    if l & REMOTE != 0 {
+        h.key = take(8);
+        h.addr = take(8);
     }
-    if f.arg0 {
-        h.arg0 = u64_at(&mut at);
+    if l & ARG0 != 0 {
+        h.arg0 = take(8);
     }
-    if f.arg1 {
-        h.arg1 = u64_at(&mut at);
+    if l & ARG1 != 0 {
+        h.arg1 = take(8);
     }
-    debug_assert_eq!(at, n);
     *last_ack = h.ack;
     Ok(Some((h, n)))
 }
@@ -369,40 +390,42 @@ impl Header {
     /// `seq` only the low 16 bits go: its place among the stream's
     /// requests says the rest.
     /// `op` must be an op ([`Header::new`] makes such headers).
+    #[inline]
     pub fn encode_data(&self, last_ack: &mut u64, out: &mut [u8; HDR]) -> usize {
-        let op = Op::from_u8(self.op).expect("a header made from an op");
-        let f = fields(op);
-        let ack = self.ack != *last_ack || matches!(op, Op::Ack | Op::Disconnect);
+        let l = layout(self.op);
+        assert!(l & KNOWN != 0, "a header made from an op");
+        let forced = self.op == Op::Ack as u8 || self.op == Op::Disconnect as u8;
+        let ack = self.ack != *last_ack || forced;
         out[0] = self.op;
         out[1] = (self.flags & !F_ACK) | if ack { F_ACK } else { 0 };
         out[2..6].copy_from_slice(&self.len.to_le_bytes());
         let mut at = MIN_HDR;
-        let mut put = |at: &mut usize, v: &[u8]| {
-            out[*at..*at + v.len()].copy_from_slice(v);
-            *at += v.len();
+        let mut put = |v: u64, k: usize| {
+            out[at..at + k].copy_from_slice(&v.to_le_bytes()[..k]);
+            at += k;
         };
-        if f.status {
-            put(&mut at, &self.status.to_le_bytes());
+        if l & STATUS != 0 {
+            put(u64::from(self.status), 2);
         }
-        if f.seq16 {
-            put(&mut at, &(self.seq as u16).to_le_bytes());
+        if l & SEQ16 != 0 {
+            put(self.seq, 2);
         }
-        if f.seq {
-            put(&mut at, &self.seq.to_le_bytes());
+        if l & SEQ != 0 {
+            put(self.seq, 8);
         }
         if ack {
-            put(&mut at, &self.ack.to_le_bytes());
+            put(self.ack, 8);
             *last_ack = self.ack;
         }
-        if f.remote {
-            put(&mut at, &self.key.to_le_bytes());
-            put(&mut at, &self.addr.to_le_bytes());
+        if l & REMOTE != 0 {
+            put(self.key, 8);
+            put(self.addr, 8);
         }
-        if f.arg0 {
-            put(&mut at, &self.arg0.to_le_bytes());
+        if l & ARG0 != 0 {
+            put(self.arg0, 8);
         }
-        if f.arg1 {
-            put(&mut at, &self.arg1.to_le_bytes());
+        if l & ARG1 != 0 {
+            put(self.arg1, 8);
         }
         at
     }
@@ -520,24 +543,25 @@ mod tests {
             (Disconnect, 14),
         ];
         for (op, len) in ops {
-            let f = fields(op);
+            let l = layout(op as u8);
+            assert_eq!(l & SEQ16 != 0, op.is_request(), "{op:?}");
             let mut h = Header::new(op);
             h.flags = F_ACK_REQ | F_SOLICITED;
             h.len = if op.may_have_payload() { 77 } else { 0 };
             h.seq = if op.is_request() {
                 5
-            } else if f.seq {
+            } else if l & SEQ != 0 {
                 3
             } else {
                 0
             };
-            h.status = if f.status { 9 } else { 0 };
+            h.status = if l & STATUS != 0 { 9 } else { 0 };
             h.ack = 17;
-            if f.remote {
+            if l & REMOTE != 0 {
                 (h.key, h.addr) = (0x1234_5678_9abc_def0, 4096);
             }
-            h.arg0 = if f.arg0 { u64::MAX } else { 0 };
-            h.arg1 = if f.arg1 { 2 } else { 0 };
+            h.arg0 = if l & ARG0 != 0 { u64::MAX } else { 0 };
+            h.arg1 = if l & ARG1 != 0 { 2 } else { 0 };
             // The ack is no news (17 went out last), except where forced.
             let mut out = [0u8; HDR];
             let mut sent = 17;
@@ -559,7 +583,9 @@ mod tests {
                 let mut seen = 16;
                 assert_eq!(decode_data(&out[..k], 5, &mut seen), Ok(None), "{op:?} {k}");
                 assert_eq!(seen, 16);
+                assert!(!header_complete(&out[..k]), "{op:?} {k}");
             }
+            assert!(header_complete(&out[..n2]));
         }
     }
 
@@ -618,5 +644,7 @@ mod tests {
         assert_eq!(decode_data(&[200, 0, 0], 1, &mut ack), Err(WireError::BadOp(200)));
         assert_eq!(decode_data(&[], 1, &mut ack), Ok(None));
         assert_eq!(ack, 3);
+        // A reader at a frame boundary goes on to report it.
+        assert!(header_complete(&[0]) && header_complete(&[200, 0]));
     }
 }

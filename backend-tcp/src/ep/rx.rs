@@ -169,11 +169,7 @@ impl RxState {
     /// Whether a whole frame header is buffered (or a malformed one, which
     /// the next step reports).
     pub(super) fn header_buffered(&self) -> bool {
-        let mut ack = self.last_ack;
-        !matches!(
-            crate::wire::decode_data(&self.buf[self.start..self.end], self.expect, &mut ack),
-            Ok(None)
-        )
+        crate::wire::header_complete(&self.buf[self.start..self.end])
     }
 
     /// Reads what the socket has into the buffer. `Ok(false)`: would block.
