@@ -155,8 +155,13 @@ impl Listener {
             }
             if h.buf.len() == HDR && h.need == HDR {
                 let hdr = Header::decode(h.buf[..HDR].try_into().expect("a header"));
-                if hdr.validate() != Ok(Op::ConnReq) || hdr.len as usize > crate::wire::MAX_PRIVATE
-                {
+                let valid = hdr.validate();
+                if let Err(e @ crate::wire::WireError::Version(_)) = &valid {
+                    // Another build of rmr: worth a word, unlike noise.
+                    let peer = h.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+                    tracing::warn!(target: "rmr::tcp", %peer, "refused: {e}");
+                }
+                if valid != Ok(Op::ConnReq) || hdr.len as usize > crate::wire::MAX_PRIVATE {
                     h.need = usize::MAX; // not one of ours: closed silently
                     return true;
                 }

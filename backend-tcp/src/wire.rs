@@ -37,7 +37,9 @@ pub const HDR: usize = 56;
 pub const MIN_HDR: usize = 6;
 /// `arg0` of a connection request: "RMR" + protocol version 2 (version 2:
 /// frames on a live stream carry only the fields their op uses).
-pub const MAGIC: u64 = 0x524d_5202;
+pub const MAGIC: u64 = 0x524d_5200 | VERSION as u64;
+/// The protocol version this build speaks (the low byte of [`MAGIC`]).
+pub const VERSION: u8 = 2;
 /// Largest payload of one frame (and so of one DTO).
 pub const MAX_PAYLOAD: u64 = 1 << 30;
 /// Largest private data in a connection request or reply.
@@ -350,6 +352,10 @@ pub enum WireError {
     },
     /// A connection request with the wrong magic or an oversized private data.
     BadHandshake,
+    /// A connection request from a build that speaks another version of
+    /// this protocol (the version it speaks; this build speaks
+    /// [`VERSION`]).
+    Version(u8),
 }
 
 impl std::fmt::Display for WireError {
@@ -358,6 +364,10 @@ impl std::fmt::Display for WireError {
             WireError::BadOp(o) => write!(f, "unknown frame op {o}"),
             WireError::BadLength { op, len } => write!(f, "frame op {op} with bad length {len}"),
             WireError::BadHandshake => write!(f, "bad connection handshake"),
+            WireError::Version(v) => write!(
+                f,
+                "a connection request in rmr's tcp protocol version {v}; this build speaks version {VERSION}"
+            ),
         }
     }
 }
@@ -476,7 +486,11 @@ impl Header {
             return Err(bad);
         }
         if op == Op::ConnReq && self.arg0 != MAGIC {
-            return Err(WireError::BadHandshake);
+            return Err(if self.arg0 >> 8 == MAGIC >> 8 {
+                WireError::Version(self.arg0 as u8)
+            } else {
+                WireError::BadHandshake
+            });
         }
         Ok(op)
     }
@@ -521,6 +535,10 @@ mod tests {
         c.len = 0;
         c.arg0 = 1;
         assert_eq!(c.validate(), Err(WireError::BadHandshake));
+        // The first version's request: told apart from noise.
+        c.arg0 = 0x524d_5201;
+        assert_eq!(c.validate(), Err(WireError::Version(1)));
+        assert!(WireError::Version(1).to_string().contains("version 1"));
     }
 
     /// Every op's live-stream header decodes to what was encoded (a

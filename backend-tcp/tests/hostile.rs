@@ -204,6 +204,32 @@ fn connection_request_flood_is_bounded_and_good_peers_keep_working() {
 }
 
 #[test]
+fn connection_request_of_another_protocol_version_is_refused() {
+    let _g = serial();
+    let mut t = Target::new();
+    // A request as the first version of the protocol wrote it (every frame
+    // a 56-byte header): closed without an answer, never an application's
+    // connection request.
+    let mut s = std::net::TcpStream::connect(t.psp_addr()).unwrap();
+    let mut h = Header::new(Op::ConnReq);
+    h.arg0 = 0x524d_5201;
+    h.len = 3;
+    s.write_all(&[h.encode().as_slice(), b"old"].concat()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 1];
+    match s.read(&mut b) {
+        Ok(0) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        r => panic!("an old build's request was answered: {r:?}"),
+    }
+    match t.psp_evd.wait(Some(Duration::from_millis(200)), 1) {
+        Err(Error::Timeout) => {}
+        r => panic!("{r:?}"),
+    }
+    t.good_works();
+}
+
+#[test]
 fn peer_that_stops_reading_gets_queue_full_not_unbounded_memory() {
     let _g = serial();
     let mut t = Target::new();
