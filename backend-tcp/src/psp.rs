@@ -40,7 +40,17 @@ impl TcpPsp {
         let (l, c) = (listener.clone(), closed.clone());
         std::thread::Builder::new()
             .name(format!("rmr-tcp-psp{}", addr.port()))
-            .spawn(move || Listener { l, closed: c, ia, evd, pending: Arc::default() }.run())
+            .spawn(move || {
+                Listener {
+                    l,
+                    closed: c,
+                    ia,
+                    evd,
+                    pending: Arc::default(),
+                    told_version: AtomicBool::new(false),
+                }
+                .run()
+            })
             .map_err(|e| Error::io("spawn listener", e))?;
         Ok(TcpPsp { addr, listener, closed })
     }
@@ -66,6 +76,8 @@ struct Listener {
     evd: Arc<dyn Evd>,
     /// Requests posted and not yet answered.
     pending: Arc<AtomicUsize>,
+    /// A request in another protocol version was logged at warning level.
+    told_version: AtomicBool,
 }
 
 impl Listener {
@@ -157,9 +169,15 @@ impl Listener {
                 let hdr = Header::decode(h.buf[..HDR].try_into().expect("a header"));
                 let valid = hdr.validate();
                 if let Err(e @ crate::wire::WireError::Version(_)) = &valid {
-                    // Another build of rmr: worth a word, unlike noise.
+                    // Another build of rmr: worth a word, unlike noise (once
+                    // per service point at warning level: a flood of them
+                    // does not flood the log).
                     let peer = h.stream.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                    tracing::warn!(target: "rmr::tcp", %peer, "refused: {e}");
+                    if self.told_version.swap(true, Ordering::Relaxed) {
+                        tracing::debug!(target: "rmr::tcp", %peer, "refused: {e}");
+                    } else {
+                        tracing::warn!(target: "rmr::tcp", %peer, "refused: {e}");
+                    }
                 }
                 if valid != Ok(Op::ConnReq) || hdr.len as usize > crate::wire::MAX_PRIVATE {
                     h.need = usize::MAX; // not one of ours: closed silently

@@ -331,13 +331,19 @@ impl Tx {
             && payload <= HOLD_FRAME
             && st.held.len() + HDR + payload as usize <= HOLD_BATCH
         {
+            // A payload that cannot be read leaves no trace in the batch: a
+            // header without its payload would make the peer read the
+            // next frames as payload.
+            let (len_before, ack_before) = (st.held.len(), st.wire_ack);
             let mut hb = [0u8; HDR];
             let n = hdr.encode_data(&mut st.wire_ack, &mut hb);
             st.held.extend_from_slice(&hb[..n]);
             for s in &segs {
-                s.region
-                    .append_to(s.off, s.len, &mut st.held)
-                    .map_err(|e| io::Error::other(e.to_string()))?;
+                if let Err(e) = s.region.append_to(s.off, s.len, &mut st.held) {
+                    st.held.truncate(len_before);
+                    st.wire_ack = ack_before;
+                    return Err(io::Error::other(e.to_string()));
+                }
             }
             if st.held_since == 0 {
                 st.held_since = now_ns().max(1);

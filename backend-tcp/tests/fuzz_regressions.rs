@@ -34,10 +34,18 @@ fn replay_tcp_rx() {
 #[test]
 fn replay_wire_header() {
     for (path, data) in inputs("wire_header") {
-        // The live stream's codec over the whole input, as the reader runs it.
+        // The live stream's codec over the whole input, as the reader runs
+        // it: each header, written again after the same stream, decodes to
+        // itself.
         let (mut at, mut st) = (0, StreamState::default());
-        while let Ok(Some((h, n))) = st.decode(&data[at..]) {
+        loop {
+            let before = st;
+            let Ok(Some((h, n))) = st.decode(&data[at..]) else { break };
             let _ = h.validate();
+            let (mut sent, mut out) = (before.last_ack, [0u8; HDR]);
+            let m = h.encode_data(&mut sent, &mut out);
+            let mut again = before;
+            assert_eq!(again.decode(&out[..m]), Ok(Some((h, m))), "{}", path.display());
             at += n;
         }
         if data.len() < HDR {

@@ -65,6 +65,11 @@ fuzz_target!(|data: &[u8]| {
                 } else {
                     assert_eq!(&out[..m], &data[at..at + n], "decode/encode is not the identity");
                 }
+                // Whatever it dropped or added, what it wrote decodes to the
+                // same header at the same point of the stream.
+                let mut seen = before;
+                assert_eq!(decode_data(&out[..m], expect, &mut seen), Ok(Some((h, m))));
+                assert_eq!(seen, h.ack);
                 check_valid(&h);
                 // A request's sequence number: the count's high bits, its
                 // own low 16.

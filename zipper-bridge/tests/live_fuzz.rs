@@ -106,7 +106,8 @@ fn mutate(plan: &Plan, h: &mut Header, payload: &mut [u8]) -> Option<usize> {
         0..=3 => {
             let bit = 1u64 << r.below(64);
             match r.below(6) {
-                0 => h.seq ^= bit,
+                // A request carries the low 16 bits of its sequence.
+                0 => h.seq ^= 1 << r.below(16),
                 1 => h.ack ^= bit,
                 2 => h.key ^= bit,
                 3 => h.addr ^= bit,
@@ -156,6 +157,11 @@ fn pump(mut from: TcpStream, mut to: TcpStream, plan: Arc<Plan>, hostile: bool) 
         }
         let copies = if hostile { mutate(&plan, &mut h, &mut payload) } else { Some(1) };
         let Some(copies) = copies else { break };
+        if copies == 0 && rx.is_some() {
+            // Dropped: not encoded either, so the frames after it carry
+            // the acks the receiver has not seen.
+            continue;
+        }
         let frame = if rx.is_none() {
             rx = Some(StreamState::default());
             [h.encode().as_slice(), &payload].concat()

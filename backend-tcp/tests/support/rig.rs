@@ -416,6 +416,8 @@ pub fn build(rig: &Rig, data: &[u8]) -> (Vec<u8>, Vec<usize>, usize, bool, bool)
     }
     let mut out = Vec::new();
     let mut seq = 1u64;
+    // The last ack on the stream built so far.
+    let mut wire_ack = 0u64;
     while !inp.is_empty() && out.len() < 1 << 20 {
         let opb = inp.u8();
         let op = if opb >= 0xf0 { opb & 0x0f } else { 1 + opb % 14 };
@@ -470,9 +472,16 @@ pub fn build(rig: &Rig, data: &[u8]) -> (Vec<u8>, Vec<usize>, usize, bool, bool)
             0..=127 => u64::from(seqm % 4),
             _ => u64::from(seqm),
         };
-        if (1..=14).contains(&op) {
+        if (1..=14).contains(&op) && flags & 0x40 != 0 {
+            // A known op, its ack left out where the last one said it (the
+            // reader's "same ack as before" path).
+            let mut hb = [0u8; HDR];
+            let n = h.encode_data(&mut wire_ack, &mut hb);
+            out.extend_from_slice(&hb[..n]);
+        } else if (1..=14).contains(&op) {
             // A known op: the live stream's codec (the ack always carried).
             out.extend_from_slice(&h.data_frame(&[]));
+            wire_ack = h.ack;
         } else {
             // No op: the first six bytes say so.
             out.extend_from_slice(&[op, flags]);
