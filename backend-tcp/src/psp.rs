@@ -7,7 +7,7 @@ use crate::ep::{TcpEp, handshake_write, push, tune};
 use crate::wire::{HDR, Header, Op};
 use rmr_api::{ConnRequest, ConnRequestOps, Ep, EpState, Error, Evd, Event, Psp, Result};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -178,9 +178,17 @@ impl Listener {
                     } else {
                         tracing::warn!(target: "rmr::tcp", %peer, "refused: {e}");
                     }
+                    // The other side learns why too: a rejection (whose
+                    // header every version reads) with the reason as its
+                    // private data. Best effort: one write into an empty
+                    // socket buffer.
+                    let why = e.to_string();
+                    let mut r = Header::new(Op::ConnReject);
+                    r.len = why.len() as u32;
+                    let _ = (&h.stream).write(&[r.encode().as_slice(), why.as_bytes()].concat());
                 }
                 if valid != Ok(Op::ConnReq) || hdr.len as usize > crate::wire::MAX_PRIVATE {
-                    h.need = usize::MAX; // not one of ours: closed silently
+                    h.need = usize::MAX; // not one of ours: closed (silently, but for a version)
                     return true;
                 }
                 h.need = HDR + hdr.len as usize;

@@ -9,7 +9,7 @@
 
 mod support;
 
-use backend_tcp::wire::{F_ACK_REQ, Header, MAX_PAYLOAD, Op};
+use backend_tcp::wire::{F_ACK_REQ, HDR, Header, MAX_PAYLOAD, Op};
 use rmr_api::Cookie;
 use rmr_api::{Access, DtoFlags, Error, Event, MemRegion, RmrContext, Sge, Status};
 use std::io::{ErrorKind, Read, Write};
@@ -208,7 +208,8 @@ fn connection_request_of_another_protocol_version_is_refused() {
     let _g = serial();
     let mut t = Target::new();
     // A request as the first version of the protocol wrote it (every frame
-    // a 56-byte header): closed without an answer, never an application's
+    // a 56-byte header): rejected with the reason, in the handshake's
+    // header that version reads, then closed; never an application's
     // connection request.
     let mut s = std::net::TcpStream::connect(t.psp_addr()).unwrap();
     let mut h = Header::new(Op::ConnReq);
@@ -216,11 +217,19 @@ fn connection_request_of_another_protocol_version_is_refused() {
     h.len = 3;
     s.write_all(&[h.encode().as_slice(), b"old"].concat()).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut hb = [0u8; HDR];
+    s.read_exact(&mut hb).expect("a rejection");
+    let r = Header::decode(&hb);
+    assert_eq!(r.validate(), Ok(Op::ConnReject));
+    let mut why = vec![0u8; r.len as usize];
+    s.read_exact(&mut why).unwrap();
+    let why = String::from_utf8(why).unwrap();
+    assert!(why.contains("version 1") && why.contains("version 2"), "{why}");
     let mut b = [0u8; 1];
     match s.read(&mut b) {
         Ok(0) => {}
         Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
-        r => panic!("an old build's request was answered: {r:?}"),
+        r => panic!("more than a rejection: {r:?}"),
     }
     match t.psp_evd.wait(Some(Duration::from_millis(200)), 1) {
         Err(Error::Timeout) => {}
