@@ -186,6 +186,11 @@ impl Listener {
                     let mut r = Header::new(Op::ConnReject);
                     r.len = why.len() as u32;
                     let _ = (&h.stream).write(&[r.encode().as_slice(), why.as_bytes()].concat());
+                    // What the request sent after its header is read, so
+                    // that the close is a FIN, not a reset (on which a
+                    // peer's stack may drop what it has not read yet).
+                    let mut rest = [0u8; 1024];
+                    let _ = (&h.stream).read(&mut rest);
                 }
                 if valid != Ok(Op::ConnReq) || hdr.len as usize > crate::wire::MAX_PRIVATE {
                     h.need = usize::MAX; // not one of ours: closed (silently, but for a version)
