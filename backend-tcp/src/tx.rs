@@ -324,6 +324,11 @@ impl Tx {
             .as_ref()
             .filter(|z| request && !last && payload > 0 && z.wants(payload))
             .map(|_| hdr.seq);
+        // Encoded here, in wire order (the lock is held): the ack it carries
+        // or leaves out is relative to the frame before it on the stream.
+        let ack_before = st.wire_ack;
+        let mut hb = [0u8; HDR];
+        let n = hdr.encode_data(&mut st.wire_ack, &mut hb);
         if hold
             && zc_seq.is_none()
             && !last
@@ -334,9 +339,7 @@ impl Tx {
             // A payload that cannot be read leaves no trace in the batch: a
             // header without its payload would make the peer read the
             // next frames as payload.
-            let (len_before, ack_before) = (st.held.len(), st.wire_ack);
-            let mut hb = [0u8; HDR];
-            let n = hdr.encode_data(&mut st.wire_ack, &mut hb);
+            let len_before = st.held.len();
             st.held.extend_from_slice(&hb[..n]);
             for s in &segs {
                 if let Err(e) = s.region.append_to(s.off, s.len, &mut st.held) {
@@ -358,8 +361,6 @@ impl Tx {
         if last {
             st.closed = true;
         }
-        let mut hb = [0u8; HDR];
-        let n = hdr.encode_data(&mut st.wire_ack, &mut hb);
         let head = if st.held.is_empty() {
             Head::Hdr(hb, n as u8)
         } else {
