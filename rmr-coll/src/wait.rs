@@ -41,10 +41,19 @@ impl Waiter {
         on_event: &mut dyn FnMut(Event) -> Result<()>,
     ) -> Result<bool> {
         let deadline = Instant::now() + self.timeout;
+        let mut first = true;
         loop {
             if done() {
+                if first {
+                    // Done at once (the peers' signals were here already):
+                    // what this process just posted, and its endpoints hold
+                    // for batching, goes out now, not when a progress helper
+                    // next looks (the peers wait for it).
+                    self.evd.progress_until(Some(Duration::ZERO), Some(Duration::ZERO), done);
+                }
                 return Ok(true);
             }
+            first = false;
             let mut got = false;
             while let Some(e) = self.evd.dequeue() {
                 on_event(e)?;

@@ -75,10 +75,21 @@ impl SoftEvd {
         // looked at in a tight loop for a while before each yield: a system
         // call costs more than the message it waits for (once per wait).
         let tight = drivers.iter().map(|d| d.spin_looks()).min().unwrap_or(0);
+        // Whether a pass drove the drivers (each drive sends what they hold).
+        let mut drove = false;
         let res = 'wait: loop {
             if done() {
+                if !drove {
+                    // Done before any drive (the event was queued already):
+                    // frames this thread posted and the drivers hold for
+                    // batching go now, not when a helper next looks.
+                    for d in &drivers {
+                        d.flush();
+                    }
+                }
                 break true;
             }
+            drove = true;
             // After a pass, only the drivers that moved are driven again at
             // once; the others when `poll` reports them (no read on an idle
             // socket per pass).

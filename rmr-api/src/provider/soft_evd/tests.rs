@@ -191,6 +191,31 @@ fn flush_writes_sends_without_driving() {
     assert_eq!(ob.drives.load(Ordering::Relaxed), 0, "no reads, no timers: a flush only");
 }
 
+/// A wait that finds its event queued already drives nothing, but what the
+/// drivers hold for batching (the frames the waiting thread just posted,
+/// which its peer waits for) goes out before it returns; so does a
+/// progress wait whose condition holds at once.
+#[test]
+fn a_wait_done_at_once_still_sends_what_the_drivers_hold() {
+    let evd = SoftEvd::new(16);
+    let ob = Arc::new(Outbox::default());
+    let d: Arc<dyn Driver> = ob.clone();
+    evd.add_driver(&d);
+    evd.push(Event::Software(1));
+    ob.waiting.store(2, Ordering::Relaxed);
+    assert!(matches!(evd.wait(Some(Duration::from_secs(1)), 1), Ok(Event::Software(1))));
+    assert_eq!(ob.flushed.load(Ordering::Relaxed), 2, "the held frames went");
+    assert_eq!(ob.drives.load(Ordering::Relaxed), 0, "the wait drove nothing");
+    ob.waiting.store(1, Ordering::Relaxed);
+    assert!(evd.progress_until(Some(Duration::ZERO), Some(Duration::ZERO), &|| true));
+    assert_eq!(ob.flushed.load(Ordering::Relaxed), 3);
+    assert_eq!(ob.drives.load(Ordering::Relaxed), 0);
+    // A wait that drives sends through its drives (no extra flush call).
+    ob.waiting.store(0, Ordering::Relaxed);
+    assert!(!evd.progress_until(Some(Duration::from_millis(5)), Some(Duration::ZERO), &|| false));
+    assert!(ob.drives.load(Ordering::Relaxed) > 0);
+}
+
 /// The driver list a waiter keeps follows every change, on this EVD and
 /// on those it drives through, and never keeps a dropped driver alive.
 #[test]
