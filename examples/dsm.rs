@@ -34,12 +34,13 @@ struct Args {
     threads: Option<usize>,
     progress: rmr_dsm::Progress,
     shm: bool,
+    bind: rmr_dsm::Bind,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: dsm [--procs N | --sweep 1,2,4] [--spec SPEC] [--rows R] [--iters K] [--locks L]\n\
-         \x20          [--n N] [--threads T] [--progress auto|on|off] [--shm on|off]\n\
+         \x20          [--n N] [--threads T] [--progress auto|on|off] [--shm on|off] [--bind auto|off]\n\
          defaults: --spec tcp:127.0.0.1 (or RMR_DSM_SPEC) --rows 256 --iters 50 --locks 200\n\
          --n 256 (the matrix-vector kernel's size), --threads: rayon's default (RAYON_NUM_THREADS)"
     );
@@ -58,6 +59,7 @@ fn parse() -> Args {
         threads: None,
         progress: rmr_dsm::Progress::Auto,
         shm: true,
+        bind: rmr_dsm::Bind::Auto,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -77,6 +79,13 @@ fn parse() -> Args {
                     "auto" => rmr_dsm::Progress::Auto,
                     "on" => rmr_dsm::Progress::On,
                     "off" => rmr_dsm::Progress::Off,
+                    _ => usage(),
+                }
+            }
+            "--bind" => {
+                a.bind = match v().as_str() {
+                    "auto" => rmr_dsm::Bind::Auto,
+                    "off" => rmr_dsm::Bind::Off,
                     _ => usage(),
                 }
             }
@@ -153,6 +162,7 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     cfg.progress = a.progress;
     cfg.shm = a.shm;
+    cfg.bind = a.bind;
     let t0 = Instant::now();
     let dsm = Dsm::join(&cfg)?;
     let joined = t0.elapsed();
@@ -186,7 +196,8 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             "procs={} spec={} launcher=\"{}\" rows={} cols={} iters={} us_per_iter={:.1} join_ms={} \
              checksum={:016x} reference={:016x} bit_identical={} matvec_n={} matvec_us={:.1} \
              matvec_identical={} pages_fetched={} diff_bytes={} diff_runs={} whole_page_bytes={} \
-             lock_total={} lock_expected={} counter_total={} lock_retries={} reduce_ok={}",
+             lock_total={} lock_expected={} counter_total={} lock_retries={} reduce_ok={} \
+             rank0_binding=\"{}\"",
             dsm.procs(),
             dsm.ia_attr().provider,
             dsm.launcher(),
@@ -210,6 +221,7 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             counted,
             retries,
             ranks == n * (n - 1) / 2,
+            dsm.binding(),
         );
         if !same || !mv_same || locked != expect || counted != expect || ranks != n * (n - 1) / 2 {
             return Err("result check failed".into());
@@ -257,9 +269,12 @@ fn main() {
         "lock ok",
         "counter"
     );
+    let mut placed = Vec::new();
     for n in sweep {
         let out = launch(n);
         let l = out.lines().find(|l| l.starts_with("procs=")).unwrap_or("");
+        let binding = l.split("rank0_binding=\"").nth(1).and_then(|r| r.split('"').next());
+        placed.push(format!("{n} procs: {}", binding.unwrap_or("-")));
         println!(
             "{:>5} {:>12} {:>14} {:>12} {:>10} {:>10} {:>12} {:>14} {:>10} {:>8}",
             n,
@@ -277,4 +292,5 @@ fn main() {
     println!(
         "(diff bytes: what release consistency sent home; whole pages: what sending every dirty page would have cost)"
     );
+    println!("(rank 0's placement, --bind: {})", placed.join("; "));
 }

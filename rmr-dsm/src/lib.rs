@@ -44,6 +44,13 @@
 //!   0 and are only touched by the network backend's atomics — on rank 0
 //!   through its loopback EP, from rank 0's node-mates too — never by a CPU
 //!   atomic beside a NIC one.
+//! - **Placement.** A process's block of a `parallel for` is fixed (a
+//!   static schedule: its rows live in its home pages), so the job waits
+//!   for the slowest block at every barrier. [`Bind::Auto`] (the default,
+//!   [`DsmConfig::bind`], `RMR_DSM_BIND`) gives each of the job's
+//!   processes on a node its share of the node's cores, as `mpirun
+//!   --bind-to core` and OpenMP's `OMP_PROC_BIND` do, where there are
+//!   enough; [`Dsm::binding`] says what it did.
 //! - **Concurrency.** Many threads may access the region at once (rayon's
 //!   workers in [`Dsm::parallel_for`]): completions are filed by cookie and
 //!   no data lock is held across another thread's network wait.
@@ -53,12 +60,14 @@
 //! rmr-coll (the barrier), so it runs on any backend with atomics — TCP,
 //! libfabric, verbs, or a multirail EP over several rails.
 
+mod bind;
 mod mesh;
 mod omp;
 mod runtime;
 mod shared;
 mod sync;
 
+pub use bind::Bind;
 pub use omp::{Reduce, ReduceOp};
 pub use runtime::{Dsm, DsmConfig, Progress, Stats};
 pub use shared::Shared;
@@ -112,6 +121,9 @@ pub enum DsmError {
     /// A peer answered something unexpected.
     #[error("protocol: {0}")]
     Protocol(String),
+    /// A setting the runtime cannot take (an environment variable's value).
+    #[error("setting: {0}")]
+    Config(String),
 }
 
 /// The runtime's result type.

@@ -1,6 +1,7 @@
 //! The runtime's core: the region and its pages, homes, copies, twins,
 //! diffs, release and acquire, the barrier.
 
+use super::bind::{Bind, bind_process};
 use super::mesh::Mesh;
 use super::{DsmError, PAGE, Result};
 use rmr::boot::Bootstrap;
@@ -32,6 +33,11 @@ pub struct DsmConfig {
     /// Used where `spec`'s EVDs are software queues (tcp, multirail over
     /// tcp); otherwise every process is reached through `spec`.
     pub shm: bool,
+    /// Where this process's threads run on the node (see [`Bind`]); by
+    /// default each of the job's processes on a node gets its share of
+    /// the node's cores when there are enough. `RMR_DSM_BIND=off` (or
+    /// `auto`) overrides it.
+    pub bind: Bind,
 }
 
 /// Whether the runtime runs a progress thread. It sleeps in the completion
@@ -81,6 +87,7 @@ impl DsmConfig {
             barrier: BarrierConfig::default(),
             progress: Progress::Auto,
             shm: true,
+            bind: Bind::Auto,
         }
     }
 }
@@ -177,6 +184,8 @@ pub struct Dsm {
     /// A failure no caller could be told of (a lock guard's release in
     /// `drop`): the next barrier reports it.
     pub(crate) deferred: Mutex<Option<DsmError>>,
+    /// Where this process runs (see [`Dsm::binding`]).
+    binding: String,
 }
 
 impl Dsm {
@@ -189,12 +198,18 @@ impl Dsm {
     /// Bootstrap, connection and registration failures.
     pub fn join(cfg: &DsmConfig) -> Result<Dsm> {
         let boot = Bootstrap::from_env()?;
+        // Whether a progress thread is wanted, from the CPUs this process
+        // may use before it is bound to its share of them.
+        let helper = cfg.progress.wanted(boot.local_size());
+        // Bound before the IA starts its threads (they stay with us).
+        let bind = bind_setting(cfg.bind)?;
+        let binding = bind_process(bind, boot.local_rank(), boot.local_size());
+        tracing::debug!(target: "rmr::dsm", rank = boot.rank(), %binding, "placement");
         let ia = rmr::open(&cfg.spec)?;
         let (me, n) = (boot.rank(), boot.size());
         let upages = cfg.bytes.div_ceil(PAGE).max(1);
         let sync = sync_pages(n);
         let region = (sync + upages) * PAGE;
-        let helper = cfg.progress.wanted(boot.local_size());
         let fabric = Fabric::open(&boot, ia.clone(), cfg.shm)?;
         let mesh = Mesh::connect(&boot, fabric, helper)?;
         // Pages are fetched from and flushed to their homes: in shared
@@ -249,6 +264,7 @@ impl Dsm {
             alloc_next: Mutex::new(0),
             reductions: AtomicU64::new(0),
             deferred: Mutex::new(None),
+            binding,
         };
         dsm.barrier()?;
         Ok(dsm)
@@ -277,6 +293,12 @@ impl Dsm {
     /// How the job was started (the bootstrap's one-line description).
     pub fn launcher(&self) -> &str {
         self.boot.describe()
+    }
+
+    /// Where this process runs (see [`Bind`]): `cores 0-0 of 2`, or
+    /// `unbound (why)`.
+    pub fn binding(&self) -> &str {
+        &self.binding
     }
 
     /// What the runtime moved so far.
@@ -606,6 +628,16 @@ impl Dsm {
     /// The IA's attributes (provider, rails).
     pub fn ia_attr(&self) -> rmr::IaAttr {
         self.mesh.ia.attr().clone()
+    }
+}
+
+/// `RMR_DSM_BIND` (`auto` or `off`) over the configured [`Bind`].
+fn bind_setting(configured: Bind) -> Result<Bind> {
+    match std::env::var("RMR_DSM_BIND").as_deref() {
+        Err(_) => Ok(configured),
+        Ok("auto") => Ok(Bind::Auto),
+        Ok("off") => Ok(Bind::Off),
+        Ok(v) => Err(DsmError::Config(format!("RMR_DSM_BIND={v}: expected auto or off"))),
     }
 }
 

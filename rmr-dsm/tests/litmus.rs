@@ -19,7 +19,9 @@
 //! - reductions: every process gets the same, right value;
 //! - a panic while holding a guard leaves the lock free;
 //! - bad input (no room, an index or address outside) gets a typed error
-//!   and changes nothing.
+//!   and changes nothing;
+//! - placement: the processes of a node are bound to cores of their own
+//!   where there are enough (`Bind::Auto`).
 
 use rmr_dsm::{Dsm, DsmConfig, DsmError, Progress, ReduceOp};
 use std::process::{Child, Command, Stdio};
@@ -226,7 +228,57 @@ fn litmus(dsm: &Dsm) -> Vec<&'static str> {
     assert!(t.elapsed() < Duration::from_secs(30), "the lock stayed taken after a panic");
     dsm.barrier().expect("barrier");
     passed.push("panic_releases_guard");
+
+    // Placement: a bound process runs only on its share of the cores; the
+    // two processes of a 2-process job on a machine with 2 CPUs or more
+    // are bound, and share no CPU.
+    let binding = dsm.binding().to_string();
+    let allowed = allowed_cpus();
+    let online = online_cpus();
+    let bound = binding.starts_with("cores ");
+    if bound {
+        assert!(allowed.len() < online, "{binding}, yet it may run on {allowed:?}");
+    } else {
+        assert!(binding.starts_with("unbound ("), "{binding}");
+    }
+    let all_bound = dsm.reduce(ReduceOp::Min, i64::from(bound)).expect("reduce") == 1;
+    if n == 2 && online >= 2 {
+        assert!(all_bound, "rank {me}: {binding}");
+        let mask: u64 = allowed.iter().filter(|&&c| c < 63).fold(0, |m, &c| m | 1 << c);
+        let sum = dsm.reduce(ReduceOp::Sum, mask as i64).expect("reduce");
+        let ones = dsm.reduce(ReduceOp::Sum, i64::from(mask.count_ones())).expect("reduce");
+        // Disjoint masks add without a carry.
+        assert_eq!(i64::from(sum.count_ones()), ones, "the two processes share a CPU");
+    }
+    passed.push("placement");
     passed
+}
+
+/// The CPUs this process may run on (`Cpus_allowed_list`).
+fn allowed_cpus() -> Vec<usize> {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let list = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        .expect("Cpus_allowed_list")
+        .trim();
+    cpu_list(list)
+}
+
+/// The machine's online CPUs.
+fn online_cpus() -> usize {
+    let l = std::fs::read_to_string("/sys/devices/system/cpu/online").expect("cpu/online");
+    cpu_list(l.trim()).len()
+}
+
+/// "0-3,6" -> [0, 1, 2, 3, 6].
+fn cpu_list(l: &str) -> Vec<usize> {
+    let mut v = Vec::new();
+    for part in l.split(',').filter(|p| !p.is_empty()) {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        v.extend(a.parse::<usize>().expect("cpu")..=b.parse::<usize>().expect("cpu"));
+    }
+    v
 }
 
 /// What a member does (only when started as one; a plain run passes).
@@ -338,7 +390,7 @@ fn job_in(spec: &str, how: (bool, &str), n: usize) -> Vec<String> {
         .unwrap_or_default()
 }
 
-const ALL: [&str; 11] = [
+const ALL: [&str; 12] = [
     "bad_input",
     "message_passing_lock",
     "message_passing_barrier",
@@ -350,6 +402,7 @@ const ALL: [&str; 11] = [
     "many_pages",
     "reduce",
     "panic_releases_guard",
+    "placement",
 ];
 
 #[test]
