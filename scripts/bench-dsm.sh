@@ -8,8 +8,9 @@
 # bench-out/dsm.jsonl) and the commit measured to OUT's directory/dsm-commit.
 # Then LAB_ROUNDS (default 3, 0 to skip) rounds of the two-host row: two
 # processes in two network namespaces joined by two tbf-shaped 1 Gbit/s
-# rails, each on a 2-rail multirail EP (scripts/dsm-lab.sh), 1024 rows,
-# against one single-threaded process in the same round.
+# rails, each on a 2-rail multirail EP (scripts/dsm-lab.sh: two nodes of
+# one CPU each), 1024 rows, against one single-threaded process on one CPU
+# in the same round.
 #   scripts/bench-dsm.sh [OUT]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,7 +32,7 @@ done | tee -a "$OUT"
 for round in $(seq "${LAB_ROUNDS:-3}"); do
   lab=$(RAYON_NUM_THREADS=1 scripts/dsm-lab.sh 1gbit,1gbit --rows 1024 --iters 50 --locks 20 \
     | grep -o 'us_per_iter=[0-9.]*' | cut -d= -f2)
-  one=$(RAYON_NUM_THREADS=1 "$D" --sweep 1 --rows 1024 --iters 50 --locks 20 | awk '$1 == 1 { print $2 }')
+  one=$(RAYON_NUM_THREADS=1 taskset -c 0 "$D" --sweep 1 --rows 1024 --iters 50 --locks 20 | awk '$1 == 1 { print $2 }')
   echo "{\"test\": \"dsm-lab\", \"rows\": 1024, \"round\": $round, \"us_per_iter\": ${lab:-null}, \"one_thread_us\": ${one:-null}}"
 done | tee -a "$OUT"
 echo "wrote $OUT"
