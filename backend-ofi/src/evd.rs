@@ -56,6 +56,10 @@ const LINGER: Duration = Duration::from_millis(1);
 /// until the last waiter kicks it on leaving (a long wait).
 const DEEP_AFTER: u32 = 8;
 
+/// The longest a progress wait sleeps before it looks at its condition
+/// again (see [`OfiEvd`]'s `progress_until`).
+const READY_LOOK: Duration = Duration::from_millis(1);
+
 /// Without a usable wait fd: how often a CQ is read while nothing moves.
 pub(crate) const NAP: Duration = Duration::from_micros(200);
 
@@ -558,7 +562,22 @@ impl Evd for OfiEvd {
         spin: Option<Duration>,
         ready: &dyn Fn() -> bool,
     ) -> bool {
-        self.sh.q.progress_until(timeout, spin, ready)
+        // A write that a provider's own progress thread places (`sockets`)
+        // raises nothing on the CQ's fd: `ready` is looked at again at
+        // least every [`READY_LOOK`] (spinning only in the first slice).
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut spin = spin;
+        loop {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let slice = left.map_or(READY_LOOK, |l| l.min(READY_LOOK));
+            if self.sh.q.progress_until(Some(slice), spin, ready) {
+                return true;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            spin = Some(Duration::ZERO);
+        }
     }
 
     /// An eventfd this EVD rings on every event it queues. Asking for it

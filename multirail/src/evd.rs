@@ -396,46 +396,12 @@ impl Evd for MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.progress_until(timeout, spin, ready);
         }
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
         for c in &self.cores().1 {
             c.flush_rails();
         }
-        let mut idle = 0u32;
-        loop {
-            let seen = self.q.poke_gen();
-            // Rail events become this EVD's (queued, not dequeued).
-            let moved = self.progress(false).0;
-            if ready() || !self.q.is_empty() {
-                return true;
-            }
-            if moved {
-                idle = 0;
-                continue;
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return false;
-            }
-            if !self.blind.load(Ordering::Acquire) {
-                // Every rail EVD pokes this one: drive the rails' sockets
-                // until the condition, an event or a poke.
-                let spin = spin.unwrap_or_else(|| self.q.spin_time());
-                let spin = spin.saturating_sub(now - start);
-                let left = deadline.map(|d| d - now);
-                let done = || ready() || !self.q.is_empty() || self.q.poke_gen() != seen;
-                self.q.drive_until_spin(left, spin, &done);
-                continue;
-            }
-            // A rail EVD that cannot wake us (a bridge's, libfabric's):
-            // poll, yielding, then in short naps (as `wait` does).
-            idle += 1;
-            if idle < 4000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
+        // Rail events become this EVD's (queued, not dequeued).
+        let blind = self.blind.load(Ordering::Acquire);
+        self.q.progress_over(timeout, spin, ready, blind, || self.progress(false).0)
     }
 
     fn len(&self) -> usize {

@@ -69,18 +69,7 @@ impl Evd for BridgeEvd {
         if !self.has_cores.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
-        let cores: SmallVec<[Arc<Core>; 4]> = {
-            let c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
-            c.iter().filter_map(Weak::upgrade).collect()
-        };
-        for c in &cores {
-            c.enter();
-        }
-        let r = self.wait_driving(timeout, threshold);
-        for c in &cores {
-            c.leave();
-        }
-        r
+        self.as_waiter(|| self.wait_driving(timeout, threshold))
     }
 
     fn dequeue(&self) -> Option<Event> {
@@ -88,6 +77,26 @@ impl Evd for BridgeEvd {
             self.progress(true);
         }
         self.q.dequeue()
+    }
+
+    /// Drives the real endpoints' sockets (as [`Evd::wait`] does) until
+    /// `ready()` holds or an event is queued here: an RDMA write a peer aims
+    /// at this process (a barrier's flag) lands in this thread's own
+    /// context, not when the real backend's helper next looks.
+    fn progress_until(
+        &self,
+        timeout: Option<Duration>,
+        spin: Option<Duration>,
+        ready: &dyn Fn() -> bool,
+    ) -> bool {
+        if !self.has_cores.load(Ordering::Acquire) {
+            return self.q.progress_until(timeout, spin, ready);
+        }
+        // Real events become this EVD's (queued, not dequeued).
+        let blind = self.blind.load(Ordering::Acquire);
+        self.as_waiter(|| {
+            self.q.progress_over(timeout, spin, ready, blind, || self.progress(false))
+        })
     }
 
     fn len(&self) -> usize {
@@ -115,6 +124,23 @@ impl Evd for BridgeEvd {
 }
 
 impl BridgeEvd {
+    /// Runs `f` as a waiter of every attached endpoint (they see a thread
+    /// driving them, see `Core::enter`).
+    fn as_waiter<R>(&self, f: impl FnOnce() -> R) -> R {
+        let cores: SmallVec<[Arc<Core>; 4]> = {
+            let c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
+            c.iter().filter_map(Weak::upgrade).collect()
+        };
+        for c in &cores {
+            c.enter();
+        }
+        let r = f();
+        for c in &cores {
+            c.leave();
+        }
+        r
+    }
+
     fn wait_driving(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let start = Instant::now();
         let deadline = timeout.map(|t| start + t);

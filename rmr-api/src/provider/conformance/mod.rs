@@ -541,6 +541,7 @@ macro_rules! conformance_suite {
             recv_too_small_errors_nothing_overwritten,
             rdma_write_then_send_ordering,
             rdma_write_large_checksummed,
+            progress_until_sees_a_written_flag,
             rdma_read,
             rdma_write_gather,
             rdma_read_scatter,

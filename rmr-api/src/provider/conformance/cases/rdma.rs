@@ -208,3 +208,36 @@ pub fn write_with_immediate(t: &Target) {
     assert_eq!(target.mem.to_vec(0, 96).unwrap(), vec![0; 96]);
     expect_ok(&p.evd_a, 2);
 }
+
+/// `Evd::progress_until` waits for a condition that raises no event: here a
+/// flag the peer RDMA-writes, 20 times, with the writer's thread waiting
+/// for its own completion meanwhile. It returns true only once the flag is
+/// there, and the writes queue no event at the target.
+pub fn progress_until_sees_a_written_flag(t: &Target) {
+    let p = Pair::new(t);
+    let flag = Buf::new(&p.pz_b, 8, RW, 0);
+    let value = Buf::new(&p.pz_a, 8, RW, 0);
+    for round in 1..=20u64 {
+        value.mem.write(0, &round.to_le_bytes()).unwrap();
+        let seen = || flag.bytes() == round.to_le_bytes();
+        std::thread::scope(|s| {
+            let writer = s.spawn(|| {
+                let ctx = flag.ctx();
+                p.a.post_rdma_write(&[value.sge()], ctx.at(0), Cookie(round), F0).unwrap();
+                expect_ok(&p.evd_a, round);
+            });
+            assert!(
+                p.evd_b.progress_until(Some(WAIT), None, &seen),
+                "round {round}: the flag did not land within {WAIT:?}"
+            );
+            assert!(seen(), "round {round}: progress_until returned before the flag landed");
+            // The write completes once the target acknowledges it: the
+            // target keeps making progress until the writer is done.
+            while !writer.is_finished() {
+                p.evd_b.progress_until(Some(Duration::from_millis(1)), None, &|| false);
+            }
+            writer.join().unwrap();
+        });
+    }
+    assert!(p.evd_b.dequeue().is_none(), "RDMA writes queued an event at the target");
+}
