@@ -562,6 +562,11 @@ impl Evd for OfiEvd {
         spin: Option<Duration>,
         ready: &dyn Fn() -> bool,
     ) -> bool {
+        // Manual progress (`tcp`): the waiter's own CQ reads place what
+        // arrives, and the CQ's fd (the provider's sockets) wakes it.
+        if self.sh.pump {
+            return self.sh.q.progress_until(timeout, spin, ready);
+        }
         // A write that a provider's own progress thread places (`sockets`)
         // raises nothing on the CQ's fd: `ready` is looked at again at
         // least every [`READY_LOOK`] (spinning only in the first slice).

@@ -363,12 +363,29 @@ impl MrEvd {
     }
 }
 
+/// A thread counted among an EVD's waiters while this lives (also when
+/// the wait unwinds).
+struct Waiter<'a>(&'a AtomicUsize);
+
+impl<'a> Waiter<'a> {
+    fn new(n: &'a AtomicUsize) -> Waiter<'a> {
+        n.fetch_add(1, Ordering::SeqCst);
+        Waiter(n)
+    }
+}
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 impl Evd for MrEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
-        self.waiters.fetch_add(1, Ordering::SeqCst);
+        let waiting = Waiter::new(&self.waiters);
         let mut started = None;
         let r = self.wait_inner(timeout, threshold, &mut started);
-        self.waiters.fetch_sub(1, Ordering::SeqCst);
+        drop(waiting);
         // What this wait took sizes the next ones' spin (a timeout teaches
         // that spinning would not have caught it).
         if let Some(s) = started {
@@ -396,9 +413,8 @@ impl Evd for MrEvd {
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.progress_until(timeout, spin, ready);
         }
-        for c in &self.cores().1 {
-            c.flush_rails();
-        }
+        // A waiter here: rail threads leave the harvest to this thread.
+        let _waiting = Waiter::new(&self.waiters);
         // Rail events become this EVD's (queued, not dequeued).
         let blind = self.blind.load(Ordering::Acquire);
         self.q.progress_over(timeout, spin, ready, blind, || self.progress(false).0)

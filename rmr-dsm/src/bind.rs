@@ -14,11 +14,16 @@ use hwloc2::{CpuBindFlags, CpuSet, ObjectType, Topology};
 /// Where the runtime places this process on its node.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Bind {
-    /// The cores this process may use (the launcher's binding, `taskset`,
-    /// a cgroup) split evenly among the job's processes on this node, in
-    /// node-local rank order, when there are at least as many cores as
-    /// processes; left unbound when the node runs more of the job's
-    /// processes than it has cores (they must share), or only one.
+    /// The machine's cores split evenly among the job's processes on this
+    /// node, in node-local rank order, when there are at least as many
+    /// cores as processes; left unbound when the node runs more of the
+    /// job's processes than it has cores (they must share), or only one.
+    /// A process its launcher bound already (`mpirun --bind-to`, `srun`,
+    /// `taskset`, a cpuset) keeps that binding. Processes of separate jobs
+    /// on one node do not know of each other: each job splits the cores
+    /// its own way. Threads a process started before it was bound (a rayon
+    /// pool built before [`Dsm::join`](crate::Dsm::join)) are bound with it,
+    /// and share its cores.
     #[default]
     Auto,
     /// Never: the OS places the threads (as the launcher left them).
@@ -28,8 +33,8 @@ pub enum Bind {
 /// Binds this process (all its threads, and those it starts later) to
 /// its share of the node's cores under `how`, as local rank `rank` of
 /// `local` processes. Returns what was done, for reports: `cores 0-0 of
-/// 2` or `unbound (why)`. Never fails: a process that cannot be bound runs
-/// unbound.
+/// 2`, `bound by its launcher (2 CPUs)` or `unbound (why)`. Never fails:
+/// a process that cannot be bound runs unbound.
 pub(crate) fn bind_process(how: Bind, rank: usize, local: usize) -> String {
     if how == Bind::Off {
         return "unbound (binding off)".into();
@@ -40,21 +45,24 @@ pub(crate) fn bind_process(how: Bind, rank: usize, local: usize) -> String {
     let Some(mut topo) = Topology::new() else {
         return "unbound (hwloc could not load the topology)".into();
     };
-    let allowed = topo.get_cpubind(CpuBindFlags::CPUBIND_PROCESS);
-    let cores: Vec<CpuSet> = match topo.objects_with_type(&ObjectType::Core) {
-        Ok(c) => c
-            .iter()
-            .filter_map(|c| {
-                let pus: CpuSet = c
-                    .cpuset()?
-                    .into_iter()
-                    .filter(|&pu| allowed.as_ref().is_none_or(|a| a.is_set(pu)))
-                    .collect();
-                (!pus.is_empty()).then_some(pus)
-            })
-            .collect(),
-        Err(_) => Vec::new(),
+    let Some(allowed) = topo.get_cpubind(CpuBindFlags::CPUBIND_PROCESS) else {
+        return "unbound (hwloc could not read this process's binding)".into();
     };
+    // A launcher (mpirun --bind-to, srun, taskset, a cgroup's cpuset) that
+    // placed this process already is obeyed, not split again.
+    if topo.object_at_root().cpuset().is_some_and(|all| all != allowed) {
+        return format!("bound by its launcher ({} CPUs)", allowed.weight());
+    }
+    // Cores, or processing units where hwloc reports no cores.
+    let units = |t: ObjectType| -> Vec<CpuSet> {
+        topo.objects_with_type(&t)
+            .map(|v| v.iter().filter_map(|o| o.cpuset()).filter(|c| !c.is_empty()).collect())
+            .unwrap_or_default()
+    };
+    let mut cores = units(ObjectType::Core);
+    if cores.is_empty() {
+        cores = units(ObjectType::PU);
+    }
     let Some((first, last)) = share(cores.len(), rank, local) else {
         return format!("unbound ({local} processes on this node, {} cores)", cores.len());
     };

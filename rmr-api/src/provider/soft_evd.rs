@@ -759,56 +759,6 @@ impl SoftEvd {
         let moved = harvest();
         armed && !moved && self.is_empty()
     }
-
-    /// [`Evd::progress_until`] for an EVD layered over other EVDs (see
-    /// [`SoftEvd::arm_over`]) whose endpoints this queue drives through
-    /// ([`SoftEvd::drive_through`]): harvests (`harvest`, true when it
-    /// moved anything), and while nothing is there drives the endpoints'
-    /// sockets in this thread until `ready()`, an event here or a poke
-    /// from an underlying EVD, for at most `timeout`. With `blind` (an
-    /// underlying EVD cannot poke this one), polls instead: yielding, then
-    /// in naps of 50 us. An RDMA write a peer aims at this process (a
-    /// barrier's flag) so lands in the waiting thread's own context.
-    pub fn progress_over(
-        &self,
-        timeout: Option<Duration>,
-        spin: Option<Duration>,
-        ready: &dyn Fn() -> bool,
-        blind: bool,
-        mut harvest: impl FnMut() -> bool,
-    ) -> bool {
-        let start = Instant::now();
-        let deadline = timeout.map(|t| start + t);
-        let mut idle = 0u32;
-        loop {
-            let seen = self.poke_gen();
-            let moved = harvest();
-            if ready() || !self.is_empty() {
-                return true;
-            }
-            if moved {
-                idle = 0;
-                continue;
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return false;
-            }
-            if !blind {
-                let spin = spin.unwrap_or_else(|| self.spin_time()).saturating_sub(now - start);
-                let left = deadline.map(|d| d - now);
-                let done = || ready() || !self.is_empty() || self.poke_gen() != seen;
-                self.drive_until_spin(left, spin, &done);
-                continue;
-            }
-            idle += 1;
-            if idle < 4000 {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-        }
-    }
 }
 
 mod block;

@@ -131,14 +131,20 @@ impl BridgeEvd {
             let c = self.cores.lock().unwrap_or_else(|e| e.into_inner());
             c.iter().filter_map(Weak::upgrade).collect()
         };
+        /// Leaves what it entered, also when `f` unwinds.
+        struct Entered<'a>(&'a [Arc<Core>]);
+        impl Drop for Entered<'_> {
+            fn drop(&mut self) {
+                for c in self.0 {
+                    c.leave();
+                }
+            }
+        }
         for c in &cores {
             c.enter();
         }
-        let r = f();
-        for c in &cores {
-            c.leave();
-        }
-        r
+        let _entered = Entered(&cores);
+        f()
     }
 
     fn wait_driving(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {

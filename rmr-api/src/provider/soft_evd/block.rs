@@ -206,6 +206,62 @@ impl SoftEvd {
         (0..8).filter(|i| ages >> (8 * i) & 0xff >= QUIET_WAITS).fold(0, |q, i| q | 1 << i)
     }
 
+    /// [`Evd::progress_until`](crate::Evd::progress_until) for an EVD
+    /// layered over other EVDs (see [`SoftEvd::arm_over`]) whose endpoints
+    /// this queue drives through ([`SoftEvd::drive_through`]): sends what
+    /// the endpoints hold for batching, then harvests (`harvest`, true when
+    /// it moved anything), and while nothing is there drives the endpoints'
+    /// sockets in this thread until `ready()`, an event here or a poke from
+    /// an underlying EVD, for at most `timeout`. An RDMA write a peer aims
+    /// at this process (a barrier's flag) so lands in the waiting thread's
+    /// own context. With `blind` (an underlying EVD cannot poke this one)
+    /// it polls instead: yielding while `spin` lasts, then in naps that
+    /// grow to 256 us.
+    pub fn progress_over(
+        &self,
+        timeout: Option<Duration>,
+        spin: Option<Duration>,
+        ready: &dyn Fn() -> bool,
+        blind: bool,
+        mut harvest: impl FnMut() -> bool,
+    ) -> bool {
+        let start = Instant::now();
+        let deadline = timeout.map(|t| start + t);
+        let spin = spin.unwrap_or_else(|| self.spin_time());
+        self.flush_writes();
+        let mut naps = 0u32;
+        loop {
+            let seen = self.poke_gen();
+            let moved = harvest();
+            let queued = || self.queued.load(Ordering::SeqCst) > 0;
+            if ready() || queued() {
+                return true;
+            }
+            if moved {
+                naps = 0;
+                continue;
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return false;
+            }
+            let left = deadline.map(|d| d - now);
+            if !blind {
+                let spin = spin.saturating_sub(now - start);
+                let done = || ready() || queued() || self.poke_gen() != seen;
+                self.drive_until_spin(left, spin, &done);
+                continue;
+            }
+            if now - start < spin {
+                std::thread::yield_now();
+                continue;
+            }
+            let nap = Duration::from_micros(1 << (naps.min(8) + 1).min(8));
+            std::thread::sleep(left.map_or(nap, |l| l.min(nap)));
+            naps = naps.saturating_add(1);
+        }
+    }
+
     /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
     /// (with `writes_only`, on the drivers that have frames to send; with
     /// `nowait`, only looks; the drivers in `skip`, by index, not at all
