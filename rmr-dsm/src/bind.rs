@@ -22,7 +22,7 @@ pub enum Bind {
     /// `taskset`, a cpuset) keeps that binding. Processes of separate jobs
     /// on one node do not know of each other: each job splits the cores
     /// its own way. Threads a process started before it was bound (a rayon
-    /// pool built before [`Dsm::join`](crate::Dsm::join)) are bound with it,
+    /// pool built before `Dsm::join`) are bound with it,
     /// and share its cores.
     #[default]
     Auto,
