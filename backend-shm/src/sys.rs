@@ -220,17 +220,6 @@ pub(crate) fn cross(
     Ok(())
 }
 
-/// Copies `len` bytes from `src` to `dst`.
-///
-/// # Safety
-/// Both ranges are valid for `len` bytes and do not overlap: one lies in a
-/// shared ring the protocol gives this side for now, the other in a
-/// registered region whose bounds the caller checked.
-pub(crate) unsafe fn copy(src: *const u8, dst: *mut u8, len: usize) {
-    // SAFETY: the caller's contract.
-    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) }
-}
-
 /// Where a region lies in a shared file of its owner.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct FileRef {

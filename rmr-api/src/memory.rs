@@ -298,14 +298,18 @@ impl MemRegion {
     /// [`Error::OutOfBounds`].
     pub fn read(&self, off: u64, dst: &mut [u8]) -> Result<()> {
         self.check(off, dst.len() as u64)?;
+        let src = self.as_ptr().wrapping_add(off as usize);
+        if dst.len() == 8 && src.addr() % 8 == 0 {
+            // A whole aligned word, as a polling process reads a flag: one
+            // atomic load (see [`place`]).
+            // SAFETY: in bounds (checked), 8-byte aligned; every access to
+            // such a word is atomic or a `place`.
+            let w = unsafe { AtomicU64::from_ptr(src.cast::<u64>()) }.load(Ordering::Acquire);
+            dst.copy_from_slice(&w.to_ne_bytes());
+            return Ok(());
+        }
         // SAFETY: bounds checked above; dst is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.as_ptr().add(off as usize),
-                dst.as_mut_ptr(),
-                dst.len(),
-            )
-        };
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 
@@ -326,9 +330,7 @@ impl MemRegion {
     pub fn write(&self, off: u64, src: &[u8]) -> Result<()> {
         self.check(off, src.len() as u64)?;
         // SAFETY: bounds checked above; src is a distinct Rust buffer.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), self.as_ptr().add(off as usize), src.len())
-        };
+        unsafe { place(src.as_ptr(), self.as_ptr().add(off as usize), src.len()) };
         Ok(())
     }
 
@@ -479,9 +481,57 @@ impl std::fmt::Debug for MemRegion {
     }
 }
 
+/// Copies `len` bytes from `src` to `dst` (not overlapping) as a NIC places
+/// RDMA data: a whole 8-byte word at an aligned address in one atomic store
+/// (Release), other lengths as a plain copy. A process that polls such a
+/// word ([`MemRegion::load_u64`], or [`MemRegion::read`] of the 8 bytes)
+/// then sees it whole, and everything the transport placed before it: the
+/// RDMA-written flag of a barrier, on a software transport.
+///
+/// # Safety
+/// As [`std::ptr::copy_nonoverlapping`]; an aligned 8-byte `dst` word is
+/// accessed only atomically or through `place` while the copy runs.
+pub unsafe fn place(src: *const u8, dst: *mut u8, len: usize) {
+    if len == 8 && dst.addr() % 8 == 0 {
+        let mut w = [0u8; 8];
+        // SAFETY: `src` is readable for 8 bytes (the caller's contract).
+        unsafe { std::ptr::copy_nonoverlapping(src, w.as_mut_ptr(), 8) };
+        // SAFETY: `dst` is writable for 8 bytes and 8-byte aligned; its
+        // other accessors are atomic (the caller's contract).
+        unsafe { AtomicU64::from_ptr(dst.cast::<u64>()) }
+            .store(u64::from_ne_bytes(w), Ordering::Release);
+        return;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A whole aligned word goes in and out atomically (what a poller of
+    /// an RDMA-written flag reads); other sizes and offsets byte for byte.
+    #[test]
+    fn words_are_placed_whole_and_bytes_as_given() {
+        let m = MemRegion::new(64);
+        let w = 0x0102_0304_0506_0708u64.to_le_bytes();
+        m.write(8, &w).unwrap();
+        assert_eq!(m.load_u64(8).unwrap(), 0x0102_0304_0506_0708);
+        let mut back = [0u8; 8];
+        m.read(8, &mut back).unwrap();
+        assert_eq!(back, w);
+        // Unaligned, and not 8 bytes: plain copies.
+        m.write(3, &w).unwrap();
+        m.read(3, &mut back).unwrap();
+        assert_eq!(back, w);
+        m.write(20, &w[..5]).unwrap();
+        assert_eq!(m.to_vec(20, 5).unwrap(), &w[..5]);
+        let mut dst = [0u8; 8];
+        // SAFETY: both buffers are 8 bytes, distinct, `dst` aligned or not.
+        unsafe { place(w.as_ptr(), dst.as_mut_ptr(), 8) };
+        assert_eq!(dst, w);
+    }
 
     #[test]
     #[cfg_attr(miri, ignore = "Miri does not emulate memfd_create")]

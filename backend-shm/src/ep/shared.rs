@@ -81,9 +81,10 @@ pub(crate) unsafe fn copy_runs(
         // SAFETY: `[at, at + n)` lies inside the piece and `n <= len`
         // inside `other` (the caller's contract).
         unsafe {
+            // Placed as a NIC would: a whole aligned word at once.
             match dir {
-                Dir::Write => crate::sys::copy(mine, other, n),
-                Dir::Read => crate::sys::copy(other, mine, n),
+                Dir::Write => rmr_api::provider::place(mine, other, n),
+                Dir::Read => rmr_api::provider::place(other, mine, n),
             }
         }
         other = other.wrapping_add(n);
