@@ -292,7 +292,8 @@ impl MemRegion {
         }
     }
 
-    /// Copies `dst.len()` bytes starting at `off` out of the region.
+    /// Copies `dst.len()` bytes starting at `off` out of the region (a
+    /// whole 8-byte aligned word in one atomic load, as [`place`] stores it).
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
@@ -323,7 +324,8 @@ impl MemRegion {
         Ok(v)
     }
 
-    /// Copies `src` into the region at `off`.
+    /// Copies `src` into the region at `off` (a whole 8-byte aligned word
+    /// in one atomic store, see [`place`]).
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
