@@ -131,6 +131,15 @@ impl SoftEvd {
             let now = Instant::now();
             (last, busy) = (now, 0);
             if deadline.is_some_and(|d| now >= d) {
+                if looks == 0 && !matches!(ready, Ready::All) {
+                    // A wait that ends before its first look (a zero
+                    // timeout) still looks once at the drivers the pass
+                    // left out (idle at the last wait): what came to them
+                    // meanwhile is taken in, as a poll of the EVD promises.
+                    looks = 1;
+                    ready = self.poll_once(&drivers, deadline, done, false, true, 0);
+                    continue;
+                }
                 break false;
             }
             // Spinning, one `poll` with a zero timeout tells which drivers

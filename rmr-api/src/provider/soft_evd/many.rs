@@ -188,6 +188,8 @@ impl SoftEvd {
         let start = Instant::now();
         let mut go: SmallVec<[Arc<dyn Driver>; 8]> = SmallVec::new();
         m.flush_recent();
+        // Whether the set was looked at in this wait.
+        let mut looked = false;
         loop {
             if done() {
                 return true;
@@ -214,8 +216,11 @@ impl SoftEvd {
                     return true;
                 }
             }
-            if moved {
-                // Look again at once (zero timeout) before any sleep.
+            if moved || !looked && deadline.is_some_and(|d| Instant::now() >= d) {
+                // Look again at once (zero timeout) before any sleep; a
+                // wait that ends before its first look (a zero timeout)
+                // still looks once, as a poll of the EVD promises.
+                looked = true;
                 let woke = m.ready(Some(Duration::ZERO), &mut go);
                 if woke {
                     self.drain_efd();
@@ -242,6 +247,7 @@ impl SoftEvd {
                 }
                 deadline.map(|d| d.saturating_duration_since(now))
             };
+            looked = true;
             let woke = m.ready(timeout, &mut go);
             if !spinning {
                 self.poll_waiters.fetch_sub(1, Ordering::SeqCst);

@@ -87,6 +87,9 @@ impl Driver for PipeDriver {
             deadline: None,
         }
     }
+    fn stable_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.rd.as_fd())
+    }
 }
 
 #[test]
@@ -330,5 +333,33 @@ fn a_set_of_drivers_holds_the_same_as_bits_or_as_a_list() {
         t.insert(n - 1);
         assert!(t.has(n - 1) && (0..n - 1).all(|i| !t.has(i)));
         assert!(Ready::Some(t).has(n - 1) && Ready::All.has(0));
+    }
+}
+
+#[test]
+fn a_zero_timeout_wait_looks_at_drivers_that_were_idle() {
+    // Drivers all idle at the end of the last wait: a poll of the EVD
+    // (`wait` with a zero timeout) still takes in what came to one of them,
+    // with a few drivers and with enough for the EVD's `epoll` set.
+    for n in [2, many::MANY + 1] {
+        let evd = Arc::new(SoftEvd::new(16));
+        let w = Arc::downgrade(&evd);
+        let mut ends = Vec::new();
+        for _ in 0..n {
+            let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+            let d: Arc<dyn Driver> =
+                Arc::new(PipeDriver { rd, evd: w.clone(), drives: AtomicUsize::new(0) });
+            evd.add_driver(&d);
+            ends.push((d, wr));
+        }
+        assert_eq!(evd.many().is_some(), n > many::MANY, "{n} drivers");
+        assert!(matches!(evd.wait(Some(Duration::from_millis(2)), 1), Err(Error::Timeout)));
+        rustix::io::write(&ends[n - 1].1, &[7]).unwrap();
+        match evd.wait(Some(Duration::ZERO), 1) {
+            Ok(Event::Software(7)) => {}
+            r => panic!("{n} drivers: a zero-timeout wait missed what an idle one had: {r:?}"),
+        }
+        // With nothing there, it returns at once.
+        assert!(matches!(evd.wait(Some(Duration::ZERO), 1), Err(Error::Timeout)));
     }
 }
