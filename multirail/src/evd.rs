@@ -213,6 +213,8 @@ impl MrEvd {
         }
         // The clock is read only once there is something to wait for.
         let mut idle = 0u32;
+        // Whether this wait drove the rails' sockets yet.
+        let mut drove = false;
         loop {
             if self.polled_gen.load(Ordering::Acquire) != seen_gen {
                 (seen_gen, cores) = self.cores();
@@ -235,12 +237,14 @@ impl MrEvd {
             // One clock read per idle turn (a VM may make them dear).
             let now = Instant::now();
             let waited = now.saturating_duration_since(*started.get_or_insert(now));
-            if timeout.is_some_and(|t| waited >= t) {
+            let blind = self.blind.load(Ordering::Acquire);
+            if timeout.is_some_and(|t| waited >= t) && (drove || blind) {
                 return Err(Error::Timeout);
             }
             idle += 1;
             let left = timeout.map(|t| t.saturating_sub(waited));
-            if !self.blind.load(Ordering::Acquire) {
+            if !blind {
+                drove = true;
                 // Every rail EVD pokes us: drive the rails' sockets (spinning as
                 // long as a single-rail waiter would, then blocking) until an
                 // event or a poke.
@@ -272,6 +276,8 @@ impl MrEvd {
         threshold: usize,
         started: &mut Option<Instant>,
     ) -> Result<Event> {
+        // Whether this wait drove the rails' sockets yet.
+        let mut drove = false;
         loop {
             if self.q.len() >= threshold {
                 if let Some(e) = self.q.dequeue() {
@@ -294,9 +300,10 @@ impl MrEvd {
             }
             let now = Instant::now();
             let waited = now.saturating_duration_since(*started.get_or_insert(now));
-            if timeout.is_some_and(|t| waited >= t) {
+            if timeout.is_some_and(|t| waited >= t) && drove {
                 return Err(Error::Timeout);
             }
+            drove = true;
             let left = timeout.map(|t| t.saturating_sub(waited));
             if let Some(e) = self.sleep(left, threshold, seen, waited)? {
                 return Ok(e);
