@@ -159,6 +159,9 @@ impl BridgeEvd {
         } else {
             std::time::Duration::ZERO
         };
+        // Whether this wait drove the sockets yet: one whose time is up at
+        // once (a poll) still drives them once.
+        let mut drove = false;
         loop {
             if self.q.len() >= threshold {
                 if let Some(e) = self.q.dequeue() {
@@ -171,9 +174,10 @@ impl BridgeEvd {
                 continue;
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left == Some(Duration::ZERO) {
+            if left == Some(Duration::ZERO) && drove {
                 return Err(Error::Timeout);
             }
+            drove = true;
             let nap = if self.blind.load(Ordering::Acquire) {
                 Some(left.unwrap_or(Duration::from_millis(1)).min(Duration::from_millis(1)))
             } else {

@@ -1,0 +1,78 @@
+//! A zero-timeout wait on a bridged EVD (a poll, as a runtime makes between
+//! the steps of a computation) drives the real endpoint's socket once: an
+//! RDMA read aimed at this process through the bridge is answered in the
+//! polling thread's own context. A poll that only harvested left the read
+//! to the real backend's progress helper, a wake-up or more later: the
+//! target's helper, told apart by name, is counted. Its periodic looks are
+//! made rare (`RMR_TCP_WATCH_MS`, set once before any IA opens; this file
+//! is its own test binary). Real sockets on loopback.
+
+use rmr_api::provider::conformance::helper::thread_switches;
+use rmr_api::provider::conformance::{Buf, Pair, Target, expect_ok};
+use rmr_api::{Access, Cookie, DtoFlags, Error};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use zipper_bridge::{Bridge, BridgeConfig};
+
+#[test]
+fn zero_timeout_waits_answer_reads_through_the_bridge() {
+    // SAFETY: set before this test binary's only test starts a thread (or
+    // opens an IA): nothing else reads the environment concurrently.
+    unsafe { std::env::set_var("RMR_TCP_WATCH_MS", "60000") };
+    zipper_bridge::register();
+    // The bridge and side a on 127.0.71.x, side b alone on 127.0.8.x: b's
+    // helper is the only thread named rmr-tcp-127.0.8 (Linux keeps 15
+    // bytes of a name).
+    let port = 7795;
+    let _bridge = Bridge::start(BridgeConfig {
+        a: "tcp:127.0.71.1".into(),
+        b: "tcp:127.0.71.2".into(),
+        port,
+        allow: vec!["127.0.71.0/24".parse().unwrap(), "127.0.8.0/24".parse().unwrap()],
+        ..BridgeConfig::default()
+    })
+    .expect("bridge");
+    let t = Target::new(
+        "zipper-poll",
+        zipper_bridge::register,
+        &format!("zipper:tcp:127.0.71.4@127.0.71.1:{port}"),
+        "zipper:tcp:127.0.8.3",
+    );
+    let p = Pair::new(&t);
+    let helper = "rmr-tcp-127.0.8";
+    let page = Buf::new(&p.pz_b, 4096, Access::ALL, 0);
+    let copy = Buf::new(&p.pz_a, 4096, Access::ALL, 0);
+    const ROUNDS: u64 = 200;
+    // (b's helper may still be starting: counted from zero then.)
+    let woken0 = thread_switches(helper).0;
+    let mut polls = 0u64;
+    for round in 1..=ROUNDS {
+        page.mem.write(4088, &round.to_le_bytes()).unwrap();
+        let a_done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ctx = page.ctx();
+                p.a.post_rdma_read(&[copy.sge()], ctx.at(0), Cookie(round), DtoFlags::empty())
+                    .unwrap();
+                expect_ok(&p.evd_a, round);
+                assert_eq!(copy.bytes()[4088..], round.to_le_bytes(), "round {round}");
+                a_done.store(true, Ordering::SeqCst);
+            });
+            while !a_done.load(Ordering::SeqCst) {
+                match p.evd_b.wait(Some(Duration::ZERO), 1) {
+                    Err(Error::Timeout) => polls += 1,
+                    r => panic!("round {round}: a read raises no event at its target: {r:?}"),
+                }
+                std::thread::yield_now();
+            }
+        });
+    }
+    // b's polls answered the reads: a few helper wake-ups in all, however
+    // many reads. Polls that never read the socket left every read to the
+    // helper: at least one wake-up each.
+    let (now, helpers) = thread_switches(helper);
+    assert_eq!(helpers, 1, "side b's IA has one progress helper");
+    let woken = now - woken0;
+    println!("RESULT b's helper woke {woken} times in {ROUNDS} reads ({polls} polls)");
+    assert!(woken < ROUNDS / 4, "{woken} helper wake-ups for {ROUNDS} reads");
+}
