@@ -22,7 +22,11 @@ use std::time::{Duration, Instant};
 /// An event dispatcher (uDAPL's EVD): a queue of [`Event`]s.
 pub trait Evd: Send + Sync {
     /// Waits until at least `threshold` events are queued (1 if 0), then
-    /// dequeues the oldest one. `None` waits forever.
+    /// dequeues the oldest one. `None` waits forever. A zero timeout polls:
+    /// on backends whose progress is the caller's it still drives every
+    /// endpoint reporting here once (without blocking), so a loop that
+    /// computes and polls now and then answers the RDMA reads and atomics
+    /// peers aim at this process meanwhile.
     ///
     /// # Errors
     /// [`crate::Error::Timeout`] when the threshold was not reached in time (no
