@@ -18,7 +18,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The helper's quick look period, soon after it took an endpoint over
-/// (see `rmr_api::provider::Handover`).
+/// (see `rmr_api::provider::Handover`); asked of `epoll_wait`, which counts
+/// whole milliseconds, so a look comes about 1 ms later.
 pub(crate) const QUICK: Duration = Duration::from_micros(200);
 
 /// How often the helper looks at an endpoint whose message waits for a

@@ -194,6 +194,12 @@ impl Engine {
                 Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ }
             });
             events.clear();
+            // Whole milliseconds (rounded up): a timer due in 200 us fires
+            // about 1 ms from now. The handover's timing is tuned to that;
+            // a precise wait (`ppoll` on the set) made the helper take
+            // endpoints over in the middle of short compute phases, which
+            // slowed the DSM runtime's two-host Jacobi (BENCHMARKS.md,
+            // "Reads aimed at a process that computes").
             let _ = epoll::wait(&self.epoll, spare_capacity(&mut events), ts.as_ref());
             for ev in &events {
                 let d = ev.data.u64();

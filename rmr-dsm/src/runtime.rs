@@ -46,8 +46,8 @@ pub struct DsmConfig {
 /// computes — at the price of a wake-up that preempts the computation for
 /// every request. Without it they are served when a thread of this process
 /// next waits for the network, or by the backend's own background
-/// progress, which on the TCP backend takes over within 0.2-2 ms of the
-/// last wait. Hardware RDMA (verbs) serves them without the CPU either way.
+/// progress, which on the TCP backend takes over 1-2 ms after the last
+/// wait. Hardware RDMA (verbs) serves them without the CPU either way.
 /// Measured on 2 CPUs (Jacobi, 256 rows, us per iteration): 2 processes
 /// 285-344 without against 394-455 with; 4 processes 1890 without against
 /// 929 with.
