@@ -29,7 +29,15 @@ pub struct Grid {
 impl Grid {
     /// Bytes of one grid.
     pub fn bytes(&self) -> usize {
-        self.rows * self.cols * 8
+        self.rows * self.stride() * 8
+    }
+
+    /// Elements from one row's start to the next's in shared memory: whole
+    /// pages ([`rmr_dsm::PAGE`]), so that the row next to a process's
+    /// block, which it reads from its neighbour, is one page of the
+    /// neighbour's, not two.
+    fn stride(&self) -> usize {
+        self.cols.next_multiple_of(rmr_dsm::PAGE / 8)
     }
 
     /// Shared bytes the computation needs (two grids, on a page boundary).
@@ -73,8 +81,9 @@ pub struct HeatRun {
 pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
     // Row r of both grids side by side: a process's block of rows is then
     // (about) the block of pages homed at it, so it mostly works at home.
-    let grids = dsm.alloc::<f64>(2 * g.rows * g.cols)?;
-    let at = |k: usize, r: usize| (2 * r + k) * g.cols;
+    let stride = g.stride();
+    let grids = dsm.alloc::<f64>(2 * g.rows * stride)?;
+    let at = |k: usize, r: usize| (2 * r + k) * stride;
     // Each process fills its block of rows of both grids.
     dsm.parallel_for(0..g.rows, |r| {
         let row = g.initial(r);
@@ -86,11 +95,13 @@ pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
         let (src, dst) = (it % 2, (it + 1) % 2);
         // The rows next to this process's block live at its neighbours:
         // start fetching them now, while the neighbours are still in the
-        // barrier's runtime, rather than when the loop reaches them.
+        // barrier's runtime, rather than when the loop reaches them (the
+        // source grid's rows only: one page each).
         let mine = dsm.share(1..g.rows - 1);
         if !mine.is_empty() {
-            grids.prefetch(at(0, mine.start - 1)..at(0, mine.start))?;
-            grids.prefetch(at(0, mine.end)..at(0, mine.end + 1))?;
+            let row = |r: usize| at(src, r)..at(src, r) + g.cols;
+            grids.prefetch(row(mine.start - 1))?;
+            grids.prefetch(row(mine.end))?;
         }
         dsm.parallel_for(1..g.rows - 1, |r| {
             let mut three = vec![0.0; 3 * g.cols];
