@@ -10,6 +10,7 @@
 //! sleeps in `epoll` on the endpoints' doorbells, armed as a sleeping
 //! waiter arms them: the peer rings only a doorbell someone sleeps on.
 
+use rmr_api::provider::clock::helper_grain;
 use rustix::buffer::spare_capacity;
 use rustix::event::{EventfdFlags, epoll, eventfd};
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -18,8 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// The helper's quick look period, soon after it took an endpoint over
-/// (see `rmr_api::provider::Handover`); asked of `epoll_wait`, which counts
-/// whole milliseconds, so a look comes about 1 ms later.
+/// (see `rmr_api::provider::Handover`); the helper's timers wait in whole
+/// milliseconds (`rmr_api::provider::clock::helper_grain`), so a look comes
+/// about 1 ms later.
 pub(crate) const QUICK: Duration = Duration::from_micros(200);
 
 /// How often the helper looks at an endpoint whose message waits for a
@@ -208,7 +210,8 @@ fn run(inner: &Inner) {
         } else {
             None
         };
-        let ts = timeout.map(|t| rustix::time::Timespec {
+        // Whole milliseconds, as the tcp helper's (`helper_grain`).
+        let ts = timeout.map(helper_grain).map(|t| rustix::time::Timespec {
             tv_sec: t.as_secs() as _,
             tv_nsec: t.subsec_nanos() as _,
         });

@@ -21,6 +21,7 @@
 //! The engine knows endpoints only as [`Tended`]: what to watch, and what
 //! to do next when it looks.
 
+use rmr_api::provider::clock::helper_grain;
 use rustix::buffer::spare_capacity;
 use rustix::event::{EventfdFlags, Timespec, epoll, eventfd};
 use std::cmp::Reverse;
@@ -190,16 +191,16 @@ impl Engine {
                 until = Some(until.map_or(end, |u| u.min(end)));
             }
             let ts = until.map(|u| {
-                let t = u.saturating_duration_since(now);
+                let t = helper_grain(u.saturating_duration_since(now));
                 Timespec { tv_sec: t.as_secs() as _, tv_nsec: t.subsec_nanos() as _ }
             });
             events.clear();
-            // Whole milliseconds (rounded up): a timer due in 200 us fires
-            // about 1 ms from now. The handover's timing is tuned to that;
-            // a precise wait (`ppoll` on the set) made the helper take
-            // endpoints over in the middle of short compute phases, which
-            // slowed the DSM runtime's two-host Jacobi (BENCHMARKS.md,
-            // "Reads aimed at a process that computes").
+            // Whole milliseconds (`helper_grain`): a timer due in 200 us
+            // fires about 1 ms from now. The handover's timing is tuned to
+            // that; precise timers made the helper take endpoints over in
+            // the middle of short compute phases, which slowed the DSM
+            // runtime's two-host Jacobi (BENCHMARKS.md, "Reads aimed at a
+            // process that computes").
             let _ = epoll::wait(&self.epoll, spare_capacity(&mut events), ts.as_ref());
             for ev in &events {
                 let d = ev.data.u64();

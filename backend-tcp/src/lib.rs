@@ -93,11 +93,11 @@
 //! takes it over 200 µs after the last one left (it looks every 2 ms,
 //! `watch_ms`, or is told by the leaving waiter after a long wait), so
 //! RDMA into a passive target lands even when its owner never waits.
-//! (The helper's timers wait in `epoll_wait`, which counts whole
-//! milliseconds: a look due in 200 µs comes about a millisecond later, so
-//! a thread that computes for less than that between its waits answers
-//! reads aimed at it in its next wait, or in a zero-timeout poll of its
-//! EVD, which drives the endpoints once.)
+//! (The helper's timers wait in whole milliseconds
+//! ([`rmr_api::provider::clock::helper_grain`]): a look due in 200 µs comes
+//! about a millisecond later, so a thread that computes for less than
+//! that between its waits answers reads aimed at it in its next wait, or
+//! in a zero-timeout poll of its EVD, which drives its endpoints once.)
 //! After a takeover it looks more often for a while: a thread that
 //! computes between its waits tells it as it leaves a wait, and it takes
 //! the endpoint over at once, so RDMA reads and atomics aimed at a

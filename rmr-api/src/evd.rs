@@ -23,10 +23,12 @@ use std::time::{Duration, Instant};
 pub trait Evd: Send + Sync {
     /// Waits until at least `threshold` events are queued (1 if 0), then
     /// dequeues the oldest one. `None` waits forever. A zero timeout polls:
-    /// on backends whose progress is the caller's it still drives every
-    /// endpoint reporting here once (without blocking), so a loop that
-    /// computes and polls now and then answers the RDMA reads and atomics
-    /// peers aim at this process meanwhile.
+    /// where the caller's thread makes the progress (the software EVDs of
+    /// the tcp, shm and ofi backends, and multirail's and the bridge's over
+    /// them), it still looks once, without blocking, at every endpoint
+    /// reporting here and drives those with input, so a loop that computes
+    /// and polls now and then answers the RDMA reads and atomics peers aim
+    /// at this process meanwhile.
     ///
     /// # Errors
     /// [`crate::Error::Timeout`] when the threshold was not reached in time (no

@@ -17,9 +17,10 @@ use std::time::{Duration, Instant};
 
 /// After an application thread stops driving an EP, the IA's progress
 /// helper waits this long before it takes over (a waiter that comes straight back,
-/// as in a ping-pong, never hands the socket to another thread). Its timer
-/// waits in `epoll_wait`, in whole milliseconds: the look itself comes
-/// about 1 ms after the thread left.
+/// as in a ping-pong, never hands the socket to another thread). Its timers
+/// wait in whole milliseconds (`rmr_api::provider::clock::helper_grain`):
+/// the look itself comes about 1 ms after the thread left, or at the
+/// helper's 2 ms watch when it has no quick looks left.
 pub(super) const LINGER: Duration = Duration::from_micros(200);
 
 /// How long an orderly disconnect waits for the peer's answer.

@@ -4,17 +4,21 @@
 //! every row warms from its left end and each iteration changes a short run
 //! of bytes per row — what diffs carry home instead of whole pages.
 //!
-//! Rows are 500 doubles (4000 bytes), so rows straddle pages and pages at
-//! the edge of a process's block are written by two processes: their diffs
-//! merge at the page's home, which is what release consistency with twins
-//! is for. Row r of the two grids (old and new) lie side by side, so a
-//! process's rows live mostly in the pages homed at it. [`reference()`] is the same computation in one process, for the
+//! Rows are 500 doubles (4000 bytes), each laid on a page of its own (as a
+//! DSM program pads its data): the row next to a process's block, which it
+//! reads from its neighbour every iteration, is then one page. Row r of the
+//! two grids (old and new) lie side by side, so a process's rows live
+//! mostly in the pages homed at it; where a block and the pages homed at
+//! its process do not line up (4 processes here), the rows written away
+//! from home go there as diffs. (Pages written by two processes at once,
+//! whose diffs merge at home, are rmr-dsm's litmus tests' false-sharing
+//! case.) [`reference()`] is the same computation in one process, for the
 //! bit-for-bit check.
 
 use super::{Dsm, Result};
 use std::time::{Duration, Instant};
 
-/// Doubles per row (4000 bytes: rows straddle pages on purpose).
+/// Doubles per row (4000 bytes; each row starts a page, see the module docs).
 pub const COLS: usize = 500;
 
 /// The grid's shape.

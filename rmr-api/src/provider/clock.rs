@@ -14,6 +14,15 @@ pub fn now_ns() -> u64 {
     (t.tv_sec as u64).wrapping_mul(1_000_000_000).wrapping_add(t.tv_nsec as u64)
 }
 
+/// `d` rounded up to whole milliseconds: how long a progress helper's
+/// `epoll_wait` sleeps for a timer `d` away. Its handover's timing is tuned
+/// to that grain (a look due in 200 us comes about 1 ms later), so it is
+/// kept explicit here rather than left to which `epoll` call the system
+/// library makes (`epoll_pwait2`, Linux 5.11, would honour nanoseconds).
+pub fn helper_grain(d: Duration) -> Duration {
+    Duration::from_millis(d.as_nanos().div_ceil(1_000_000).min(u64::MAX as u128) as u64)
+}
+
 /// An [`Instant`] and the [`now_ns`] reading of the same moment: the two
 /// scales' common point (they are the same clock). The instant is read
 /// between two [`now_ns`] readings and paired with their midpoint; of a

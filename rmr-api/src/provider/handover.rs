@@ -10,7 +10,8 @@
 //! aimed at it meanwhile waits until the helper's next look. So after the
 //! helper took an endpoint over, it looks at it again [`FAST_LOOKS`] times
 //! at a quick pace (the backend's: 200 us asked of timers that wait in
-//! `epoll_wait`'s whole milliseconds, so about 1 ms) while threads drive it
+//! whole milliseconds, [`helper_grain`](super::clock::helper_grain), so
+//! about 1 ms) while threads drive it
 //! once more, and a wait that lasts from one quick look to the next is
 //! left to tell the helper itself as it ends ([`Handover::leave`]): the
 //! helper then takes over at once.

@@ -137,7 +137,9 @@ impl SoftEvd {
                     // left out (idle at the last wait): what came to them
                     // meanwhile is taken in, as a poll of the EVD promises.
                     looks = 1;
-                    ready = self.poll_once(&drivers, deadline, done, false, true, 0);
+                    // (No deadline passed on: only the drivers' own timers
+                    // count as due, so an idle look drives nothing.)
+                    ready = self.poll_once(&drivers, None, done, false, true, 0);
                     continue;
                 }
                 break false;
@@ -415,6 +417,8 @@ impl SoftEvd {
         done: &dyn Fn() -> bool,
     ) -> bool {
         let start = Instant::now();
+        // Never past the deadline: a poll (a zero timeout) does not spin.
+        let spin = deadline.map_or(spin, |d| spin.min(d.saturating_duration_since(start)));
         while start.elapsed() < spin {
             if done() {
                 return true;

@@ -347,10 +347,10 @@ fn a_zero_timeout_wait_looks_at_drivers_that_were_idle() {
         let mut ends = Vec::new();
         for _ in 0..n {
             let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
-            let d: Arc<dyn Driver> =
-                Arc::new(PipeDriver { rd, evd: w.clone(), drives: AtomicUsize::new(0) });
+            let p = Arc::new(PipeDriver { rd, evd: w.clone(), drives: AtomicUsize::new(0) });
+            let d: Arc<dyn Driver> = p.clone();
             evd.add_driver(&d);
-            ends.push((d, wr));
+            ends.push((p, wr));
         }
         assert_eq!(evd.many().is_some(), n > many::MANY, "{n} drivers");
         assert!(matches!(evd.wait(Some(Duration::from_millis(2)), 1), Err(Error::Timeout)));
@@ -359,7 +359,28 @@ fn a_zero_timeout_wait_looks_at_drivers_that_were_idle() {
             Ok(Event::Software(7)) => {}
             r => panic!("{n} drivers: a zero-timeout wait missed what an idle one had: {r:?}"),
         }
-        // With nothing there, it returns at once.
+        // With nothing there, it returns at once, having driven at most the
+        // one that moved in the last wait (the others get one look at their
+        // descriptors, not a drive each).
+        let drives = || ends.iter().map(|(p, _)| p.drives.load(Ordering::Relaxed)).sum::<usize>();
+        let before = drives();
         assert!(matches!(evd.wait(Some(Duration::ZERO), 1), Err(Error::Timeout)));
+        let driven = drives() - before;
+        assert!(driven <= 1, "{n} drivers: an idle poll drove {driven} of them");
     }
+}
+
+#[test]
+fn a_poll_with_no_drivers_does_not_spin() {
+    // A waiter asked to spin 30 s (what a layered EVD passes on from its
+    // own spin) but given no time: it returns at once, not after the spin.
+    let evd = Arc::new(SoftEvd::new(16));
+    let e = evd.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let r = e.wait_or_poke_spin(Some(Duration::ZERO), 1, 0, Duration::from_secs(30));
+        let _ = tx.send(r.is_err());
+    });
+    let timed_out = rx.recv_timeout(Duration::from_secs(10)).expect("the poll spun");
+    assert!(timed_out, "nothing was queued");
 }
