@@ -8,14 +8,8 @@
 //! once before any IA opens; this file is its own test binary). Real TCP
 //! rails on loopback.
 
-use rmr_api::Cookie;
-use rmr_api::provider::conformance::helper::thread_switches;
-use rmr_api::provider::conformance::{Buf, Pair, Target, expect_ok};
-use rmr_api::{Access, DtoFlags, Error};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
-
-const RW: Access = Access::ALL;
+use rmr_api::provider::conformance::helper::{reads_while_polled, thread_switches};
+use rmr_api::provider::conformance::{Pair, Target};
 
 fn register() {
     backend_tcp::register();
@@ -32,33 +26,10 @@ fn reads_are_answered_by_the_poller(engine: &str, net: u8) {
     let helper = format!("rmr-tcp-127.0.{net}");
     let t = Target::new("multirail-poll", register, &a, &b);
     let p = Pair::new(&t);
-    let page = Buf::new(&p.pz_b, 4096, RW, 0);
-    let copy = Buf::new(&p.pz_a, 4096, RW, 0);
     const ROUNDS: u64 = 400;
     let (woken0, helpers) = thread_switches(&helper);
     assert!(helpers > 0, "side b's rails have progress helpers ({helper}...)");
-    let mut polls = 0u64;
-    for round in 1..=ROUNDS {
-        page.mem.write(4088, &round.to_le_bytes()).unwrap();
-        let a_done = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let ctx = page.ctx();
-                p.a.post_rdma_read(&[copy.sge()], ctx.at(0), Cookie(round), DtoFlags::empty())
-                    .unwrap();
-                expect_ok(&p.evd_a, round);
-                assert_eq!(copy.bytes()[4088..], round.to_le_bytes(), "round {round}");
-                a_done.store(true, Ordering::SeqCst);
-            });
-            while !a_done.load(Ordering::SeqCst) {
-                match p.evd_b.wait(Some(Duration::ZERO), 1) {
-                    Err(Error::Timeout) => polls += 1,
-                    r => panic!("round {round}: a read raises no event at its target: {r:?}"),
-                }
-                std::thread::yield_now();
-            }
-        });
-    }
+    let polls = reads_while_polled(&p, ROUNDS);
     // b's polls answered the reads: about 20 helper wake-ups in all, however
     // many reads (the endpoints' first looks; 18-27 were seen). Polls that
     // never read the sockets left every read to the helpers: at least one

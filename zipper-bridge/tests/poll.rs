@@ -7,11 +7,8 @@
 //! made rare (`RMR_TCP_WATCH_MS`, set once before any IA opens; this file
 //! is its own test binary). Real sockets on loopback.
 
-use rmr_api::provider::conformance::helper::thread_switches;
-use rmr_api::provider::conformance::{Buf, Pair, Target, expect_ok};
-use rmr_api::{Access, Cookie, DtoFlags, Error};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use rmr_api::provider::conformance::helper::{reads_while_polled, thread_switches};
+use rmr_api::provider::conformance::{Pair, Target};
 use zipper_bridge::{Bridge, BridgeConfig};
 
 #[test]
@@ -40,33 +37,10 @@ fn zero_timeout_waits_answer_reads_through_the_bridge() {
     );
     let p = Pair::new(&t);
     let helper = "rmr-tcp-127.0.8";
-    let page = Buf::new(&p.pz_b, 4096, Access::ALL, 0);
-    let copy = Buf::new(&p.pz_a, 4096, Access::ALL, 0);
     const ROUNDS: u64 = 200;
     // (b's helper may still be starting: counted from zero then.)
     let woken0 = thread_switches(helper).0;
-    let mut polls = 0u64;
-    for round in 1..=ROUNDS {
-        page.mem.write(4088, &round.to_le_bytes()).unwrap();
-        let a_done = AtomicBool::new(false);
-        std::thread::scope(|s| {
-            s.spawn(|| {
-                let ctx = page.ctx();
-                p.a.post_rdma_read(&[copy.sge()], ctx.at(0), Cookie(round), DtoFlags::empty())
-                    .unwrap();
-                expect_ok(&p.evd_a, round);
-                assert_eq!(copy.bytes()[4088..], round.to_le_bytes(), "round {round}");
-                a_done.store(true, Ordering::SeqCst);
-            });
-            while !a_done.load(Ordering::SeqCst) {
-                match p.evd_b.wait(Some(Duration::ZERO), 1) {
-                    Err(Error::Timeout) => polls += 1,
-                    r => panic!("round {round}: a read raises no event at its target: {r:?}"),
-                }
-                std::thread::yield_now();
-            }
-        });
-    }
+    let polls = reads_while_polled(&p, ROUNDS);
     // b's polls answered the reads: a few helper wake-ups in all, however
     // many reads. Polls that never read the socket left every read to the
     // helper: at least one wake-up each.

@@ -5,7 +5,9 @@
 //! watch); gone once the IA and its endpoints are. It counts the helper's
 //! wake-ups by its kernel context-switch counts, so a backend runs it as
 //! the one test of its own test binary (`tests/helper.rs`): the counts
-//! and the thread list are the process's.
+//! and the thread list are the process's. [`reads_while_polled`] is the
+//! load of a check, counted the same way, that a thread polling its EVD
+//! answers the reads aimed at it.
 
 use crate::ia::EpEvds;
 use crate::{Event, open};
@@ -141,4 +143,41 @@ pub fn helper_wakeups(r: &HelperRig<'_>) {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(thread_switches(helper).1, 0, "the helper ends with the IA");
+}
+
+/// Side a's thread reads the last 8 bytes of a 4 KiB region of side b's
+/// `rounds` times (each value checked), while b's thread only polls its
+/// EVD (zero-timeout waits, which must find no event: a read raises none
+/// at its target). Returns b's polls. A backend's test counts b's helper
+/// wake-ups around it ([`thread_switches`]): polls that drive b's
+/// endpoints answer the reads themselves.
+pub fn reads_while_polled(p: &super::Pair, rounds: u64) -> u64 {
+    use super::{Buf, expect_ok};
+    use crate::{Access, Cookie, DtoFlags, Error};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let page = Buf::new(&p.pz_b, 4096, Access::ALL, 0);
+    let copy = Buf::new(&p.pz_a, 4096, Access::ALL, 0);
+    let mut polls = 0u64;
+    for round in 1..=rounds {
+        page.mem.write(4088, &round.to_le_bytes()).unwrap();
+        let a_done = AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let ctx = page.ctx();
+                p.a.post_rdma_read(&[copy.sge()], ctx.at(0), Cookie(round), DtoFlags::empty())
+                    .unwrap();
+                expect_ok(&p.evd_a, round);
+                assert_eq!(copy.bytes()[4088..], round.to_le_bytes(), "round {round}");
+                a_done.store(true, Ordering::SeqCst);
+            });
+            while !a_done.load(Ordering::SeqCst) {
+                match p.evd_b.wait(Some(Duration::ZERO), 1) {
+                    Err(Error::Timeout) => polls += 1,
+                    r => panic!("round {round}: a read raises no event at its target: {r:?}"),
+                }
+                std::thread::yield_now();
+            }
+        });
+    }
+    polls
 }
