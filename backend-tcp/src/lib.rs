@@ -97,7 +97,8 @@
 //! ([`rmr_api::provider::clock::helper_grain`]): a look due in 200 µs comes
 //! about a millisecond later, so a thread that computes for less than
 //! that between its waits answers reads aimed at it in its next wait, or
-//! in a zero-timeout poll of its EVD, which drives its endpoints once.)
+//! in a zero-timeout poll of its EVD, which looks at its endpoints once
+//! and drives those with input.)
 //! After a takeover it looks more often for a while: a thread that
 //! computes between its waits tells it as it leaves a wait, and it takes
 //! the endpoint over at once, so RDMA reads and atomics aimed at a

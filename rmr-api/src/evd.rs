@@ -23,10 +23,10 @@ use std::time::{Duration, Instant};
 pub trait Evd: Send + Sync {
     /// Waits until at least `threshold` events are queued (1 if 0), then
     /// dequeues the oldest one. `None` waits forever. A zero timeout polls:
-    /// where the caller's thread makes the progress (the software EVDs of
-    /// the tcp, shm and ofi backends, and multirail's and the bridge's over
-    /// them), it still looks once, without blocking, at every endpoint
-    /// reporting here and drives those with input, so a loop that computes
+    /// where the caller's thread makes the progress (the tcp, shm and ofi
+    /// backends' EVDs, and multirail's and the bridge's over tcp or shm),
+    /// it still looks once, without blocking, at the endpoints reporting
+    /// here and drives those with something to do, so a loop that computes
     /// and polls now and then answers the RDMA reads and atomics peers aim
     /// at this process meanwhile.
     ///

@@ -20,7 +20,8 @@ use std::time::{Duration, Instant};
 /// as in a ping-pong, never hands the socket to another thread). Its timers
 /// wait in whole milliseconds (`rmr_api::provider::clock::helper_grain`):
 /// the look itself comes about 1 ms after the thread left, or at the
-/// helper's 2 ms watch when it has no quick looks left.
+/// helper's watch (`watch_ms`, 2 ms by default) when it has no quick looks
+/// left.
 pub(super) const LINGER: Duration = Duration::from_micros(200);
 
 /// How long an orderly disconnect waits for the peer's answer.

@@ -9,7 +9,8 @@
 //! reads from its neighbour every iteration, is then one page. Row r of the
 //! two grids (old and new) lie side by side, so a process's rows live
 //! mostly in the pages homed at it; where a block and the pages homed at
-//! its process do not line up (4 processes here), the rows written away
+//! its process do not line up (with 4 processes in `examples/tests/dsm.rs`,
+//! say), the rows written away
 //! from home go there as diffs. (Pages written by two processes at once,
 //! whose diffs merge at home, are rmr-dsm's litmus tests' false-sharing
 //! case.) [`reference()`] is the same computation in one process, for the
