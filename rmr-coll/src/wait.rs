@@ -13,7 +13,7 @@
 
 use crate::{Error, Result};
 use rmr_api::{Evd, Event};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest single progress wait of a flag wait: a write that lands without
@@ -26,15 +26,25 @@ pub(crate) struct Waiter {
     pub(crate) timeout: Duration,
     /// How long a wait spins before blocking (`None`: the EVD's own setting).
     spin: Option<Duration>,
+    /// A failure that came with what a wait was waiting for (see
+    /// [`Waiter::until`]): the next wait that is not done at once reports it.
+    deferred: Mutex<Option<Error>>,
 }
 
 impl Waiter {
     pub(crate) fn new(evd: Arc<dyn Evd>, timeout: Duration, spin: Option<Duration>) -> Waiter {
-        Waiter { evd, timeout, spin }
+        Waiter { evd, timeout, spin, deferred: Mutex::new(None) }
     }
 
     /// Makes progress until `done()` holds, handing every event that shows
     /// up meanwhile to `on_event`. Returns false on timeout.
+    ///
+    /// An event `on_event` fails on ends the wait with that failure, unless
+    /// `done()` holds by then: a progress helper may have taken in the
+    /// awaited flag and the failure together (a peer that signalled this
+    /// barrier, passed it and left) between this thread's look at the flag
+    /// and its look at the events. The wait then ends well, and the failure
+    /// is reported by the next wait that is not done at once.
     pub(crate) fn until(
         &self,
         done: &dyn Fn() -> bool,
@@ -54,9 +64,18 @@ impl Waiter {
                 return Ok(true);
             }
             first = false;
+            if let Some(e) = self.deferred.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                return Err(e);
+            }
             let mut got = false;
             while let Some(e) = self.evd.dequeue() {
-                on_event(e)?;
+                if let Err(err) = on_event(e) {
+                    if done() {
+                        *self.deferred.lock().unwrap_or_else(|p| p.into_inner()) = Some(err);
+                        return Ok(true);
+                    }
+                    return Err(err);
+                }
                 got = true;
             }
             if got {
@@ -118,5 +137,37 @@ pub(crate) fn stray(e: Event, rank_of: &dyn Fn(rmr_api::EpId) -> usize) -> Resul
             Err(Error::Link { rank: rank_of(ep), why: "disconnected".into() })
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmr_api::provider::SoftEvd;
+    use std::cell::Cell;
+
+    #[test]
+    fn a_failure_that_comes_with_the_flag_is_kept_for_the_next_wait() {
+        let evd: Arc<dyn Evd> = Arc::new(SoftEvd::new(16));
+        let w = Waiter::new(evd.clone(), Duration::from_secs(5), Some(Duration::ZERO));
+        let mut fail = |e: Event| Err(Error::Link { rank: 1, why: format!("{e:?}") });
+        // The flag lands (with the failure's event) between the wait's look
+        // at the flag and its look at the events.
+        evd.post_software(7).unwrap();
+        let looks = Cell::new(0);
+        let lands = || {
+            looks.set(looks.get() + 1);
+            looks.get() > 1
+        };
+        assert!(w.until(&lands, &mut fail).unwrap(), "the flag came: the wait ends well");
+        // A wait done at once keeps it; the next that is not reports it.
+        assert!(w.until(&|| true, &mut fail).unwrap());
+        match w.until(&|| false, &mut fail) {
+            Err(Error::Link { rank: 1, why }) => assert!(why.contains("Software(7)"), "{why}"),
+            r => panic!("the kept failure: {r:?}"),
+        }
+        // Reported once; without the flag a failure ends the wait at once.
+        evd.post_software(8).unwrap();
+        assert!(matches!(w.until(&|| false, &mut fail), Err(Error::Link { .. })));
     }
 }
