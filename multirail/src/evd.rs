@@ -105,14 +105,14 @@ pub(crate) fn hand_over(q: &SoftEvd, ev: Event) -> Option<Event> {
 /// Marks the calling thread as waiting on `q` for [`hand_over`] while it
 /// lives; an event handed over and not taken (a wait left by a panic) is
 /// queued when it ends.
-struct Waiting<'a> {
+struct HandOverTarget<'a> {
     q: &'a SoftEvd,
 }
 
-impl<'a> Waiting<'a> {
+impl<'a> HandOverTarget<'a> {
     fn new(q: &'a SoftEvd) -> Self {
         WAITING_ON.set(q);
-        Waiting { q }
+        HandOverTarget { q }
     }
     /// The event handed over since, if any.
     fn take(&self) -> Option<Event> {
@@ -120,7 +120,7 @@ impl<'a> Waiting<'a> {
     }
 }
 
-impl Drop for Waiting<'_> {
+impl Drop for HandOverTarget<'_> {
     fn drop(&mut self) {
         WAITING_ON.set(std::ptr::null());
         if let Some(ev) = HANDED.take() {
@@ -324,9 +324,9 @@ impl MrEvd {
         let spin = self.q.spin_time().saturating_sub(waited);
         // A receive the rails' sink translates in this thread comes
         // straight here (see `hand_over`), older than anything queued.
-        let waiting = (threshold == 1).then(|| Waiting::new(&self.q));
+        let target = (threshold == 1).then(|| HandOverTarget::new(&self.q));
         let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
-        if let Some(h) = waiting.as_ref().and_then(Waiting::take) {
+        if let Some(h) = target.as_ref().and_then(HandOverTarget::take) {
             if let Ok(Some(e)) = r {
                 self.q.push_front(e);
             }
@@ -372,16 +372,16 @@ impl MrEvd {
 
 /// A thread counted among an EVD's waiters while this lives (also when
 /// the wait unwinds).
-struct Waiter<'a>(&'a AtomicUsize);
+struct CountedWaiter<'a>(&'a AtomicUsize);
 
-impl<'a> Waiter<'a> {
-    fn new(n: &'a AtomicUsize) -> Waiter<'a> {
+impl<'a> CountedWaiter<'a> {
+    fn new(n: &'a AtomicUsize) -> CountedWaiter<'a> {
         n.fetch_add(1, Ordering::SeqCst);
-        Waiter(n)
+        CountedWaiter(n)
     }
 }
 
-impl Drop for Waiter<'_> {
+impl Drop for CountedWaiter<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
@@ -389,10 +389,10 @@ impl Drop for Waiter<'_> {
 
 impl Evd for MrEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
-        let waiting = Waiter::new(&self.waiters);
+        let counted = CountedWaiter::new(&self.waiters);
         let mut started = None;
         let r = self.wait_inner(timeout, threshold, &mut started);
-        drop(waiting);
+        drop(counted);
         // What this wait took sizes the next ones' spin (a timeout teaches
         // that spinning would not have caught it).
         if let Some(s) = started {
@@ -421,7 +421,7 @@ impl Evd for MrEvd {
             return self.q.progress_until(timeout, spin, ready);
         }
         // A waiter here: rail threads leave the harvest to this thread.
-        let _waiting = Waiter::new(&self.waiters);
+        let _counted = CountedWaiter::new(&self.waiters);
         // Rail events become this EVD's (queued, not dequeued).
         let blind = self.blind.load(Ordering::Acquire);
         self.q.progress_over(timeout, spin, ready, blind, || self.progress(false).0)
@@ -470,7 +470,7 @@ mod tests {
         let other = SoftEvd::new(16);
         // Nobody waits: queued by the caller.
         assert_eq!(value(hand_over(&q, Event::Software(1))), Some(1));
-        let w = Waiting::new(&q);
+        let w = HandOverTarget::new(&q);
         // Bound for another queue: not this wait's.
         assert_eq!(value(hand_over(&other, Event::Software(2))), Some(2));
         // Another thread's sink: not this thread's wait.
@@ -494,7 +494,7 @@ mod tests {
     fn an_event_handed_to_a_wait_that_left_is_queued_first() {
         let q = SoftEvd::new(16);
         {
-            let _w = Waiting::new(&q);
+            let _w = HandOverTarget::new(&q);
             assert_eq!(value(hand_over(&q, Event::Software(1))), None);
             // Pushed later by another thread.
             q.push(Event::Software(2));
