@@ -71,6 +71,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_helpers_grain_rounds_up_to_whole_milliseconds() {
+        let ms = Duration::from_millis;
+        assert_eq!(helper_grain(Duration::ZERO), Duration::ZERO);
+        assert_eq!(helper_grain(Duration::from_nanos(1)), ms(1));
+        assert_eq!(helper_grain(Duration::from_micros(200)), ms(1));
+        assert_eq!(helper_grain(ms(2)), ms(2));
+        assert_eq!(helper_grain(ms(2) + Duration::from_nanos(1)), ms(3));
+        assert_eq!(helper_grain(Duration::MAX), ms(u64::MAX));
+    }
+
+    #[test]
     fn the_scales_agree_and_the_clock_moves_forward() {
         let a = now_ns();
         let t = Instant::now();
