@@ -183,8 +183,7 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
     let locked = word.get(0)?;
     let counted = dsm.counter()?;
     let ranks = dsm.reduce(ReduceOp::Sum, dsm.rank() as i64)?;
-    let [fetched, diff_bytes, diff_runs, whole, _barriers, _locks, retries, pushed, _unchanged] =
-        dsm.job_stats()?;
+    let [fetched, diff_bytes, diff_runs, whole, _barriers, _locks, retries] = dsm.job_stats()?;
 
     if dsm.rank() == 0 {
         let want = heat::reference(g, a.iters);
@@ -196,7 +195,7 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "procs={} spec={} launcher=\"{}\" rows={} cols={} iters={} us_per_iter={:.1} join_ms={} \
              checksum={:016x} reference={:016x} bit_identical={} matvec_n={} matvec_us={:.1} \
-             matvec_identical={} pages_fetched={} pages_pushed={} diff_bytes={} diff_runs={} whole_page_bytes={} \
+             matvec_identical={} pages_fetched={} diff_bytes={} diff_runs={} whole_page_bytes={} \
              lock_total={} lock_expected={} counter_total={} lock_retries={} reduce_ok={} \
              rank0_binding=\"{}\"",
             dsm.procs(),
@@ -214,7 +213,6 @@ fn member(a: &Args) -> Result<(), Box<dyn std::error::Error>> {
             mv.per_iter.as_secs_f64() * 1e6,
             mv_same,
             fetched,
-            pushed,
             diff_bytes,
             diff_runs,
             whole,

@@ -9,7 +9,6 @@
 //! compute thread, rayon's threads, its transport's helpers) stays on its
 //! own cores.
 
-use super::{DsmError, Result};
 use hwloc2::{CpuBindFlags, CpuSet, ObjectType, Topology};
 
 /// Where the runtime places this process on its node.
@@ -83,16 +82,6 @@ fn share(cores: usize, rank: usize, local: usize) -> Option<(usize, usize)> {
     }
     let k = cores / local;
     Some((rank * k, rank * k + k - 1))
-}
-
-/// `RMR_DSM_BIND` (`auto` or `off`) over the configured [`Bind`].
-pub(crate) fn bind_setting(configured: Bind) -> Result<Bind> {
-    match std::env::var("RMR_DSM_BIND").as_deref() {
-        Err(_) => Ok(configured),
-        Ok("auto") => Ok(Bind::Auto),
-        Ok("off") => Ok(Bind::Off),
-        Ok(v) => Err(DsmError::Config(format!("RMR_DSM_BIND={v}: expected auto or off"))),
-    }
 }
 
 #[cfg(test)]

@@ -37,12 +37,6 @@
 //!   changed byte runs (the *diff* against the twin) home with RDMA writes,
 //!   all in flight together — TreadMarks' and Cluster OpenMP's release
 //!   consistency, with explicit accessors instead of page faults.
-//! - **Pushed pages.** For the pages a process reads from the same home in
-//!   every interval (a stencil's halo rows), [`Dsm::subscribe`] has the
-//!   home push them after each barrier — the whole page, or an empty
-//!   message when it is unchanged — instead of the reader fetching them:
-//!   the home sends as it leaves the barrier, where a read waits for the
-//!   home's thread to reach the network (on TCP) and for a round trip.
 //! - **Release and acquire.** [`Dsm::barrier`] is release + barrier +
 //!   acquire; [`Dsm::lock`] acquires (after sending this process's own
 //!   writes home, so none is lost), dropping its [`LockGuard`] releases.
@@ -69,10 +63,8 @@
 mod bind;
 mod mesh;
 mod omp;
-mod push;
 mod runtime;
 mod shared;
-mod subs;
 mod sync;
 
 pub use bind::Bind;

@@ -1,16 +1,15 @@
 //! The runtime's core: the region and its pages, homes, copies, twins,
 //! diffs, release and acquire, the barrier.
 
-use super::bind::{Bind, bind_process, bind_setting};
+use super::bind::{Bind, bind_process};
 use super::mesh::Mesh;
-use super::subs::{Pushing, Wanted};
 use super::{DsmError, PAGE, Result};
 use rmr::boot::Bootstrap;
 use rmr::coll::{Barrier, BarrierConfig};
 use rmr::node::{Fabric, Registered};
 use rmr::{Access, Cookie, DtoFlags, Ep, Lmr, MemRegion, RmrContext, Sge};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Runtime settings.
@@ -106,9 +105,6 @@ pub(crate) enum Page {
     Dirty(Box<[u8]>),
     /// An RDMA read into the copy is in flight (the DTO's cookie).
     Fetching(u64),
-    /// A receive for the home's push of the page after a barrier is posted
-    /// into the copy (the receive's cookie; see [`Dsm::subscribe`]).
-    Pushed(u64),
 }
 
 /// Counters of what the runtime moved (in [`Dsm::job_stats`] order).
@@ -128,11 +124,6 @@ pub struct Stats {
     pub lock_acquired: AtomicU64,
     /// Failed compare-and-swap attempts while taking a lock.
     pub lock_retries: AtomicU64,
-    /// Pages this process pushed in full to subscribers after barriers
-    /// (one per page and subscriber; see [`Dsm::subscribe`]).
-    pub pages_pushed: AtomicU64,
-    /// Pushes that said "unchanged since the last full push" instead.
-    pub pushes_unchanged: AtomicU64,
 }
 
 /// The sync area (pages `0..sync_pages`, homed at rank 0): lock words, the
@@ -174,19 +165,11 @@ pub struct Dsm {
     pub(crate) ctxs: Vec<RmrContext>,
     /// The same through shared memory, for the processes of this node.
     shm_ctxs: Vec<Option<RmrContext>>,
-    pub(crate) pages: Vec<Mutex<Page>>,
-    /// Per region page: the copy holds the bytes of the home's last full
-    /// push (so an "unchanged" push leaves it valid); cleared when the copy
-    /// is fetched or written.
-    pub(crate) fresh: Vec<AtomicBool>,
-    /// The remote pages this process wants pushed (see [`Dsm::subscribe`]).
-    pub(crate) wanted: Mutex<Wanted>,
-    /// The home pages this process pushes, and to whom.
-    pub(crate) pushing: Mutex<Pushing>,
+    pages: Vec<Mutex<Page>>,
     /// The remote pages that may hold a copy (each pushed when a fetch
     /// leaves `Invalid`): what a release or an acquire walks, so its cost
     /// grows with the pages this process touched, not with the region.
-    pub(crate) copies: Mutex<Vec<usize>>,
+    copies: Mutex<Vec<usize>>,
     /// The home of every region page: the sync area is rank 0's; user
     /// pages are dealt out in blocks over the region, and [`Dsm::alloc`]
     /// deals each array's own pages out in blocks again, so block `i` of
@@ -254,7 +237,6 @@ impl Dsm {
             .collect::<rmr::Result<Vec<_>>>()?;
         let barrier = Barrier::new(&boot, &ia, &cfg.barrier)?;
         let pages = (0..sync + upages).map(|_| Mutex::new(Page::Invalid)).collect();
-        let fresh = (0..sync + upages).map(|_| AtomicBool::new(false)).collect();
         let homes = (0..sync + upages)
             .map(|p| AtomicU32::new(if p < sync { 0 } else { ((p - sync) * n / upages) as u32 }))
             .collect();
@@ -275,9 +257,6 @@ impl Dsm {
             ctxs,
             shm_ctxs,
             pages,
-            fresh,
-            wanted: Mutex::default(),
-            pushing: Mutex::default(),
             copies: Mutex::new(Vec::new()),
             homes,
             barrier: Mutex::new(barrier),
@@ -332,7 +311,7 @@ impl Dsm {
     ///
     /// # Errors
     /// A failed exchange.
-    pub fn job_stats(&self) -> Result<[u64; 9]> {
+    pub fn job_stats(&self) -> Result<[u64; 7]> {
         let s = &self.stats;
         let mine = [
             &s.pages_fetched,
@@ -342,14 +321,12 @@ impl Dsm {
             &s.barriers,
             &s.lock_acquired,
             &s.lock_retries,
-            &s.pages_pushed,
-            &s.pushes_unchanged,
         ]
         .map(|a| a.load(Ordering::Relaxed));
         let b: Vec<u8> = mine.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let mut sum = [0u64; 9];
+        let mut sum = [0u64; 7];
         for theirs in self.boot.allgather(&b)? {
-            for (i, c) in theirs.chunks_exact(8).take(9).enumerate() {
+            for (i, c) in theirs.chunks_exact(8).take(7).enumerate() {
                 sum[i] += u64::from_le_bytes(c.try_into().expect("8"));
             }
         }
@@ -357,7 +334,7 @@ impl Dsm {
     }
 
     /// The home process of region page `p`.
-    pub(crate) fn home_of(&self, p: usize) -> usize {
+    fn home_of(&self, p: usize) -> usize {
         self.homes[p].load(Ordering::Relaxed) as usize
     }
 
@@ -370,9 +347,6 @@ impl Dsm {
         for k in 0..count {
             self.homes[first + k].store((k * self.n / count) as u32, Ordering::Relaxed);
         }
-        // Pushes of these pages came from their old homes: they end here
-        // (every process deals the same pages at the same point).
-        self.forget_pushes(first..first + count);
     }
 
     /// The user addresses homed at this process (a [`Dsm::share`] of the
@@ -396,11 +370,7 @@ impl Dsm {
 
     /// Splits user bytes `[addr, addr+len)` into (region page, offset in
     /// page, length), in ascending page order.
-    pub(crate) fn chunks(
-        &self,
-        addr: usize,
-        len: usize,
-    ) -> impl Iterator<Item = (usize, usize, usize)> {
+    fn chunks(&self, addr: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize)> {
         let start = self.sync * PAGE + addr;
         let end = start + len;
         let mut at = start;
@@ -416,52 +386,33 @@ impl Dsm {
 
     /// The pages of user bytes `[addr, addr+len)` homed elsewhere, each
     /// once, ascending.
-    pub(crate) fn remote_pages(&self, addr: usize, len: usize) -> impl Iterator<Item = usize> {
+    fn remote_pages(&self, addr: usize, len: usize) -> impl Iterator<Item = usize> {
         self.chunks(addr, len).map(|(p, _, _)| p).filter(|&p| self.home_of(p) != self.me)
     }
 
     /// Locks the state of every remote page of `[addr, addr+len)` (in
     /// ascending order, so two callers never wait on each other in a
     /// cycle) and fetches the invalid ones, all reads in flight at once
-    /// (and waits for those a prefetch started, and for pushes).
+    /// (and waits for those a prefetch started).
     fn hold(&self, addr: usize, len: usize) -> Result<Vec<(usize, MutexGuard<'_, Page>)>> {
         let mut held: Vec<_> = self
             .remote_pages(addr, len)
             .map(|p| (p, self.pages[p].lock().unwrap_or_else(|e| e.into_inner())))
             .collect();
-        self.fetch_invalid(&mut held)?;
-        if self.land_pushes(&mut held)? {
-            // A push said "unchanged" to a copy that is not the last full
-            // push's: fetched after all.
-            self.fetch_invalid(&mut held)?;
+        for (p, st) in &mut held {
+            if matches!(**st, Page::Invalid) {
+                self.post_fetch(*p, st)?;
+            }
         }
         self.settle(&mut held)?;
         Ok(held)
     }
 
-    /// Posts the reads of the invalid pages among `held`.
-    fn fetch_invalid(&self, held: &mut [(usize, MutexGuard<'_, Page>)]) -> Result<()> {
-        for (p, st) in held {
-            if matches!(**st, Page::Invalid) {
-                self.post_fetch(*p, st)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The EP that carries page data between this process and `peer`,
-    /// and whether it is an shm EP (then the LMRs and keys of the shm IA
-    /// go with it).
-    pub(crate) fn route(&self, peer: usize) -> Result<(&Arc<dyn Ep>, bool)> {
-        let (ep, shm) = self.mesh.data_ep(peer)?;
-        Ok((ep, shm && self.shm_ctxs.get(peer).copied().flatten().is_some()))
-    }
-
     /// The EP, the cache's LMR and the home's context for page data to
     /// `home`: over shared memory to a process of this node (its shm key),
     /// else over the network.
-    pub(crate) fn data_path(&self, home: usize) -> Result<DataPath<'_>> {
-        match (self.route(home)?, self.shm_ctxs.get(home).copied().flatten()) {
+    fn data_path(&self, home: usize) -> Result<DataPath<'_>> {
+        match (self.mesh.data_ep(home)?, self.shm_ctxs.get(home).copied().flatten()) {
             ((ep, true), Some(ctx)) => {
                 Ok((ep, self.cache_reg.lmr_for(&self.mesh.fabric, home), ctx))
             }
@@ -479,7 +430,6 @@ impl Dsm {
         let c = self.mesh.cookie();
         self.mesh.post(|| ep.post_rdma_read(&sge, ctx.at(off), Cookie(c), DtoFlags::empty()))?;
         *st = Page::Fetching(c);
-        self.fresh[p].store(false, Ordering::Relaxed);
         self.copies.lock().unwrap_or_else(|e| e.into_inner()).push(p);
         self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
         Ok(())
@@ -561,7 +511,6 @@ impl Dsm {
             if matches!(**st, Page::Clean) {
                 let twin = self.cache.to_vec((*p * PAGE) as u64, PAGE)?;
                 **st = Page::Dirty(twin.into_boxed_slice());
-                self.fresh[*p].store(false, Ordering::Relaxed);
             }
         }
         let mut at = 0;
@@ -576,12 +525,11 @@ impl Dsm {
     /// Sends the diff of every dirty copy to its page's home, every run in
     /// flight at once (per home, the runs before the last go suppressed;
     /// the last, signalled, completes after them), and waits until all of
-    /// it has landed. On an acquire every copy is dropped too, so later
-    /// reads fetch fresh pages (or take the homes' pushes); on a release
-    /// written copies stay as clean ones. A copy is never dropped before
-    /// its diff went home: writes made before an acquire are kept.
-    pub(crate) fn sync_copies(&self, walk: Walk) -> Result<()> {
-        let drop_copies = walk != Walk::Release;
+    /// it has landed. With `drop_copies` (acquire), every copy is dropped
+    /// too, so later reads fetch fresh pages; without (release), written
+    /// copies stay as clean ones. A copy is never dropped before its diff
+    /// went home: writes made before an acquire are kept.
+    pub(crate) fn sync_copies(&self, drop_copies: bool) -> Result<()> {
         let mut last: Vec<Option<(u64, u64)>> = vec![None; self.n];
         let mut list = {
             let mut c = self.copies.lock().unwrap_or_else(|e| e.into_inner());
@@ -589,24 +537,14 @@ impl Dsm {
         };
         list.sort_unstable();
         list.dedup();
-        let mut kept = Vec::new();
         for (i, &p) in list.iter().enumerate() {
-            match self.sync_page(p, walk, &mut last) {
-                Ok(true) => kept.push(p),
-                Ok(false) => {}
-                Err(e) => {
-                    if drop_copies {
-                        // Not walked: still copies to drop at the next acquire.
-                        let mut c = self.copies.lock().unwrap_or_else(|e| e.into_inner());
-                        c.extend(&list[i..]);
-                        c.extend(kept);
-                    }
-                    return Err(e);
+            if let Err(e) = self.sync_page(p, drop_copies, &mut last) {
+                if drop_copies {
+                    // Not walked: still copies to drop at the next acquire.
+                    self.copies.lock().unwrap_or_else(|e| e.into_inner()).extend(&list[i..]);
                 }
+                return Err(e);
             }
-        }
-        if !kept.is_empty() {
-            self.copies.lock().unwrap_or_else(|e| e.into_inner()).extend(kept);
         }
         let mut cookies = Vec::new();
         for (home, l) in last.into_iter().enumerate() {
@@ -623,27 +561,21 @@ impl Dsm {
         Ok(())
     }
 
-    /// [`Dsm::sync_copies`] for remote page `p`: a fetch in flight lands,
-    /// and so does a push (but a barrier's acquire keeps the receives its
-    /// release posted); a dirty copy's runs are posted (each home's last
-    /// run is left in `last`, to go signalled); an acquire drops the copy.
-    /// Returns whether the page stays a copy to walk at the next acquire
-    /// (a push still awaited).
-    fn sync_page(&self, p: usize, walk: Walk, last: &mut [Option<(u64, u64)>]) -> Result<bool> {
+    /// [`Dsm::sync_copies`] for remote page `p`: a fetch in flight lands;
+    /// a dirty copy's runs are posted (each home's last run is left in
+    /// `last`, to go signalled); with `drop_copies` the copy is dropped.
+    fn sync_page(
+        &self,
+        p: usize,
+        drop_copies: bool,
+        last: &mut [Option<(u64, u64)>],
+    ) -> Result<()> {
         let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
-        match *st {
-            Page::Fetching(c) => {
-                // A prefetch in flight lands before the copy is dropped or kept.
-                let r = self.mesh.wait_all(&[c]);
-                *st = if r.is_ok() { Page::Clean } else { Page::Invalid };
-                r?;
-            }
-            Page::Pushed(_) if walk == Walk::BarrierAcquire => return Ok(true),
-            Page::Pushed(c) => {
-                let r = self.mesh.wait_all(&[c]);
-                self.landed(p, &mut st, r.map(|mut v| v.pop().map_or(0, |d| d.bytes)))?;
-            }
-            _ => {}
+        if let Page::Fetching(c) = *st {
+            // A prefetch in flight lands before the copy is dropped or kept.
+            let r = self.mesh.wait_all(&[c]);
+            *st = if r.is_ok() { Page::Clean } else { Page::Invalid };
+            r?;
         }
         if let Page::Dirty(twin) = &*st {
             let home = self.home_of(p);
@@ -665,10 +597,10 @@ impl Dsm {
             }
             *st = Page::Clean;
         }
-        if walk != Walk::Release {
+        if drop_copies {
             *st = Page::Invalid;
         }
-        Ok(false)
+        Ok(())
     }
 
     /// A release-consistency barrier: every process's writes before it are
@@ -681,15 +613,9 @@ impl Dsm {
         if let Some(e) = self.deferred.lock().unwrap_or_else(|e| e.into_inner()).take() {
             return Err(e);
         }
-        self.sync_copies(Walk::Release)?;
-        // Receives for the pages subscribed to, posted before this
-        // process arrives: their homes push once everyone has arrived.
-        self.expect_pushes()?;
+        self.sync_copies(false)?;
         self.barrier.lock().unwrap_or_else(|e| e.into_inner()).wait()?;
-        self.sync_copies(Walk::BarrierAcquire)?;
-        // Every diff of the interval is home now: push the pages others
-        // subscribed to before this process writes again.
-        self.push()?;
+        self.sync_copies(true)?;
         self.stats.barriers.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -705,16 +631,14 @@ impl Dsm {
     }
 }
 
-/// What [`Dsm::sync_copies`] does to the copies it walks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Walk {
-    /// Send diffs home; keep the copies.
-    Release,
-    /// Send diffs home, then drop every copy (pushes awaited land first).
-    Acquire,
-    /// The same after a barrier, which keeps the copies whose pushes its
-    /// release asked for (they land when the page is next accessed).
-    BarrierAcquire,
+/// `RMR_DSM_BIND` (`auto` or `off`) over the configured [`Bind`].
+fn bind_setting(configured: Bind) -> Result<Bind> {
+    match std::env::var("RMR_DSM_BIND").as_deref() {
+        Err(_) => Ok(configured),
+        Ok("auto") => Ok(Bind::Auto),
+        Ok("off") => Ok(Bind::Off),
+        Ok(v) => Err(DsmError::Config(format!("RMR_DSM_BIND={v}: expected auto or off"))),
+    }
 }
 
 /// Block `me` of `n` of `range`.

@@ -115,26 +115,6 @@ impl<'a, T: Pod> Shared<'a, T> {
         self.dsm.prefetch(addr, bytes)
     }
 
-    /// Has the pages of elements `range` pushed to this process after
-    /// every barrier by their homes (see [`Dsm::subscribe`]: a collective).
-    ///
-    /// # Errors
-    /// [`DsmError::OutOfBounds`], or what [`Dsm::subscribe`] returns.
-    pub fn subscribe(&self, range: Range<usize>) -> Result<()> {
-        let (addr, bytes) = self.span(range.start, range.end.saturating_sub(range.start))?;
-        self.dsm.subscribe(addr, bytes)
-    }
-
-    /// Ends the pushes of the pages of elements `range` (see
-    /// [`Dsm::unsubscribe`]).
-    ///
-    /// # Errors
-    /// [`DsmError::OutOfBounds`].
-    pub fn unsubscribe(&self, range: Range<usize>) -> Result<()> {
-        let (addr, bytes) = self.span(range.start, range.end.saturating_sub(range.start))?;
-        self.dsm.unsubscribe(addr, bytes)
-    }
-
     /// Elements `range` as a vector.
     ///
     /// # Errors

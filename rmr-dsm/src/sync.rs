@@ -5,7 +5,7 @@
 //! and NIC atomics never mix on one word (on verbs they are not atomic
 //! with respect to each other).
 
-use super::runtime::{COUNTER_OFF, Dsm, LOCK_SLOTS, Walk};
+use super::runtime::{COUNTER_OFF, Dsm, LOCK_SLOTS};
 use super::{DsmError, Result};
 use rmr::{CompareSwap, Cookie, DtoFlags, Sge};
 use std::sync::atomic::Ordering;
@@ -104,13 +104,13 @@ impl Dsm {
         self.stats.lock_acquired.fetch_add(1, Ordering::Relaxed);
         // From here on the guard frees the word, even if the acquire fails.
         let g = LockGuard { dsm: self, slot, held: true };
-        self.sync_copies(Walk::Acquire)?;
+        self.sync_copies(true)?;
         Ok(g)
     }
 
     /// Sends this process's writes home (release), then frees lock `slot`.
     fn release(&self, slot: u64) -> Result<()> {
-        let flushed = self.sync_copies(Walk::Release);
+        let flushed = self.sync_copies(false);
         let me = self.me as u64 + 1;
         let freed = match self.cas(8 * slot, me, 0)? {
             v if v == me => Ok(()),

@@ -16,11 +16,6 @@
 //! - false sharing: processes writing disjoint words of one page (homed
 //!   at a third process where there is one) all land;
 //! - many pages written by every process at once;
-//! - pushed pages (`subscribe`): a page written by its home and by third
-//!   parties reaches its subscribers by push after each barrier, changed
-//!   or not, also when a subscriber dropped and re-read its copy under a
-//!   lock meanwhile; after `unsubscribe` readers still see writes and the
-//!   home pushes nothing more;
 //! - reductions: every process gets the same, right value;
 //! - a panic while holding a guard leaves the lock free;
 //! - bad input (no room, an index or address outside) gets a typed error
@@ -210,67 +205,6 @@ fn litmus(dsm: &Dsm) -> Vec<&'static str> {
         dsm.barrier().expect("barrier");
     }
     passed.push("many_pages");
-
-    // Pushed pages. Page r of the array is homed at rank r; every process
-    // but the last subscribes to the last one's page (at the last process
-    // itself, its own page: left out). In odd rounds every process writes
-    // its own word of it (the home directly, the others by diffs that
-    // reach the home before it pushes); in even rounds nobody does (an
-    // "unchanged" push). Every fourth round of eight, the subscribers drop
-    // their copy under a lock and read it again, so the next "unchanged"
-    // push finds a copy that is not the last full push's.
-    let pushed = dsm.alloc::<u64>(512 * n).expect("alloc");
-    let home = n - 1;
-    let watched = 512 * home;
-    let value = |r: usize, k: u64| k.div_ceil(2) * 100 + r as u64;
-    pushed.subscribe(watched..watched + n).expect("subscribe");
-    let (fetched0, full0, same0) = {
-        let s = dsm.stats();
-        let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-        (get(&s.pages_fetched), get(&s.pages_pushed), get(&s.pushes_unchanged))
-    };
-    for k in 1..=ROUNDS {
-        if k % 2 == 1 {
-            pushed.set(watched + me, value(me, k)).expect("write");
-        }
-        if k % 8 == 4 && me != home {
-            drop(dsm.lock("pushed").expect("lock"));
-            assert_eq!(pushed.get(watched + me).expect("read"), value(me, k), "pushed, round {k}");
-        }
-        dsm.barrier().expect("barrier");
-        let all = pushed.to_vec(watched..watched + n).expect("read");
-        assert!(
-            all.iter().enumerate().all(|(r, &v)| v == value(r, k)),
-            "pushed pages, round {k}: rank {me} saw {all:?}"
-        );
-        dsm.barrier().expect("barrier");
-    }
-    let s = dsm.stats();
-    let get = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
-    let subs = (n - 1) as u64;
-    if me == home {
-        // A full push per subscriber after each odd round's first barrier
-        // (the page changed), an empty one after every other barrier.
-        assert_eq!(get(&s.pages_pushed) - full0, ROUNDS / 2 * subs, "full pushes");
-        assert_eq!(get(&s.pushes_unchanged) - same0, 3 * ROUNDS / 2 * subs, "empty pushes");
-    } else {
-        // Reads: the first write's, before any push came; and for each
-        // copy dropped under the lock, the read in the critical section
-        // and the next two accesses (the pushes after the next two
-        // barriers say "unchanged" to a copy that, read meanwhile, may not
-        // be the last full push's).
-        assert_eq!(get(&s.pages_fetched) - fetched0, 1 + 3 * (ROUNDS / 8), "pages read");
-    }
-    pushed.unsubscribe(watched..watched + n).expect("unsubscribe");
-    let pushes = get(&s.pages_pushed) + get(&s.pushes_unchanged);
-    if me == home {
-        pushed.set(watched + me, 1).expect("write");
-    }
-    dsm.barrier().expect("barrier");
-    assert_eq!(pushed.get(watched + home).expect("read"), 1, "a write after unsubscribe");
-    assert_eq!(get(&s.pages_pushed) + get(&s.pushes_unchanged), pushes, "pushes went on");
-    dsm.barrier().expect("barrier");
-    passed.push("pushed_pages");
 
     // Reductions.
     for k in 0..5 {
@@ -463,7 +397,7 @@ fn job_in(spec: &str, how: (bool, &str), n: usize) -> Vec<String> {
         .unwrap_or_default()
 }
 
-const ALL: [&str; 13] = [
+const ALL: [&str; 12] = [
     "bad_input",
     "message_passing_lock",
     "message_passing_barrier",
@@ -473,7 +407,6 @@ const ALL: [&str; 13] = [
     "write_then_lock",
     "false_sharing",
     "many_pages",
-    "pushed_pages",
     "reduce",
     "panic_releases_guard",
     "placement",
@@ -537,10 +470,8 @@ fn synchronisation_words_are_touched_only_through_dto_atomics() {
         ("lib.rs", include_str!("../src/lib.rs")),
         ("mesh.rs", include_str!("../src/mesh.rs")),
         ("omp.rs", include_str!("../src/omp.rs")),
-        ("push.rs", include_str!("../src/push.rs")),
         ("runtime.rs", include_str!("../src/runtime.rs")),
         ("shared.rs", include_str!("../src/shared.rs")),
-        ("subs.rs", include_str!("../src/subs.rs")),
         ("sync.rs", include_str!("../src/sync.rs")),
     ];
     for (file, src) in sources {
@@ -548,6 +479,6 @@ fn synchronisation_words_are_touched_only_through_dto_atomics() {
             assert!(!src.contains(call), "rmr-dsm's {file} calls {call}..)");
         }
     }
-    let sync = sources[7].1;
+    let sync = sources[5].1;
     assert!(sync.contains("post_cmp_swap(") && sync.contains("post_fetch_add("));
 }

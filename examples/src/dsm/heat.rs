@@ -89,21 +89,6 @@ pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
     let stride = g.stride();
     let grids = dsm.alloc::<f64>(2 * g.rows * stride)?;
     let at = |k: usize, r: usize| (2 * r + k) * stride;
-    // The rows next to this process's block live at its neighbours and
-    // are read in every iteration: have their homes push them after each
-    // barrier (both grids: each iteration reads one and writes the other),
-    // rather than reading them from homes that are busy computing.
-    let mine = dsm.share(1..g.rows - 1);
-    let halo = |k: usize| {
-        let row = |r: usize| at(k, r)..at(k, r) + g.cols;
-        let (above, below) =
-            if mine.is_empty() { (0..0, 0..0) } else { (row(mine.start - 1), row(mine.end)) };
-        [above, below]
-    };
-    let halos = [halo(0), halo(1)].concat();
-    for rows in &halos {
-        grids.subscribe(rows.clone())?;
-    }
     // Each process fills its block of rows of both grids.
     dsm.parallel_for(0..g.rows, |r| {
         let row = g.initial(r);
@@ -113,6 +98,16 @@ pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
     let start = Instant::now();
     for it in 0..iters {
         let (src, dst) = (it % 2, (it + 1) % 2);
+        // The rows next to this process's block live at its neighbours:
+        // start fetching them now, while the neighbours are still in the
+        // barrier's runtime, rather than when the loop reaches them (the
+        // source grid's rows only: one page each).
+        let mine = dsm.share(1..g.rows - 1);
+        if !mine.is_empty() {
+            let row = |r: usize| at(src, r)..at(src, r) + g.cols;
+            grids.prefetch(row(mine.start - 1))?;
+            grids.prefetch(row(mine.end))?;
+        }
         dsm.parallel_for(1..g.rows - 1, |r| {
             let mut three = vec![0.0; 3 * g.cols];
             for (k, row) in three.chunks_mut(g.cols).enumerate() {
@@ -126,10 +121,6 @@ pub fn run(dsm: &Dsm, g: Grid, iters: usize) -> Result<HeatRun> {
         })?;
     }
     let per_iter = start.elapsed() / iters.max(1) as u32;
-    // Every process, between the same two barriers.
-    for rows in halos {
-        grids.unsubscribe(rows)?;
-    }
     let mut grid = Vec::new();
     if dsm.rank() == 0 {
         grid = vec![0.0; g.rows * g.cols];
