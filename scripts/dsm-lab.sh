@@ -11,14 +11,20 @@
 # transport's helpers share their host's CPU, never the other host's.
 # Compare with one single-threaded process on one CPU
 # (`taskset -c 0 dsm --sweep 1`, as scripts/bench-dsm.sh does).
+# DSM_BIN runs another build of the example (an old one, to compare)
+# instead of building this checkout's.
 #   scripts/dsm-lab.sh [RATES] [dsm args...]     e.g. scripts/dsm-lab.sh 1gbit,1gbit --iters 100
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RATES=${1:-1gbit,1gbit}; shift || true
 P=rmrdsm
 trap 'scripts/lab.sh down $P' EXIT
-cargo build --release -q -p rmr-examples --example dsm
-D=$PWD/target/release/examples/dsm
+if [ -n "${DSM_BIN:-}" ]; then
+  D=$(realpath "$DSM_BIN")
+else
+  cargo build --release -q -p rmr-examples --example dsm
+  D=$PWD/target/release/examples/dsm
+fi
 scripts/lab.sh pair $P "$RATES" >/dev/null
 common=(RMR_SIZE=2 RMR_ROOT=198.18.0.1:7999 RMR_JOB_SECRET="$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')")
 ip netns exec $P-b env "${common[@]}" RMR_RANK=1 RMR_NODE=host-b \
