@@ -430,7 +430,7 @@ pub fn read_while_target_computes(p: &Pair, delay: Duration) {
         let c = match p.evd_a.wait(Some(WAIT), 1) {
             Ok(Event::Dto(c)) => c,
             other => panic!(
-                "the read was not answered within {WAIT:?} while the target computed: its progress helper never took the endpoint over ({other:?})"
+                "the read was not answered within {WAIT:?} while the target computed: its progress helper never took the endpoint over (the round whose message came {delay:?} after the receive; {other:?})"
             ),
         };
         read_done.store(true, Ordering::SeqCst);
