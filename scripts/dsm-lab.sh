@@ -16,14 +16,13 @@
 #   scripts/dsm-lab.sh [RATES] [dsm args...]     e.g. scripts/dsm-lab.sh 1gbit,1gbit --iters 100
 set -euo pipefail
 # A relative DSM_BIN is the caller's, resolved before the cd; it must exist.
-if [ -n "${DSM_BIN:-}" ]; then DSM_BIN=$(realpath -e "$DSM_BIN"); fi
+D=
+if [ -n "${DSM_BIN:-}" ]; then D=$(realpath -e "$DSM_BIN"); fi
 cd "$(dirname "$0")/.."
 RATES=${1:-1gbit,1gbit}; shift || true
 P=rmrdsm
 trap 'scripts/lab.sh down $P' EXIT
-if [ -n "${DSM_BIN:-}" ]; then
-  D=$DSM_BIN
-else
+if [ -z "$D" ]; then
   cargo build --release -q -p rmr-examples --example dsm
   D=$PWD/target/release/examples/dsm
 fi

@@ -364,12 +364,12 @@ pub fn write_send_ping_pong(p: &Pair, rounds: u64) -> Vec<[Duration; 3]> {
 /// the IAs with a helper watch longer than [`WAIT`] (then only the
 /// handover at the end of b's wait can answer in time).
 pub fn read_while_target_computes(p: &Pair, delay: Duration) {
-    /// Side b's time away after the read, well past the backends' quick
-    /// period (200 us).
-    const AWAY: Duration = Duration::from_millis(2);
     use crate::{DtoFlags, DtoOp};
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Instant;
+    /// Side b's time away after the read, well past the backends' quick
+    /// period (200 us).
+    const AWAY: Duration = Duration::from_millis(2);
     const LEN: usize = 8 << 10;
     let data = Buf::new(&p.pz_b, LEN, Access::ALL, 0);
     data.mem.write(0, &pattern(7, LEN)).unwrap();
