@@ -124,6 +124,12 @@ pub enum DsmError {
     /// A setting the runtime cannot take (an environment variable's value).
     #[error("setting: {0}")]
     Config(String),
+    /// An earlier barrier, lock or release of this process failed (the
+    /// reason given): it takes part in no more of the job's
+    /// synchronisation, as its writes may not have reached their homes or
+    /// its copies may be stale (see [`Dsm::barrier`]).
+    #[error("an earlier synchronisation of this process failed ({0}); it takes part in no more")]
+    Failed(String),
 }
 
 /// The runtime's result type.

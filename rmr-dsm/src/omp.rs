@@ -75,7 +75,9 @@ impl Dsm {
     ///
     /// # Errors
     /// The first error `f` returned (the loop still ends in the barrier on
-    /// every process, so no process is left waiting), or the barrier's.
+    /// every process, so no process is left waiting), or the barrier's
+    /// (once a barrier failed, this process meets no more: see
+    /// [`Dsm::barrier`]).
     pub fn parallel_for<F>(&self, range: Range<usize>, f: F) -> Result<()>
     where
         F: Fn(usize) -> Result<()> + Sync + Send,

@@ -8,9 +8,11 @@ use rmr::boot::Bootstrap;
 use rmr::coll::{Barrier, BarrierConfig};
 use rmr::node::{Fabric, Registered};
 use rmr::{Access, Cookie, DtoFlags, Ep, Lmr, MemRegion, RmrContext, Sge};
+use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::ThreadId;
 
 /// Runtime settings.
 #[derive(Clone, Debug)]
@@ -175,17 +177,32 @@ pub struct Dsm {
     /// deals each array's own pages out in blocks again, so block `i` of
     /// an array (what [`Dsm::share`] gives process `i`) lives at process `i`.
     homes: Vec<AtomicU32>,
-    barrier: Mutex<Barrier>,
+    pub(crate) barrier: Mutex<Barrier>,
     pub(crate) stats: Stats,
     /// Where [`Dsm::alloc`] hands out next (user address).
     pub(crate) alloc_next: Mutex<usize>,
     /// Reductions done (their slots alternate between two rounds).
     pub(crate) reductions: AtomicU64,
     /// A failure no caller could be told of (a lock guard's release in
-    /// `drop`): the next barrier reports it.
+    /// `drop`): the next barrier or lock reports it.
     pub(crate) deferred: Mutex<Option<DsmError>>,
+    /// Why this process no longer takes part in the job's synchronisation,
+    /// once a barrier, lock or release failed (see [`Dsm::barrier`]).
+    pub(crate) failed: Mutex<Option<String>>,
+    /// The lock words this process's threads hold (see [`Dsm::lock`]).
+    pub(crate) held: Held,
     /// Where this process runs (see [`Dsm::binding`]).
     binding: String,
+}
+
+/// The lock words this process's threads hold: word -> (the thread, how
+/// many of its guards hold it). A thread that holds a word takes it again
+/// without an atomic; another thread of this process waits here, not on
+/// the word at rank 0 (see [`Dsm::lock`]).
+#[derive(Default)]
+pub(crate) struct Held {
+    pub(crate) words: Mutex<HashMap<u64, (ThreadId, u32)>>,
+    pub(crate) freed: Condvar,
 }
 
 impl Dsm {
@@ -264,6 +281,8 @@ impl Dsm {
             alloc_next: Mutex::new(0),
             reductions: AtomicU64::new(0),
             deferred: Mutex::new(None),
+            failed: Mutex::new(None),
+            held: Default::default(),
             binding,
         };
         dsm.barrier()?;
@@ -428,9 +447,14 @@ impl Dsm {
         let (ep, lmr, ctx) = self.data_path(home)?;
         let sge = [Sge::new(&**lmr, off, PAGE as u64)];
         let c = self.mesh.cookie();
+        // Listed before the read goes out: an acquire another thread makes
+        // meanwhile finds the page (and waits for its read, then drops the
+        // copy), where a page listed after the post could keep data read
+        // before that acquire. A page listed whose read was refused is
+        // still `Invalid`, which a walk passes over.
+        self.copies.lock().unwrap_or_else(|e| e.into_inner()).push(p);
         self.mesh.post(|| ep.post_rdma_read(&sge, ctx.at(off), Cookie(c), DtoFlags::empty()))?;
         *st = Page::Fetching(c);
-        self.copies.lock().unwrap_or_else(|e| e.into_inner()).push(p);
         self.stats.pages_fetched.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -529,6 +553,14 @@ impl Dsm {
     /// too, so later reads fetch fresh pages; without (release), written
     /// copies stay as clean ones. A copy is never dropped before its diff
     /// went home: writes made before an acquire are kept.
+    ///
+    /// A page whose runs are in flight stays locked until they landed: its
+    /// copy is where they are sent from, so no other thread of this
+    /// process may fetch into it or write it meanwhile. It stays `Dirty`
+    /// (with its twin) until then, and stays so if the release fails: the
+    /// next release sends its diff again (a diff carries the bytes
+    /// themselves, so sending one twice changes nothing), and no write is
+    /// lost to a failed one.
     pub(crate) fn sync_copies(&self, drop_copies: bool) -> Result<()> {
         let mut last: Vec<Option<(u64, u64)>> = vec![None; self.n];
         let mut list = {
@@ -537,38 +569,65 @@ impl Dsm {
         };
         list.sort_unstable();
         list.dedup();
-        for (i, &p) in list.iter().enumerate() {
-            if let Err(e) = self.sync_page(p, drop_copies, &mut last) {
-                if drop_copies {
-                    // Not walked: still copies to drop at the next acquire.
-                    self.copies.lock().unwrap_or_else(|e| e.into_inner()).extend(&list[i..]);
-                }
-                return Err(e);
+        // Locked in ascending order, as `hold` locks them: two threads never
+        // wait on each other in a cycle.
+        let mut sent: Vec<MutexGuard<'_, Page>> = Vec::new();
+        let mut failed = None;
+        for &p in &list {
+            if let Err(e) = self.sync_page(p, drop_copies, &mut last, &mut sent) {
+                failed = Some(e);
+                break;
             }
         }
+        // Each home's last run goes signalled, also after a failure: its
+        // completion tells that the suppressed runs before it are done with
+        // the copies they are sent from, before those copies are unlocked.
         let mut cookies = Vec::new();
         for (home, l) in last.into_iter().enumerate() {
             if let Some((off, len)) = l {
-                let (ep, lmr, ctx) = self.data_path(home)?;
-                let sge = [Sge::new(&**lmr, off, len)];
-                let c = self.mesh.cookie();
-                self.mesh
-                    .post(|| ep.post_rdma_write(&sge, ctx.at(off), Cookie(c), DtoFlags::empty()))?;
-                cookies.push(c);
+                let posted = self.data_path(home).and_then(|(ep, lmr, ctx)| {
+                    let sge = [Sge::new(&**lmr, off, len)];
+                    let c = self.mesh.cookie();
+                    self.mesh.post(|| {
+                        ep.post_rdma_write(&sge, ctx.at(off), Cookie(c), DtoFlags::empty())
+                    })?;
+                    Ok(c)
+                });
+                match posted {
+                    Ok(c) => cookies.push(c),
+                    Err(e) => failed = failed.or(Some(e)),
+                }
             }
         }
-        self.mesh.wait_all(&cookies)?;
+        if let Err(e) = self.mesh.wait_all(&cookies) {
+            failed = failed.or(Some(e));
+        }
+        if let Some(e) = failed {
+            if drop_copies {
+                // Still copies (dirty ones among them) to walk at the next
+                // acquire; a page dropped already is passed over then.
+                self.copies.lock().unwrap_or_else(|e| e.into_inner()).extend(&list);
+            }
+            return Err(e);
+        }
+        for st in &mut sent {
+            **st = if drop_copies { Page::Invalid } else { Page::Clean };
+        }
         Ok(())
     }
 
     /// [`Dsm::sync_copies`] for remote page `p`: a fetch in flight lands;
     /// a dirty copy's runs are posted (each home's last run is left in
-    /// `last`, to go signalled); with `drop_copies` the copy is dropped.
-    fn sync_page(
-        &self,
+    /// `last`, to go signalled) and its state lock goes to `sent`, held and
+    /// still `Dirty`, before the first run is posted (the caller settles
+    /// it once the runs landed, or keeps it dirty if they failed); else,
+    /// with `drop_copies`, the copy is dropped.
+    fn sync_page<'a>(
+        &'a self,
         p: usize,
         drop_copies: bool,
         last: &mut [Option<(u64, u64)>],
+        sent: &mut Vec<MutexGuard<'a, Page>>,
     ) -> Result<()> {
         let mut st = self.pages[p].lock().unwrap_or_else(|e| e.into_inner());
         if let Page::Fetching(c) = *st {
@@ -577,52 +636,45 @@ impl Dsm {
             *st = if r.is_ok() { Page::Clean } else { Page::Invalid };
             r?;
         }
-        if let Page::Dirty(twin) = &*st {
-            let home = self.home_of(p);
-            let (ep, lmr, ctx) = self.data_path(home)?;
-            let base = (p * PAGE) as u64;
-            let now = self.cache.to_vec(base, PAGE)?;
-            self.stats.whole_page_bytes.fetch_add(PAGE as u64, Ordering::Relaxed);
-            for run in diff_runs(twin, &now) {
-                if let Some((off, len)) = last[home].take() {
-                    let sge = [Sge::new(&**lmr, off, len)];
-                    self.mesh.post(|| {
-                        ep.post_rdma_write(&sge, ctx.at(off), Cookie(0), DtoFlags::SUPPRESS)
-                    })?;
-                }
-                let off = base + run.start as u64;
-                last[home] = Some((off, run.len() as u64));
-                self.stats.diff_bytes.fetch_add(run.len() as u64, Ordering::Relaxed);
-                self.stats.diff_runs.fetch_add(1, Ordering::Relaxed);
+        let base = (p * PAGE) as u64;
+        let runs = match &*st {
+            Page::Dirty(twin) => {
+                self.stats.whole_page_bytes.fetch_add(PAGE as u64, Ordering::Relaxed);
+                diff_runs(twin, &self.cache.to_vec(base, PAGE)?)
             }
-            *st = Page::Clean;
+            _ => Vec::new(),
+        };
+        if runs.is_empty() {
+            if matches!(*st, Page::Dirty(_)) {
+                *st = Page::Clean;
+            }
+            if drop_copies {
+                *st = Page::Invalid;
+            }
+            return Ok(());
         }
-        if drop_copies {
-            *st = Page::Invalid;
+        let home = self.home_of(p);
+        let (ep, lmr, ctx) = self.data_path(home)?;
+        sent.push(st);
+        for run in runs {
+            if let Some((off, len)) = last[home] {
+                let sge = [Sge::new(&**lmr, off, len)];
+                self.mesh.post(|| {
+                    ep.post_rdma_write(&sge, ctx.at(off), Cookie(0), DtoFlags::SUPPRESS)
+                })?;
+            }
+            let off = base + run.start as u64;
+            last[home] = Some((off, run.len() as u64));
+            self.stats.diff_bytes.fetch_add(run.len() as u64, Ordering::Relaxed);
+            self.stats.diff_runs.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// A release-consistency barrier: every process's writes before it are
-    /// visible to every process after it (release, barrier, acquire). Also
-    /// reports a failure a lock guard met while it was dropped.
-    ///
-    /// # Errors
-    /// A failed flush or barrier, or a deferred failure.
-    pub fn barrier(&self) -> Result<()> {
-        if let Some(e) = self.deferred.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            return Err(e);
-        }
-        self.sync_copies(false)?;
-        self.barrier.lock().unwrap_or_else(|e| e.into_inner()).wait()?;
-        self.sync_copies(true)?;
-        self.stats.barriers.fetch_add(1, Ordering::Relaxed);
-        Ok(())
-    }
-
-    /// The home LMR (for diagnostics: its RMR context is what peers target).
-    pub fn home_lmr(&self) -> &Arc<dyn Lmr> {
-        &self.home_lmr
+    /// The RMR context of this process's home memory (for diagnostics: it
+    /// is what the other processes target).
+    pub fn home_context(&self) -> RmrContext {
+        self.home_lmr.rmr_context()
     }
 
     /// The IA's attributes (provider, rails).
@@ -643,10 +695,10 @@ fn bind_setting(configured: Bind) -> Result<Bind> {
 
 /// Block `me` of `n` of `range`.
 pub(crate) fn share(range: Range<usize>, me: usize, n: usize) -> Range<usize> {
-    let len = range.end.saturating_sub(range.start);
-    let a = range.start + len * me / n;
-    let b = range.start + len * (me + 1) / n;
-    a..b
+    // In 128 bits: `len * (me + 1)` overflows a usize for large ranges.
+    let len = range.end.saturating_sub(range.start) as u128;
+    let at = |k: usize| range.start + (len * k as u128 / n as u128) as usize;
+    at(me)..at(me + 1)
 }
 
 /// The runs of bytes where `now` differs from `twin`. Only changed bytes

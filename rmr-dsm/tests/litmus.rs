@@ -13,6 +13,10 @@
 //! - a lock-protected counter: no update lost;
 //! - write, then lock: writes made before taking a lock survive it and
 //!   reach another process;
+//! - nested locks (two names sharing a lock word, one name twice): one
+//!   thread takes them inside each other, no hang and no update lost;
+//! - threads of one process: one writes and takes a lock while another
+//!   reads the same page; no write is lost;
 //! - false sharing: processes writing disjoint words of one page (homed
 //!   at a third process where there is one) all land;
 //! - many pages written by every process at once;
@@ -176,6 +180,48 @@ fn litmus(dsm: &Dsm) -> Vec<&'static str> {
     dsm.barrier().expect("barrier");
     assert!((0..n).all(|r| slots.get(r).expect("read") == 1000 + r as u64), "write then lock");
     passed.push("write_then_lock");
+
+    // Locks are reentrant per thread, also across two names that share a
+    // lock word ("lock194" shares `critical`'s): nested, they neither hang
+    // nor let another process in.
+    let nested = dsm.alloc::<u64>(1).expect("alloc");
+    for _ in 0..ROUNDS {
+        dsm.critical(|| {
+            let _g = dsm.lock("lock194")?;
+            let _h = dsm.lock("lock194")?;
+            nested.set(0, nested.get(0)? + 1)
+        })
+        .expect("nested locks");
+    }
+    dsm.barrier().expect("barrier");
+    assert_eq!(nested.get(0).expect("get"), ROUNDS * n as u64, "nested locks");
+    passed.push("nested_locks");
+
+    // Threads of one process: one writes a word of a page homed elsewhere
+    // and takes a lock after each write (an acquire: the write goes home,
+    // the copies are dropped) while another keeps reading another word of
+    // that page (fetching it again after each drop). No write is lost.
+    let mt = dsm.alloc::<u64>(512 * n).expect("alloc");
+    let page = 512 * ((me + 1) % n);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for k in 1..=ROUNDS {
+                mt.set(page + 1 + me, k).expect("write");
+                drop(dsm.lock("mt").expect("lock"));
+            }
+        });
+        s.spawn(|| {
+            for _ in 0..4 * ROUNDS {
+                assert_eq!(mt.get(page).expect("read"), 0, "a word nobody writes");
+            }
+        });
+    });
+    dsm.barrier().expect("barrier");
+    for r in 0..n {
+        let got = mt.get(512 * ((r + 1) % n) + 1 + r).expect("read");
+        assert_eq!(got, ROUNDS, "threads: rank {r}'s last write, read by rank {me}");
+    }
+    passed.push("threads_lock_while_reading");
 
     // False sharing: every process writes its own word of one page, homed
     // at the last process (a third party when there are more than two).
@@ -397,7 +443,7 @@ fn job_in(spec: &str, how: (bool, &str), n: usize) -> Vec<String> {
         .unwrap_or_default()
 }
 
-const ALL: [&str; 12] = [
+const ALL: [&str; 14] = [
     "bad_input",
     "message_passing_lock",
     "message_passing_barrier",
@@ -405,6 +451,8 @@ const ALL: [&str; 12] = [
     "store_buffering",
     "lock_counter",
     "write_then_lock",
+    "nested_locks",
+    "threads_lock_while_reading",
     "false_sharing",
     "many_pages",
     "reduce",
