@@ -142,9 +142,11 @@ impl EpShared {
             } else {
                 0
             };
-            let region = s.lmr.region();
+            // Read from the LMR once and checked against the region itself:
+            // the provider moves these bytes through the raw address.
+            let (region, off) = rmr_api::provider::seg_place(s)?;
             iov.push(Iov {
-                addr: region.as_ptr() as usize + (s.lmr.offset() + s.offset) as usize,
+                addr: region.as_ptr() as usize + off as usize,
                 len: s.len as usize,
                 desc,
             });

@@ -199,3 +199,30 @@ fn replay_shm_ring() {
         println!("{}: {:?}, {} events", path.display(), out.state, out.events.len());
     }
 }
+
+#[test]
+fn a_write_spanning_frames_stops_at_deregistration() {
+    let r = rig();
+    // The first frame of a 128-byte write into the open region lands...
+    let mut h = Hdr::new(Op::Write);
+    (h.key, h.addr, h.total, h.len) = (r.key(0), r.addr(0), 128, 64);
+    let mut first = Rig::frame(&h);
+    first.extend_from_slice(&[0xaa; 64]);
+    let n = first.len() as u64;
+    r.inject(&first, n);
+    let _ = r.settle(Duration::from_millis(200));
+    assert_eq!(r.open.to_vec(0, 64).unwrap(), vec![0xaa; 64], "the first frame did not land");
+    // ...then the region is deregistered, then the rest comes.
+    r.lmrs[0].deregister().unwrap();
+    let mut c = Hdr::new(Op::Cont);
+    c.len = 64;
+    let mut rest = Rig::frame(&c);
+    rest.extend_from_slice(&[0xbb; 64]);
+    let n = rest.len() as u64;
+    r.inject(&rest, n);
+    let _ = r.settle(Duration::from_millis(200));
+    assert_eq!(r.honest.state(), EpState::Connected, "a refused write ended the connection");
+    let open = r.open.to_vec(0, LEN as usize).unwrap();
+    assert!(open[64..].iter().all(|&b| b == 0), "a frame landed after deregistration");
+    r.check();
+}

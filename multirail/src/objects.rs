@@ -135,7 +135,7 @@ pub(crate) struct MrLmrInner {
     pub(crate) rails: Vec<Arc<dyn Lmr>>,
     region: Arc<MemRegion>,
     offset: u64,
-    len: u64,
+    pub(crate) len: u64,
     access: Access,
     pz_id: u64,
     ctx: RmrContext,

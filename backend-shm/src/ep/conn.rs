@@ -740,7 +740,19 @@ impl crate::domain::Peer for EpShared {
             }
             std::thread::yield_now();
         }
-        true
+        // A frame of the peer's being placed by this side's receive path
+        // (under the receive lock) ends first; the next one sees the
+        // region deregistered. (A try: never a wait on a lock this very
+        // thread could hold.)
+        loop {
+            match self.rx.try_lock() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return true,
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::yield_now();
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+            }
+        }
     }
 }
 

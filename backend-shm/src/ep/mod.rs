@@ -104,6 +104,7 @@ impl Ep for ShmEp {
             return Err(Error::NotConnected);
         }
         let cap = check_local_sges(local, sh.pz_id, Access::LOCAL_WRITE, sh.ia.attr.max_sges)?;
+        let places = shared::places_of(local)?;
         let mut rx = sh.rx();
         if matches!(sh.state(), EpState::Disconnected | EpState::Broken) {
             // Ended since the first look: the teardown's flush is done.
@@ -112,7 +113,7 @@ impl Ep for ShmEp {
         if rx.recvs.len() >= sh.ia.cfg.max_recvs {
             return Err(Error::QueueFull);
         }
-        rx.recvs.push_back(shared::Recv { cookie, segs: post::segs_of(local), cap });
+        rx.recvs.push_back(shared::Recv { cookie, segs: shared::segs_from(&places), cap });
         if rx.rnr_since.is_some() {
             // A message waits for this receive.
             if let Some(link) = sh.link.get() {

@@ -11,15 +11,6 @@ use rmr_api::{
 };
 use std::sync::atomic::Ordering;
 
-/// The segments of a checked segment list.
-pub(crate) fn segs_of(sges: &[Sge<'_>]) -> Segs {
-    rmr_api::provider::small_vec(sges.iter().map(|s| Seg {
-        region: s.lmr.region().clone(),
-        off: s.lmr.offset() + s.offset,
-        len: s.len,
-    }))
-}
-
 /// What a request is, for [`EpShared::post`].
 pub(crate) struct Req<'a> {
     pub(crate) op: DtoOp,
@@ -50,6 +41,7 @@ impl EpShared {
             _ => Access::empty(),
         };
         let total = check_local_sges(r.local, self.pz_id, need, self.ia.attr.max_sges)?;
+        let places = places_of(r.local)?;
         if total > self.ia.attr.max_msg_size {
             return Err(Error::invalid(format!(
                 "{total} bytes, at most {}",
@@ -118,7 +110,7 @@ impl EpShared {
             old: None,
         };
         if cma {
-            let status = self.cross(link, &mut tx.files, r.op, r.local, key, addr, total);
+            let status = self.cross(link, &mut tx.files, r.op, &places, key, addr, total);
             if tx.outstanding.is_empty() {
                 // Nothing before it to complete first: done now (what
                 // `complete_front` would do with it alone).
@@ -162,14 +154,14 @@ impl EpShared {
             }
             DtoOp::RdmaRead => {
                 h.op = Op::ReadReq as u8;
-                out.local = segs_of(r.local);
+                out.local = segs_from(&places);
                 false
             }
             _ => {
                 h.op = if r.op == DtoOp::FetchAdd { Op::FetchAdd } else { Op::CmpSwap } as u8;
                 (h.arg, h.arg2) = r.args;
                 h.total = 0;
-                out.local = segs_of(r.local);
+                out.local = segs_from(&places);
                 false
             }
         };
@@ -181,10 +173,11 @@ impl EpShared {
             // Nothing queued ahead and one frame's worth: straight into
             // the ring from the caller's segments, if it has room.
             h.len = total as u32;
-            let local = r.local.iter().map(piece_of);
+            let local = places.iter().map(piece_at);
             // SAFETY: the ring hands `fill` the payload space of the frame
             // it reserves (`total` bytes, this side's until it publishes);
-            // the pieces are the checked segments the caller's borrows keep.
+            // the pieces are the caller's segments, each checked against
+            // its region (`places_of`) and kept by the caller's borrows.
             let mut fill = |dst: *mut u8| unsafe {
                 copy_runs(local.clone(), Dir::Write, 0, dst, total as usize)
             };
@@ -193,7 +186,7 @@ impl EpShared {
                 return Ok(());
             }
         }
-        let payload = if carries { segs_of(r.local) } else { Segs::new() };
+        let payload = if carries { segs_from(&places) } else { Segs::new() };
         tx.pending.push_back(OutFrame { h, segs: payload });
         self.pump(&mut tx, link);
         Ok(())
@@ -209,7 +202,7 @@ impl EpShared {
         link: &Link,
         files: &mut crate::sys::Files,
         op: DtoOp,
-        local: &[Sge<'_>],
+        local: &[Place<'_>],
         key: u64,
         addr: u64,
         total: u64,
@@ -244,10 +237,11 @@ impl EpShared {
                             // SAFETY: `[at, at + total)` lies inside the
                             // mapping (checked against its length just
                             // above), which `m` keeps mapped for the copy;
-                            // the pieces are the caller's checked segments,
+                            // the pieces are the caller's segments, each
+                            // checked against its region (`places_of`),
                             // `total` bytes in all.
                             unsafe {
-                                copy_runs(local.iter().map(piece_of), dir, 0, p, total as usize)
+                                copy_runs(local.iter().map(piece_at), dir, 0, p, total as usize)
                             };
                             return Status::Success;
                         }
@@ -261,7 +255,7 @@ impl EpShared {
             }
         }
         let pieces: smallvec::SmallVec<[Piece; 4]> =
-            rmr_api::provider::small_vec(local.iter().map(piece_of));
+            rmr_api::provider::small_vec(local.iter().map(piece_at));
         match cross(link.peer_pid, dir, &pieces, addr, total as usize) {
             Ok(()) => Status::Success,
             Err(e) if e.raw_os_error() == Some(libc::EFAULT) => Status::RemoteAccess,

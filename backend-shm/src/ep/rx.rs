@@ -5,8 +5,10 @@
 //! (up to the IA's `rnr_timeout`), so nothing behind it overtakes it.
 
 use super::shared::*;
+use crate::domain::LmrInner;
 use crate::wire::{Hdr, IMM, Op, SOLICITED};
 use rmr_api::{Access, DtoCompletion, DtoOp, EpState, Event, Status};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Frames taken per drive at most (a flood does not starve the caller).
@@ -116,7 +118,7 @@ impl EpShared {
             if op != Op::Cont {
                 return Err(format!("{op:?} inside another request's payload"));
             }
-            return self.more(rx, len, payload);
+            return self.more(rx, link, len, payload);
         }
         if matches!(op, Op::Send | Op::Write | Op::ReadReq) && h.total > self.ia.attr.max_msg_size {
             return Err(format!(
@@ -186,7 +188,7 @@ impl EpShared {
                     return Err(format!("read answer of {} bytes for {want}", h.total));
                 }
                 rx.cur = Some(Cur::ReadResp { segs, seq: h.seq, total: h.total, got: 0 });
-                self.more(rx, len, payload)
+                self.more(rx, link, len, payload)
             }
             Op::Pad | Op::Disconnect => Ok(Step::Next),
         }
@@ -194,9 +196,21 @@ impl EpShared {
 
     /// The checked target of a ring request in this IA's memory.
     fn target(&self, key: u64, need: Access, addr: u64, len: u64) -> Result<Seg, Status> {
+        self.target_lmr(key, need, addr, len).map(|(s, _)| s)
+    }
+
+    /// [`EpShared::target`], with the LMR it lies in (a write that spans
+    /// frames looks again at its registration before each).
+    fn target_lmr(
+        &self,
+        key: u64,
+        need: Access,
+        addr: u64,
+        len: u64,
+    ) -> Result<(Seg, Arc<LmrInner>), Status> {
         let l = self.ia.lookup(key).ok_or(Status::BadKey)?;
         let off = l.check_remote(self.pz_id, need, addr, len)?;
-        Ok(Seg { region: l.region.clone(), off, len })
+        Ok((Seg { region: l.region.clone(), off, len }, l))
     }
 
     fn atomic(&self, op: Op, h: &Hdr) -> Result<u64, Status> {
@@ -254,7 +268,7 @@ impl EpShared {
         }
         let solicited = h.flags & SOLICITED != 0;
         rx.cur = Some(Cur::Recv { recv, seq: h.seq, total: h.total, got: 0, solicited });
-        self.more(rx, u64::from(h.len), payload)
+        self.more(rx, link, u64::from(h.len), payload)
     }
 
     fn on_write(
@@ -264,7 +278,7 @@ impl EpShared {
         h: &Hdr,
         payload: *const u8,
     ) -> Result<Step, String> {
-        let seg = match self.target(h.key, Access::REMOTE_WRITE, h.addr, h.total) {
+        let (seg, lmr) = match self.target_lmr(h.key, Access::REMOTE_WRITE, h.addr, h.total) {
             Ok(s) => s,
             Err(s) => {
                 self.nack(rx, link, h.seq, s);
@@ -280,8 +294,8 @@ impl EpShared {
         } else {
             None
         };
-        rx.cur = Some(Cur::Write { seg, seq: h.seq, total: h.total, got: 0, imm });
-        self.more(rx, u64::from(h.len), payload)
+        rx.cur = Some(Cur::Write { seg, lmr, seq: h.seq, total: h.total, got: 0, imm });
+        self.more(rx, link, u64::from(h.len), payload)
     }
 
     /// Skips a refused request's payload (this frame's and its `Cont`s').
@@ -297,7 +311,7 @@ impl EpShared {
     }
 
     /// `len` payload bytes at `payload` for the current request.
-    fn more(&self, rx: &mut Rx, len: u64, payload: *const u8) -> Result<Step, String> {
+    fn more(&self, rx: &mut Rx, link: &Link, len: u64, payload: *const u8) -> Result<Step, String> {
         let Some(cur) = rx.cur.as_mut() else { return Err("payload with no request".into()) };
         let (got, total) = match cur {
             Cur::Recv { got, total, .. }
@@ -320,6 +334,17 @@ impl EpShared {
         let at = *got;
         *got += len;
         let finished = *got == total;
+        if let Cur::Write { lmr, seq, .. } = &*cur
+            && !lmr.registered.load(std::sync::atomic::Ordering::Acquire)
+        {
+            // Deregistered since the write began: nothing more lands (a
+            // deregistration waits for a frame being placed, see
+            // `Peer::quiesce`); the rest is skipped, the request refused.
+            let (seq, left) = (*seq, total - at - len);
+            rx.cur = (left > 0).then_some(Cur::Discard { left });
+            self.nack(rx, link, seq, Status::RemoteAccess);
+            return Ok(Step::Next);
+        }
         // SAFETY: `payload` is this frame's payload of `len` bytes (the ring
         // checked that the frame lies inside it), which the consumer owns
         // until it moves the ring's tail.

@@ -31,23 +31,45 @@ pub(crate) type Segs = SmallVec<[Seg; 2]>;
 
 impl Seg {
     /// Where the segment's bytes lie (its region is held by whoever holds
-    /// the segment: the DTO).
+    /// the segment: the DTO; inside it, as [`segs_from`] made it from
+    /// checked places).
     fn piece(&self) -> Piece {
         debug_assert!(self.region.check(self.off, self.len).is_ok());
         Piece { ptr: self.region.as_ptr().wrapping_add(self.off as usize), len: self.len as usize }
     }
 }
 
-/// Where a checked local segment's bytes lie now (no hold on the region:
-/// for a copy made while the caller's borrow keeps it). Inside its region:
-/// `check_local_sges` kept the segment inside its LMR, and an LMR lies
-/// inside its region (the `Lmr` contract, checked in debug builds).
-pub(crate) fn piece_of(s: &rmr_api::Sge<'_>) -> Piece {
-    debug_assert!(s.lmr.region().check(s.lmr.offset() + s.offset, s.len).is_ok());
-    Piece {
-        ptr: s.lmr.region().as_ptr().wrapping_add((s.lmr.offset() + s.offset) as usize),
-        len: s.len as usize,
-    }
+/// A local segment's place: its region, the offset in it and its length,
+/// read from its LMR once and checked against the region itself
+/// ([`rmr_api::provider::seg_place`]): what the raw-pointer copies below
+/// are made from, never the LMR's own account read again.
+pub(crate) type Place<'a> = (&'a Arc<MemRegion>, u64, u64);
+
+/// The places of a segment list.
+pub(crate) type Places<'a> = SmallVec<[Place<'a>; 4]>;
+
+/// The places of `sges` (see [`Place`]).
+///
+/// # Errors
+/// [`rmr_api::Error::OutOfBounds`] for a segment outside its region.
+pub(crate) fn places_of<'a>(sges: &[rmr_api::Sge<'a>]) -> rmr_api::Result<Places<'a>> {
+    sges.iter().map(|s| rmr_api::provider::seg_place(s).map(|(r, off)| (r, off, s.len))).collect()
+}
+
+/// Where a place's bytes lie now (no hold on the region: for a copy made
+/// while the caller's borrow of its LMR keeps it).
+pub(crate) fn piece_at(p: &Place<'_>) -> Piece {
+    Piece { ptr: p.0.as_ptr().wrapping_add(p.1 as usize), len: p.2 as usize }
+}
+
+/// The segments of `places`, each holding its region (for a DTO that
+/// outlives the caller's borrow).
+pub(crate) fn segs_from(places: &[Place<'_>]) -> Segs {
+    rmr_api::provider::small_vec(places.iter().map(|&(r, off, len)| Seg {
+        region: r.clone(),
+        off,
+        len,
+    }))
 }
 
 /// Moves `len` bytes between `other` and the pieces' bytes taken in order
@@ -204,7 +226,15 @@ pub(crate) enum Cur {
     /// A message into a receive.
     Recv { recv: Recv, seq: u64, total: u64, got: u64, solicited: bool },
     /// A write into a region; with immediate: the receive it completes.
-    Write { seg: Seg, seq: u64, total: u64, got: u64, imm: Option<(u64, Recv)> },
+    Write {
+        seg: Seg,
+        /// Its LMR: a deregistration stops the frames still to come.
+        lmr: Arc<crate::domain::LmrInner>,
+        seq: u64,
+        total: u64,
+        got: u64,
+        imm: Option<(u64, Recv)>,
+    },
     /// A read's answer into the request's local segments.
     ReadResp { segs: Segs, seq: u64, total: u64, got: u64 },
     /// Payload of a refused request: skipped.

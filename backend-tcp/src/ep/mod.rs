@@ -74,12 +74,19 @@ impl TcpEp {
         })
     }
 
-    fn segs(&self, local: &[Sge<'_>]) -> Segs {
-        rmr_api::provider::small_vec(local.iter().filter(|s| s.len > 0).map(|s| Seg {
-            region: s.lmr.region().clone(),
-            off: s.lmr.offset() + s.offset,
-            len: s.len,
-        }))
+    /// The non-empty segments of `local`, each read from its LMR once and
+    /// checked against its region itself (`seg_place`): an LMR's own
+    /// account of its length is not a bound, and a copy past the region
+    /// would end the connection instead of refusing the post.
+    fn segs(&self, local: &[Sge<'_>]) -> Result<Segs> {
+        local
+            .iter()
+            .filter(|s| s.len > 0)
+            .map(|s| {
+                let (region, off) = rmr_api::provider::seg_place(s)?;
+                Ok(Seg { region: region.clone(), off, len: s.len })
+            })
+            .collect()
     }
 
     fn check(&self, local: &[Sge<'_>], need: Access) -> Result<u64> {
@@ -128,7 +135,7 @@ impl TcpEp {
         let mut h = Self::remote_hdr(op, remote, remote_offset, 8)?;
         (h.arg0, h.arg1) = args;
         let dop = if op == Op::FetchAdd { DtoOp::FetchAdd } else { DtoOp::CmpSwap };
-        let inf = Self::inflight(cookie, dop, flags, 8, self.segs(&[result]));
+        let inf = Self::inflight(cookie, dop, flags, 8, self.segs(&[result])?);
         self.sh.post_request(h, Segs::new(), inf, flags)
     }
 }
@@ -188,7 +195,7 @@ impl Ep for TcpEp {
             h.flags |= F_SOLICITED;
         }
         let inf = Self::inflight(cookie, DtoOp::Send, flags, total, Segs::new());
-        self.sh.post_request(h, self.segs(local), inf, flags)
+        self.sh.post_request(h, self.segs(local)?, inf, flags)
     }
 
     fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
@@ -202,7 +209,7 @@ impl Ep for TcpEp {
         if q.len() >= self.sh.ia.cfg.max_recvs {
             return Err(Error::QueueFull);
         }
-        q.push_back(RecvWr { cookie, segs: self.segs(local), total });
+        q.push_back(RecvWr { cookie, segs: self.segs(local)?, total });
         drop(q);
         self.sh.resume();
         Ok(())
@@ -220,7 +227,7 @@ impl Ep for TcpEp {
         let mut h = Self::remote_hdr(Op::Write, remote, remote_offset, total)?;
         h.len = total as u32;
         let inf = Self::inflight(cookie, DtoOp::RdmaWrite, flags, total, Segs::new());
-        self.sh.post_request(h, self.segs(local), inf, flags)
+        self.sh.post_request(h, self.segs(local)?, inf, flags)
     }
 
     fn post_rdma_read(
@@ -234,7 +241,7 @@ impl Ep for TcpEp {
         let total = self.check(local, Access::LOCAL_WRITE)?;
         let mut h = Self::remote_hdr(Op::ReadReq, remote, remote_offset, total)?;
         h.arg0 = total;
-        let inf = Self::inflight(cookie, DtoOp::RdmaRead, flags, total, self.segs(local));
+        let inf = Self::inflight(cookie, DtoOp::RdmaRead, flags, total, self.segs(local)?);
         self.sh.post_request(h, Segs::new(), inf, flags)
     }
 
@@ -252,7 +259,7 @@ impl Ep for TcpEp {
         h.len = total as u32;
         h.arg0 = u64::from(imm);
         let inf = Self::inflight(cookie, DtoOp::RdmaWrite, flags, total, Segs::new());
-        self.sh.post_request(h, self.segs(local), inf, flags)
+        self.sh.post_request(h, self.segs(local)?, inf, flags)
     }
 
     fn post_fetch_add(

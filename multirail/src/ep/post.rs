@@ -44,6 +44,16 @@ impl Core {
             let l = s.lmr.as_any().downcast_ref::<MrLmr>().ok_or_else(|| {
                 Error::Protection("a multirail EP needs LMRs of its multirail PZ".into())
             })?;
+            // Against the LMR itself (what the rails are given), not the
+            // account of whatever answered the downcast: refused here, not
+            // failed later on a rail.
+            if s.offset.checked_add(s.len).is_none_or(|e| e > l.inner.len) {
+                return Err(Error::OutOfBounds {
+                    offset: s.offset,
+                    len: s.len,
+                    limit: l.inner.len,
+                });
+            }
             bytes = bytes
                 .checked_add(s.len)
                 .ok_or_else(|| Error::invalid("segment lengths overflow"))?;

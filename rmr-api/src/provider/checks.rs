@@ -4,6 +4,28 @@ use crate::error::{Error, Result};
 use crate::lmr::Sge;
 use crate::types::Access;
 
+/// Where local segment `s`'s bytes lie: its region and the offset in it,
+/// read from its LMR once and checked against the region itself. For a
+/// backend that moves a segment's bytes through raw pointers (a ring copy,
+/// cross-memory attach, a libfabric provider): [`Lmr`](crate::Lmr) is a
+/// safe trait, so its `offset` and `len`, which [`check_local_sges`] checks
+/// the segment against, are an implementation's account, not a bound. The
+/// pointer may be formed from what this returns, for as long as `s`'s LMR
+/// is borrowed.
+///
+/// # Errors
+/// [`Error::OutOfBounds`] where the segment does not lie inside the region.
+pub fn seg_place<'a>(s: &Sge<'a>) -> Result<(&'a std::sync::Arc<crate::MemRegion>, u64)> {
+    let region = s.lmr.region();
+    let off = s.lmr.offset().checked_add(s.offset).ok_or(Error::OutOfBounds {
+        offset: s.offset,
+        len: s.len,
+        limit: region.len() as u64,
+    })?;
+    region.check(off, s.len)?;
+    Ok((region, off))
+}
+
 /// Validates a local segment list for a DTO: every LMR registered, in the
 /// EP's protection zone, holding `need` rights, in bounds, at most
 /// `max_sges` entries. Returns the total length.

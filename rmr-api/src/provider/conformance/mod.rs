@@ -573,6 +573,7 @@ macro_rules! conformance_suite {
             bad_key,
             out_of_bounds_remote,
             out_of_bounds_local_rejected_at_post,
+            lmr_claiming_more_than_its_region,
             missing_remote_write_right,
             read_of_write_only_region,
             lmr_of_another_pz,

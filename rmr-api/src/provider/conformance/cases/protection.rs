@@ -93,3 +93,65 @@ pub fn local_lmr_of_another_pz_rejected(t: &Target) {
     let r = p.a.post_recv(&[src.sge()], Cookie(1), F0);
     assert!(matches!(r, Err(Error::Protection(_))), "{r:?}");
 }
+
+/// An LMR whose own account claims more bytes than its region holds.
+/// `Lmr` is a safe trait, so an application can write one; a backend must
+/// check a segment against the region itself before it moves bytes
+/// through raw pointers (`seg_place`), not only against the LMR's `len`.
+struct Overclaiming(Arc<dyn Lmr>, u64);
+
+impl Lmr for Overclaiming {
+    fn region(&self) -> &Arc<MemRegion> {
+        self.0.region()
+    }
+    fn offset(&self) -> u64 {
+        self.0.offset()
+    }
+    fn len(&self) -> u64 {
+        self.0.len() + self.1
+    }
+    fn access(&self) -> Access {
+        self.0.access()
+    }
+    fn pz_id(&self) -> u64 {
+        self.0.pz_id()
+    }
+    fn rmr_context(&self) -> RmrContext {
+        self.0.rmr_context()
+    }
+    fn is_registered(&self) -> bool {
+        self.0.is_registered()
+    }
+    fn deregister(&self) -> crate::error::Result<()> {
+        self.0.deregister()
+    }
+    fn as_any(&self) -> &dyn std::any::Any {
+        self.0.as_any()
+    }
+}
+
+pub fn lmr_claiming_more_than_its_region(t: &Target) {
+    let p = Pair::new(t);
+    let target = Buf::new(&p.pz_b, 16384, RW, 0x33);
+    let src = Buf::new(&p.pz_a, 4096, RW, 0x44);
+    let liar = Overclaiming(src.lmr.clone(), 1 << 20);
+    // Twice the region: what lies past it is this process's other memory.
+    let over = Sge::new(&liar, 0, 8192);
+    let refused = |what: &str, r: crate::error::Result<()>| {
+        assert!(matches!(r, Err(Error::OutOfBounds { .. })), "{what} past the region: {r:?}");
+    };
+    refused("a send", p.a.post_send(&[over], Cookie(1), F0));
+    refused("a receive", p.a.post_recv(&[over], Cookie(2), F0));
+    refused("an RDMA write", p.a.post_rdma_write(&[over], target.ctx().at(0), Cookie(3), F0));
+    if p.ia_a.attr().caps.contains(Caps::RDMA_READ) {
+        refused("an RDMA read", p.a.post_rdma_read(&[over], target.ctx().at(0), Cookie(4), F0));
+    }
+    assert!(p.evd_a.dequeue().is_none(), "a refused post completed");
+    assert_eq!(target.bytes(), vec![0x33; 16384], "a refused post reached the target");
+    assert_eq!(src.bytes(), vec![0x44; 4096], "a refused post changed its own region");
+    // Within the region the same LMR works.
+    p.a.post_rdma_write(&[Sge::new(&liar, 0, 4096)], target.ctx().at(0), Cookie(5), F0).unwrap();
+    let c = next_dto(&p.evd_a);
+    assert!(c.status.is_ok() && c.cookie.0 == 5, "{c:?}");
+    assert_eq!(target.bytes()[..4096], [0x44; 4096]);
+}
