@@ -251,7 +251,7 @@ mod tests {
 
     #[test]
     fn frames_wrap_with_padding_and_bad_indices_are_refused() {
-        let (m, _fd) = Mapping::create("t", CTL + 1024).unwrap();
+        let (m, _fd) = Mapping::create("t", CTL + 1024, false).unwrap();
         let r = Ring::new(m, 0, 1024);
         let mut seen = Vec::new();
         for i in 0..40u64 {

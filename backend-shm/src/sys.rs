@@ -54,6 +54,9 @@ pub(crate) struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
     write: bool,
+    /// One of this process's own region tables: never a ring, whatever a
+    /// peer sends.
+    table: bool,
 }
 
 // SAFETY: the mapping is plain shared memory; every access through it is
@@ -68,13 +71,24 @@ impl Mapping {
     ///
     /// The file is sealed at that size (it can neither shrink nor grow, nor
     /// be unsealed): a peer that maps it cannot make this side's accesses
-    /// fault by truncating it.
-    pub(crate) fn create(name: &str, len: usize) -> io::Result<(Arc<Mapping>, OwnedFd)> {
+    /// fault by truncating it. A `table` is sealed against writes too once
+    /// this side mapped it (`F_SEAL_FUTURE_WRITE`): a peer that reopens its
+    /// read-only descriptor for writing (through `/proc`) still cannot map
+    /// it writable or write it.
+    pub(crate) fn create(
+        name: &str,
+        len: usize,
+        table: bool,
+    ) -> io::Result<(Arc<Mapping>, OwnedFd)> {
         use rustix::fs::{MemfdFlags, SealFlags};
         let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
         rustix::fs::ftruncate(&fd, len as u64)?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)?;
-        let m = Mapping::map(&fd, len, true)?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
+        let (dev, ino, _) = file_id(&fd)?;
+        let m = Mapping::fresh(&fd, len, true, table)?;
+        MAPPED.lock().unwrap_or_else(|e| e.into_inner()).push(((dev, ino), Arc::downgrade(&m)));
+        let seals = if table { SealFlags::SEAL | SealFlags::FUTURE_WRITE } else { SealFlags::SEAL };
+        rustix::fs::fcntl_add_seals(&fd, seals)?;
         Ok((m, fd))
     }
 
@@ -100,18 +114,27 @@ impl Mapping {
         if let Some(m) =
             known.iter().find(|(id, _)| *id == (dev, ino)).and_then(|(_, w)| w.upgrade())
         {
+            if write && m.table {
+                // A peer sent this side's own region table (a descriptor it
+                // was given read-only) as ring memory: writing ring indices
+                // into it would garble what other peers check against.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "a peer sent one of this process's own region tables as its ring",
+                ));
+            }
             if m.len >= len && (m.write || !write) {
                 return Ok(m);
             }
         }
-        let m = Mapping::fresh(&fd, len, write)?;
+        let m = Mapping::fresh(&fd, len, write, false)?;
         known.push(((dev, ino), Arc::downgrade(&m)));
         Ok(m)
     }
 
     /// A mapping of `len` bytes of `fd` of its own (not shared through the
     /// registry), once `fd` passed [`checked_file`].
-    fn fresh(fd: impl AsFd, len: usize, write: bool) -> io::Result<Arc<Mapping>> {
+    fn fresh(fd: impl AsFd, len: usize, write: bool, table: bool) -> io::Result<Arc<Mapping>> {
         let prot = if write { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
         // SAFETY: a fresh mapping chosen by the kernel (null hint), of a
         // file at least `len` bytes long that cannot shrink (sealed, checked
@@ -119,7 +142,7 @@ impl Mapping {
         let p =
             unsafe { rustix::mm::mmap(std::ptr::null_mut(), len, prot, MapFlags::SHARED, fd, 0)? };
         let ptr = NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap gave null"))?;
-        Ok(Arc::new(Mapping { ptr, len, write }))
+        Ok(Arc::new(Mapping { ptr, len, write, table }))
     }
 
     /// The first byte.
@@ -339,7 +362,7 @@ impl Files {
             return Err(bad("one of this process's rings or region tables"));
         }
         checked_file(fd, size as usize)?;
-        Mapping::fresh(fd, size as usize, true)
+        Mapping::fresh(fd, size as usize, true, false)
     }
 
     /// What the EP's notes say: how many files are mapped, or why none can be.
@@ -348,5 +371,48 @@ impl Files {
             Some(why) => format!("none: {why}"),
             None => self.maps.len().to_string(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn a_region_table_is_never_mapped_as_a_ring_nor_written_by_a_peer() {
+        let (m, fd) = Mapping::create("t", 4096, true).unwrap();
+        let ro = Mapping::read_only(&fd).unwrap();
+        // Sent back as ring memory (mapped read-write), from either
+        // descriptor: refused.
+        assert!(Mapping::map(&fd, 4096, true).is_err());
+        assert!(Mapping::map(&ro, 4096, true).is_err());
+        // Read-only (another IA of this process reading it as a peer's
+        // table): the one mapping.
+        assert!(Arc::ptr_eq(&Mapping::map(&ro, 4096, false).unwrap(), &m));
+        // Reopened for writing through /proc, as a peer could: neither a
+        // writable mapping nor a write.
+        let path = format!("/proc/self/fd/{}", ro.as_raw_fd());
+        let rw =
+            rustix::fs::open(path.as_str(), rustix::fs::OFlags::RDWR, rustix::fs::Mode::empty())
+                .unwrap();
+        assert!(Mapping::fresh(&rw, 4096, true, false).is_err(), "a writable mapping");
+        assert!(rustix::io::write(&rw, b"x").is_err(), "a write");
+        // This side's own mapping still writes.
+        // SAFETY: `m` maps 4096 bytes read-write and lives to the end.
+        let back = unsafe {
+            m.ptr().write(7);
+            m.ptr().read()
+        };
+        assert_eq!(back, 7);
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore)]
+    fn ring_memory_stays_writable_for_both_ends() {
+        let (m, fd) = Mapping::create("r", 4096, false).unwrap();
+        // The other end of a ring inside this process: the same mapping.
+        assert!(Arc::ptr_eq(&Mapping::map(&fd, 4096, true).unwrap(), &m));
     }
 }

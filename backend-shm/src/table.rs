@@ -74,7 +74,7 @@ pub(crate) struct Table {
 impl Table {
     /// An empty table in a new memfd.
     pub(crate) fn new() -> std::io::Result<Table> {
-        let (map, rw) = Mapping::create("rmr-shm-regions", TABLE_BYTES)?;
+        let (map, rw) = Mapping::create("rmr-shm-regions", TABLE_BYTES, true)?;
         // Peers get a read-only descriptor: they can map it, never write it.
         let fd = Mapping::read_only(&rw)?;
         Ok(Table { map, fd, free: Mutex::new((0..SLOTS).rev().collect()) })
@@ -192,9 +192,13 @@ impl PeerTable {
     pub(crate) fn lookup(&self, key: u64) -> Option<Entry> {
         let slot = slot_of(key)?;
         let w = words(&self.map, slot);
-        // SeqCst: Dekker with the owner's withdrawal (which then reads the
-        // initiator's in-flight count).
-        if w[0].load(Ordering::SeqCst) != key {
+        // Dekker with the owner's withdrawal (which then reads the
+        // initiator's in-flight count): a SeqCst fence between the count's
+        // increment and this load. The load itself is Relaxed: the table
+        // is mapped read-only, where only Relaxed and Acquire atomic loads
+        // are promised never to be made as read-modify-writes.
+        fence(Ordering::SeqCst);
+        if w[0].load(Ordering::Relaxed) != key {
             return None;
         }
         let (addr, len, access, pz) = (

@@ -282,7 +282,7 @@ impl EpShared {
             Error::io(format!("connect to shm service {remote}/{service}"), e.into())
         })?;
         let ring = self.ia.cfg.ring;
-        let (map, memfd) = Mapping::create("rmr-shm-rings", 2 * (CTL + ring))
+        let (map, memfd) = Mapping::create("rmr-shm-rings", 2 * (CTL + ring), false)
             .map_err(|e| Error::io("create the rings", e))?;
         let my_efd = new_efd()?;
         let hello = Msg {
