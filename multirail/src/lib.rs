@@ -79,7 +79,8 @@
 //!   [`rmr_api::DtoFlags::URGENT`] zero-length write, so that a peer that
 //!   delays its acknowledgements (the TCP backend) answers at once; without
 //!   rail threads, the blocked poster drives the rails' sockets itself while
-//!   it waits.
+//!   it waits. A DTO the user posts URGENT goes URGENT on the rail
+//!   (or rails) that carry it.
 //! - Failover: a broken rail's unfinished stripes are re-issued on the
 //!   survivors and an [`rmr_api::Event::RailDown`] names the lost rail (the
 //!   last rail's loss is `Broken`).

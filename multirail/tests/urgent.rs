@@ -3,7 +3,8 @@
 //! an URGENT zero-length write, which the peer acknowledges at once. Here
 //! every rail's peer delays acknowledgements by 30 s, so without the probe
 //! the send would complete only after 30 s; with it, at once. Real TCP
-//! rails on loopback, every engine.
+//! rails on loopback, every engine. And a user's own URGENT DTO reaches its
+//! rail URGENT, as on a single endpoint.
 
 use backend_tcp::{TcpConfig, TcpIa};
 use rmr_api::Cookie;
@@ -102,4 +103,46 @@ fn fenced_send_probes_inline() {
 #[test]
 fn fenced_send_probes_fork_join() {
     run("fork-join");
+}
+
+/// A user's URGENT write goes URGENT on its rail: acknowledged at once, and
+/// its acknowledgement completes the plain write posted before it on that
+/// rail (one rail, so nothing else would: no fence, no probe).
+fn user_urgent(engine: &str) {
+    let s = format!("multirail:tcpslowack:127.0.0.1;engine={engine}");
+    let t = Target::new("multirail-urgent-user", register, &s, &s);
+    let p = Pair::new(&t);
+    let remote = Buf::new(&p.pz_b, 8192, Access::ALL, 0);
+    let local = Buf::new(&p.pz_a, 4096, Access::ALL, 0);
+    local.mem.write(0, &pattern(5, 4096)).unwrap();
+    p.a.post_rdma_write(&[local.sge()], remote.ctx().at(0), Cookie(1), DtoFlags::empty()).unwrap();
+    let early = p.evd_a.wait(Some(Duration::from_millis(300)), 1);
+    assert!(
+        matches!(early, Err(Error::Timeout)),
+        "{engine}: a plain write completed before its delayed acknowledgement: {early:?}"
+    );
+    p.a.post_rdma_write(&[local.sge()], remote.ctx().at(4096), Cookie(2), DtoFlags::URGENT)
+        .unwrap();
+    for want in [1, 2] {
+        match p.evd_a.wait(Some(Duration::from_secs(10)), 1) {
+            Ok(Event::Dto(c)) => {
+                assert!(c.status.is_ok(), "{c:?}");
+                assert_eq!(c.cookie.0, want, "{engine}: completions out of order");
+            }
+            other => panic!("{engine}: write {want} waited out the ack delay: {other:?}"),
+        }
+    }
+    let mut both = pattern(5, 4096);
+    both.extend(pattern(5, 4096));
+    assert_eq!(remote.bytes(), both, "{engine}: writes not visible");
+}
+
+#[test]
+fn a_users_urgent_write_is_urgent_on_its_rail_pinned() {
+    user_urgent("pinned");
+}
+
+#[test]
+fn a_users_urgent_write_is_urgent_on_its_rail_inline() {
+    user_urgent("inline");
 }

@@ -247,6 +247,7 @@ impl Core {
                 remote: None,
                 cookie: NOTICE_BIT | st.notices,
                 silent: false,
+                urgent: false,
             });
             if let Some(h) = st.handover.as_mut() {
                 h.sent = true;

@@ -76,11 +76,13 @@ impl Core {
 
     /// Posts one unit of work on its rail (in the calling thread).
     pub(super) fn post_work(&self, w: &Work) -> Result<()> {
-        self.post_on(w.rail, w.kind, &w.local, w.remote.as_ref(), w.cookie, w.silent)
+        self.post_on(w.rail, w.kind, &w.local, w.remote.as_ref(), w.cookie, w.silent, w.urgent)
     }
 
     /// Posts a DTO's `local` segments on `rail` (remote target already
-    /// offset to the stripe), retrying a full rail queue for a while.
+    /// offset to the stripe), retrying a full rail queue for a while;
+    /// `silent` posts it SUPPRESS, `urgent` URGENT.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn post_on(
         &self,
         rail: usize,
@@ -89,6 +91,7 @@ impl Core {
         remote: Option<&(RmrContext, u64)>,
         cookie: u64,
         silent: bool,
+        urgent: bool,
     ) -> Result<()> {
         let ep = self.rails[rail].posting();
         // One segment (every small message): no collection.
@@ -105,41 +108,37 @@ impl Core {
         // when the DTO was posted).
         let remote = remote
             .map(|(c, o)| (c.keys().get(rail).map(|&k| RmrContext::new(k, c.addr, c.len)), *o));
+        let hurry = if urgent { DtoFlags::URGENT } else { DtoFlags::empty() };
         let (mut start, mut retries) = (None, 0u64);
         loop {
             let r = match (kind, &remote) {
                 (Kind::Send { solicited }, _) => {
                     let mut f = if solicited { DtoFlags::SOLICITED } else { DtoFlags::empty() };
+                    f |= hurry;
                     if silent {
                         f |= DtoFlags::SUPPRESS;
                     }
                     ep.post_send(sges, Cookie(cookie), f)
                 }
                 (Kind::Write, Some((Some(c), o))) => {
-                    let f = if silent {
-                        DtoFlags::SUPPRESS
-                    } else if cookie & PROBE_BIT != 0 {
-                        DtoFlags::URGENT
-                    } else {
-                        DtoFlags::empty()
-                    };
-                    ep.post_rdma_write(sges, c.at(*o), Cookie(cookie), f)
+                    let f = if silent { DtoFlags::SUPPRESS } else { DtoFlags::empty() };
+                    ep.post_rdma_write(sges, c.at(*o), Cookie(cookie), f | hurry)
                 }
                 (Kind::Read, Some((Some(c), o))) => {
-                    ep.post_rdma_read(sges, c.at(*o), Cookie(cookie), DtoFlags::empty())
+                    ep.post_rdma_read(sges, c.at(*o), Cookie(cookie), hurry)
                 }
                 (Kind::WriteImm(imm), Some((Some(c), o))) => {
-                    ep.post_rdma_write_imm(sges, c.at(*o), imm, Cookie(cookie), DtoFlags::empty())
+                    ep.post_rdma_write_imm(sges, c.at(*o), imm, Cookie(cookie), hurry)
                 }
                 (Kind::FetchAdd(add), Some((Some(c), o))) => {
-                    ep.post_fetch_add(sges[0], c.at(*o), add, Cookie(cookie), DtoFlags::empty())
+                    ep.post_fetch_add(sges[0], c.at(*o), add, Cookie(cookie), hurry)
                 }
                 (Kind::CmpSwap(cmp, swp), Some((Some(c), o))) => ep.post_cmp_swap(
                     sges[0],
                     c.at(*o),
                     CompareSwap { compare: cmp, swap: swp },
                     Cookie(cookie),
-                    DtoFlags::empty(),
+                    hurry,
                 ),
                 (_, Some((None, _))) => {
                     return Err(Error::invalid(format!("rmr context has no rail {rail}")));
@@ -260,6 +259,7 @@ impl Core {
             remote: req.remote.map(|(c, o)| (c, o + s.offset)),
             cookie: id << 8 | idx as u64,
             silent: false,
+            urgent: req.urgent,
         }
     }
 }

@@ -107,6 +107,7 @@ impl Core {
         }
         let id = st.front_id + st.reqs.len() as u64;
         let signalled = !flags.contains(DtoFlags::SUPPRESS);
+        let urgent = flags.contains(DtoFlags::URGENT);
         let (direct, placed) = self.direct_rail(&mut st, kind, bytes, full);
         if let Some(rail) = direct.filter(|_| rail_checks) {
             // A lone whole stripe (every small or ordered DTO) goes out from the
@@ -114,11 +115,12 @@ impl Core {
             // took it (a rejected post leaves no trace).
             let silent = self.goes_silent(&st, rail, kind, bytes, signalled, remote.is_some());
             let rc = id << 8;
-            let posted = match self.post_on(rail, kind, &segs, remote.as_ref(), rc, silent) {
+            let posted = match self.post_on(rail, kind, &segs, remote.as_ref(), rc, silent, urgent)
+            {
                 Err(e) if is_input_error(&e) => return Err(e),
                 r => r,
             };
-            let what = (cookie, kind, signalled);
+            let what = (cookie, kind, signalled, urgent);
             self.record_whole(&mut st, id, what, segs, remote, bytes, rail, silent);
             if let Err(e) = posted {
                 self.fail_on(rail, rc, &e);
@@ -128,7 +130,7 @@ impl Core {
         check_local_sges(local, self.pz_id, need, self.max_sges)?;
         self.post_queued(
             st,
-            Req::new((cookie, kind, signalled), bytes, segs, remote, SmallVec::new()),
+            Req::new((cookie, kind, signalled, urgent), bytes, segs, remote, SmallVec::new()),
             id,
             full,
             placed,
@@ -344,7 +346,7 @@ impl Core {
         &self,
         st: &mut State,
         id: u64,
-        what: (u64, Kind, bool),
+        what: (u64, Kind, bool, bool),
         local: Segs,
         remote: Option<(RmrContext, u64)>,
         bytes: u64,

@@ -35,6 +35,8 @@ impl Core {
             remote: Some((ctx, off)),
             cookie: PROBE_BIT | seq,
             silent: false,
+            // The peer must answer it at once (it may delay acknowledgements).
+            urgent: true,
         })
     }
 

@@ -94,6 +94,9 @@ pub(crate) struct Work {
     /// suppressed completes when a later DTO (or a probe) of the same rail
     /// completes, with no completion (and no acknowledgement) of its own.
     pub(super) silent: bool,
+    /// Posted with URGENT on the rail: the user's hint (its initiator is
+    /// about to wait for it), or a probe.
+    pub(super) urgent: bool,
 }
 
 impl Work {
@@ -126,6 +129,8 @@ pub(super) struct Req {
     pub(super) cookie: u64,
     pub(super) kind: Kind,
     pub(super) signalled: bool,
+    /// The user posted it URGENT: its stripes go URGENT on their rails.
+    pub(super) urgent: bool,
     pub(super) bytes: u64,
     pub(super) remaining: usize,
     pub(super) status: Status,
@@ -148,7 +153,7 @@ impl Req {
     /// is queued (a request is a few hundred bytes; every move is a copy).
     #[inline(always)]
     pub(super) fn new(
-        (cookie, kind, signalled): (u64, Kind, bool),
+        (cookie, kind, signalled, urgent): (u64, Kind, bool, bool),
         bytes: u64,
         local: Segs,
         remote: Option<(RmrContext, u64)>,
@@ -159,6 +164,7 @@ impl Req {
             cookie,
             kind,
             signalled,
+            urgent,
             bytes,
             remaining,
             status: Status::Success,
