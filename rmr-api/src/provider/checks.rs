@@ -15,15 +15,22 @@ use crate::types::Access;
 ///
 /// # Errors
 /// [`Error::OutOfBounds`] where the segment does not lie inside the region.
+#[inline]
 pub fn seg_place<'a>(s: &Sge<'a>) -> Result<(&'a std::sync::Arc<crate::MemRegion>, u64)> {
     let region = s.lmr.region();
-    let off = s.lmr.offset().checked_add(s.offset).ok_or(Error::OutOfBounds {
-        offset: s.offset,
-        len: s.len,
-        limit: region.len() as u64,
-    })?;
-    region.check(off, s.len)?;
-    Ok((region, off))
+    match s.lmr.offset().checked_add(s.offset) {
+        Some(off) if off.checked_add(s.len).is_some_and(|end| end <= region.len() as u64) => {
+            Ok((region, off))
+        }
+        _ => Err(outside_region(s, region.len() as u64)),
+    }
+}
+
+/// [`seg_place`]'s error (out of line: the post path stays short).
+#[cold]
+#[inline(never)]
+fn outside_region(s: &Sge<'_>, limit: u64) -> Error {
+    Error::OutOfBounds { offset: s.lmr.offset().saturating_add(s.offset), len: s.len, limit }
 }
 
 /// Validates a local segment list for a DTO: every LMR registered, in the
