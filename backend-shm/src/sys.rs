@@ -72,9 +72,9 @@ impl Mapping {
     /// The file is sealed at that size (it can neither shrink nor grow, nor
     /// be unsealed): a peer that maps it cannot make this side's accesses
     /// fault by truncating it. A `table` is sealed against writes too once
-    /// this side mapped it (`F_SEAL_FUTURE_WRITE`): a peer that reopens its
-    /// read-only descriptor for writing (through `/proc`) still cannot map
-    /// it writable or write it.
+    /// this side mapped it (`F_SEAL_FUTURE_WRITE`, Linux 5.1 and later): a
+    /// peer that reopens its read-only descriptor for writing (through
+    /// `/proc`) still cannot map it writable or write it.
     pub(crate) fn create(
         name: &str,
         len: usize,
@@ -87,8 +87,11 @@ impl Mapping {
         let (dev, ino, _) = file_id(&fd)?;
         let m = Mapping::fresh(&fd, len, true, table)?;
         MAPPED.lock().unwrap_or_else(|e| e.into_inner()).push(((dev, ino), Arc::downgrade(&m)));
-        let seals = if table { SealFlags::SEAL | SealFlags::FUTURE_WRITE } else { SealFlags::SEAL };
-        rustix::fs::fcntl_add_seals(&fd, seals)?;
+        if table && let Err(e) = rustix::fs::fcntl_add_seals(&fd, SealFlags::FUTURE_WRITE) {
+            // Before Linux 5.1: peers still get a read-only descriptor.
+            tracing::info!(target: "rmr::shm", error = %e, "region table not sealed against writes (F_SEAL_FUTURE_WRITE)");
+        }
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SEAL)?;
         Ok((m, fd))
     }
 

@@ -202,10 +202,23 @@ fn replay_shm_ring() {
 
 #[test]
 fn a_write_spanning_frames_stops_at_deregistration() {
+    deregistered_mid_write(false);
+}
+
+#[test]
+fn a_write_with_immediate_stopped_at_deregistration_completes_its_receive() {
+    deregistered_mid_write(true);
+}
+
+fn deregistered_mid_write(imm: bool) {
     let r = rig();
     // The first frame of a 128-byte write into the open region lands...
     let mut h = Hdr::new(Op::Write);
     (h.key, h.addr, h.total, h.len) = (r.key(0), r.addr(0), 128, 64);
+    if imm {
+        h.flags |= backend_shm::wire::IMM;
+        h.arg = 77;
+    }
     let mut first = Rig::frame(&h);
     first.extend_from_slice(&[0xaa; 64]);
     let n = first.len() as u64;
@@ -220,9 +233,21 @@ fn a_write_spanning_frames_stops_at_deregistration() {
     rest.extend_from_slice(&[0xbb; 64]);
     let n = rest.len() as u64;
     r.inject(&rest, n);
-    let _ = r.settle(Duration::from_millis(200));
+    let out = r.settle(Duration::from_millis(200));
     assert_eq!(r.honest.state(), EpState::Connected, "a refused write ended the connection");
     let open = r.open.to_vec(0, LEN as usize).unwrap();
     assert!(open[64..].iter().all(|&b| b == 0), "a frame landed after deregistration");
+    if imm {
+        // The receive the immediate took completes, refused, and only once.
+        let done: Vec<_> = out
+            .events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Dto(c) if c.op == rmr_api::DtoOp::RecvWriteImm => Some(c.status),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(done, [Status::RemoteAccess], "{out:?}");
+    }
     r.check();
 }

@@ -38,7 +38,10 @@ pub fn local_segs(
             })?;
             let len = u32::try_from(s.len)
                 .map_err(|_| Error::invalid(format!("segment of {} bytes (max 4 GiB)", s.len)))?;
-            Ok(LocalSeg { addr: s.lmr.region().addr() + s.lmr.offset() + s.offset, len, lkey })
+            // Inside the region itself, not only the LMR's account of its
+            // length (the HCA would fail the work request later instead).
+            let (region, off) = rmr_api::provider::seg_place(s)?;
+            Ok(LocalSeg { addr: region.addr() + off, len, lkey })
         })
         .collect()
 }

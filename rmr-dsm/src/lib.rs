@@ -53,7 +53,10 @@
 //!   enough; [`Dsm::binding`] says what it did.
 //! - **Concurrency.** Many threads may access the region at once (rayon's
 //!   workers in [`Dsm::parallel_for`]): completions are filed by cookie and
-//!   no data lock is held across another thread's network wait.
+//!   no thread waits on the network for another's DTO. A page is locked
+//!   across a network wait only while its own data is on the wire: its
+//!   fetch (for the threads that need it), or its diff runs during a
+//!   release (their source is its copy, which must not change meanwhile).
 //!
 //! Everything goes through the public rmr API (RDMA read and write,
 //! compare-and-swap, fetch-and-add) plus rmr-boot (who is who) and
@@ -130,6 +133,10 @@ pub enum DsmError {
     /// its copies may be stale (see [`Dsm::barrier`]).
     #[error("an earlier synchronisation of this process failed ({0}); it takes part in no more")]
     Failed(String),
+    /// [`Dsm::lock`] of a name this thread holds already (a lock is not
+    /// reentrant: it would wait for itself).
+    #[error("lock {0:?} is held by this thread already")]
+    AlreadyHeld(String),
 }
 
 /// The runtime's result type.

@@ -36,7 +36,8 @@ pub(crate) const OP_TIMEOUT: Duration = Duration::from_secs(60);
 const POLL_SLICE: Duration = Duration::from_millis(2);
 
 /// Completions filed by cookie, and the first failure of a DTO nobody waits
-/// for (a suppressed write reports only its failure).
+/// for (a suppressed write reports only its failure; kept for good, see
+/// `Router::wait_all`).
 #[derive(Default)]
 struct Filed {
     done: HashMap<u64, DtoCompletion>,
@@ -316,7 +317,12 @@ impl Router {
         loop {
             {
                 let mut f = self.filed.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(e) = f.orphan_error.take() {
+                // Kept, not taken: a suppressed DTO is a diff run, whose
+                // failure means writes that never reached their home. Every
+                // wait from then on fails with it, the releases that sent
+                // runs among them (not only whichever wait came first), so
+                // this process takes part in no more synchronisation.
+                if let Some(e) = f.orphan_error {
                     e.result()?;
                 }
                 if let Some(why) = &f.broken {

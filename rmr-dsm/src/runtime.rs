@@ -1,5 +1,6 @@
 //! The runtime's core: the region and its pages, homes, copies, twins,
-//! diffs, release and acquire, the barrier.
+//! diffs, release and acquire (the barrier and the locks built on them
+//! are in `sync`).
 
 use super::bind::{Bind, bind_process};
 use super::mesh::Mesh;
@@ -195,13 +196,14 @@ pub struct Dsm {
     binding: String,
 }
 
-/// The lock words this process's threads hold: word -> (the thread, how
-/// many of its guards hold it). A thread that holds a word takes it again
-/// without an atomic; another thread of this process waits here, not on
-/// the word at rank 0 (see [`Dsm::lock`]).
+/// The lock words this process's threads hold: word -> (the thread, the
+/// names it holds the word for, as their 64-bit hashes). A thread that
+/// holds a word takes it for another name that shares it without an
+/// atomic; another thread of this process waits here, not on the word at
+/// rank 0 (see [`Dsm::lock`]).
 #[derive(Default)]
 pub(crate) struct Held {
-    pub(crate) words: Mutex<HashMap<u64, (ThreadId, u32)>>,
+    pub(crate) words: Mutex<HashMap<u64, (ThreadId, Vec<u64>)>>,
     pub(crate) freed: Condvar,
 }
 

@@ -12,17 +12,21 @@ use rmr::{CompareSwap, Cookie, DtoFlags, Sge};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// The lock word `name` maps to (FNV-1a over the name). Two names that
-/// share a word share the lock: correct, only less parallel, and a thread
-/// that holds one may take the other (locks are reentrant per thread, see
-/// [`Dsm::lock`]).
-fn slot_of(name: &str) -> u64 {
+/// A lock name's 64-bit hash (FNV-1a): its identity here.
+fn name_hash(name: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
-    h % LOCK_SLOTS
+    h
+}
+
+/// The lock word `name` maps to. Two names that share a word share the
+/// lock: correct, only less parallel, and a thread that holds one may take
+/// the other (see [`Dsm::lock`]).
+fn slot_of(name: &str) -> u64 {
+    name_hash(name) % LOCK_SLOTS
 }
 
 /// The name [`Dsm::critical`] locks.
@@ -37,26 +41,29 @@ const CRITICAL: &str = "rmr-dsm critical";
 pub struct LockGuard<'a> {
     dsm: &'a Dsm,
     slot: u64,
+    /// The name's hash (see [`name_hash`]).
+    name: u64,
     held: bool,
 }
 
 impl LockGuard<'_> {
     /// Releases the lock: sends this process's writes home, then frees the
-    /// lock word.
+    /// lock word (unless this thread still holds it for another name that
+    /// shares it).
     ///
     /// # Errors
     /// A failed flush or atomic, or a lock word that no longer names this
     /// process.
     pub fn unlock(mut self) -> Result<()> {
         self.held = false;
-        self.dsm.release(self.slot)
+        self.dsm.release(self.slot, self.name)
     }
 }
 
 impl Drop for LockGuard<'_> {
     fn drop(&mut self) {
         if self.held
-            && let Err(e) = self.dsm.release(self.slot)
+            && let Err(e) = self.dsm.release(self.slot, self.name)
         {
             self.dsm.deferred.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         }
@@ -73,7 +80,10 @@ impl Dsm {
     /// [`DsmError::Failed`] at once. A process that went on would meet its
     /// next barrier with the others' current one, or with writes that never
     /// reached their homes; the others instead see their barrier fail
-    /// (time out) rather than go on without its writes.
+    /// (time out) rather than go on without its writes. A timeout counts
+    /// too: a barrier that waited out its timeout (a process that never
+    /// came, or one far slower than the others) ends it the same way, as
+    /// does a failed diff run, which fails every wait after it.
     ///
     /// # Errors
     /// A failed flush or barrier, a deferred failure, or
@@ -136,10 +146,13 @@ impl Dsm {
     /// copies (acquire): what the lock's previous holders wrote is visible
     /// from here on, and writes made before the lock are kept.
     ///
-    /// Reentrant per thread: a thread that holds `name` (or a name that
-    /// shares its lock word) takes it again at once, and the word is freed
-    /// when its outermost guard goes; every release still sends this
-    /// process's writes home. Other threads of this process wait for it.
+    /// A thread that holds a lock whose name shares `name`'s lock word
+    /// takes `name` at once (names are spread over a fixed set of words);
+    /// the word is freed when the last of its guards goes, and every
+    /// release still sends this process's writes home. A thread that takes
+    /// a name it holds already gets [`DsmError::AlreadyHeld`] (a lock is
+    /// not reentrant: taken again it would wait for itself). Other threads
+    /// of this process wait for the thread that holds the word.
     ///
     /// ```no_run
     /// # fn f(dsm: &rmr_dsm::Dsm, total: &rmr_dsm::Shared<'_, u64>) -> rmr_dsm::Result<()> {
@@ -155,17 +168,20 @@ impl Dsm {
     /// [`DsmError::Failed`] after an earlier failure.
     pub fn lock(&self, name: &str) -> Result<LockGuard<'_>> {
         self.live()?;
-        let slot = slot_of(name);
+        let (hash, slot) = (name_hash(name), slot_of(name));
         let me_t = std::thread::current().id();
         {
             let mut w = self.held.words.lock().unwrap_or_else(|e| e.into_inner());
             loop {
                 match w.get_mut(&slot) {
-                    Some((t, depth)) if *t == me_t => {
-                        *depth += 1;
+                    Some((t, names)) if *t == me_t => {
+                        if names.contains(&hash) {
+                            return Err(DsmError::AlreadyHeld(name.to_string()));
+                        }
+                        names.push(hash);
                         drop(w);
                         self.stats.lock_acquired.fetch_add(1, Ordering::Relaxed);
-                        let g = LockGuard { dsm: self, slot, held: true };
+                        let g = LockGuard { dsm: self, slot, name: hash, held: true };
                         self.failing(self.sync_copies(true))?;
                         return Ok(g);
                     }
@@ -176,7 +192,7 @@ impl Dsm {
                         w = self.held.words.lock().unwrap_or_else(|e| e.into_inner());
                     }
                     None => {
-                        w.insert(slot, (me_t, 1));
+                        w.insert(slot, (me_t, vec![hash]));
                         break;
                     }
                 }
@@ -201,23 +217,23 @@ impl Dsm {
         }
         self.stats.lock_acquired.fetch_add(1, Ordering::Relaxed);
         // From here on the guard frees the word, even if the acquire fails.
-        let g = LockGuard { dsm: self, slot, held: true };
+        let g = LockGuard { dsm: self, slot, name: hash, held: true };
         self.failing(self.sync_copies(true))?;
         Ok(g)
     }
 
-    /// Sends this process's writes home (release), then, for the
-    /// outermost guard of lock `slot`, frees its word.
-    fn release(&self, slot: u64) -> Result<()> {
+    /// Sends this process's writes home (release), then lets go of lock
+    /// `name` on word `slot`, freeing the word if no other name holds it.
+    fn release(&self, slot: u64, name: u64) -> Result<()> {
         let flushed = self.sync_copies(false);
         let outermost = {
             let mut w = self.held.words.lock().unwrap_or_else(|e| e.into_inner());
             match w.get_mut(&slot) {
-                Some((_, depth)) if *depth > 1 => {
-                    *depth -= 1;
-                    false
+                Some((_, names)) => {
+                    names.retain(|&h| h != name);
+                    names.is_empty()
                 }
-                _ => true,
+                None => true,
             }
         };
         if !outermost {

@@ -341,7 +341,12 @@ impl EpShared {
             // deregistration waits for a frame being placed, see
             // `Peer::quiesce`); the rest is skipped, the request refused.
             let (seq, left) = (*seq, total - at - len);
-            rx.cur = (left > 0).then_some(Cur::Discard { left });
+            let was = std::mem::replace(&mut rx.cur, (left > 0).then_some(Cur::Discard { left }));
+            if let Some(Cur::Write { imm: Some((_, recv)), .. }) = was {
+                // The receive its immediate took completes, refused too.
+                let c = self.recv_done(&recv, DtoOp::RecvWriteImm, Status::RemoteAccess, 0);
+                self.push_recv(Event::Dto(c));
+            }
             self.nack(rx, link, seq, Status::RemoteAccess);
             return Ok(Step::Next);
         }
