@@ -443,7 +443,7 @@ impl EpShared {
     }
 
     pub(crate) fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
-        let (iov, _keep, total) = self.check_sges(local, Access::LOCAL_WRITE)?;
+        let (mut iov, _keep, total) = self.check_sges(local, Access::LOCAL_WRITE)?;
         match self.state() {
             rmr_api::EpState::Disconnected | rmr_api::EpState::Broken => {
                 return Err(Error::NotConnected);
@@ -451,11 +451,18 @@ impl EpShared {
             _ => {}
         }
         let f = &self.ia.feat;
-        let segs: Segs = local
-            .iter()
-            .filter(|s| s.len > 0)
-            .map(|s| (s.lmr.region().clone(), s.lmr.offset() + s.offset, s.len))
-            .collect();
+        // The record holds the regions the provider writes into: the iov is
+        // made again from them (one read of each LMR, checked), not from
+        // `check_sges`' own read, so what the provider writes to is what
+        // the record keeps alive whatever an LMR answers a second time.
+        let mut segs = Segs::new();
+        for s in local.iter().filter(|s| s.len > 0) {
+            let (region, off) = rmr_api::provider::seg_place(s)?;
+            segs.push((region.clone(), off, s.len));
+        }
+        for (i, (region, off, _)) in iov.iter_mut().zip(&segs) {
+            i.addr = region.as_ptr() as usize + *off as usize;
+        }
         let (bounce, iov) = if !f.mr_local && total <= f.bounce_max {
             let b = self.take_bounce(total as usize + 1);
             let i = Iov { addr: b.as_ptr() as usize, len: total as usize + 1, desc: 0 };

@@ -78,9 +78,17 @@ impl LmrInner {
         len: u64,
         access: Access,
     ) -> Result<LmrInner> {
-        // SAFETY-free: the pointer arithmetic stays inside the region (checked by the caller).
-        let addr = region.as_ptr().wrapping_add(offset as usize);
-        let (mr, key) = reg_raw(pz, addr, len as usize, fi_access(access))?;
+        // The pointer arithmetic stays inside the region (checked by the
+        // caller). libfabric registers at least one byte: a zero-length
+        // registration (which may sit at the region's very end) gets the
+        // region's first byte with no remote rights, so a peer reaches
+        // nothing through it.
+        let (addr, rights) = if len == 0 {
+            (region.as_ptr(), fi_access(Access::empty()))
+        } else {
+            (region.as_ptr().wrapping_add(offset as usize), fi_access(access))
+        };
+        let (mr, key) = reg_raw(pz, addr, len as usize, rights)?;
         let desc = if pz.ia.feat.mr_local { mr.desc() } else { 0 };
         Ok(LmrInner {
             region: region.clone(),

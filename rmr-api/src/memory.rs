@@ -86,11 +86,18 @@ impl MemRegion {
     /// Allocates `len` zeroed bytes, page-aligned.
     ///
     /// # Panics
-    /// Never for a sane length; an allocation failure aborts as in `Vec`.
+    /// For a length that rounded up to whole pages exceeds `isize::MAX`
+    /// (as `Vec` does for a capacity that large); an allocation failure
+    /// aborts as in `Vec`.
     pub fn new(len: usize) -> std::sync::Arc<Self> {
-        let size = len.max(1).next_multiple_of(REGION_ALIGN);
+        // Checked: unchecked, a length within a page of `usize::MAX` rounded
+        // up to 0, and the region would claim `len` bytes of a 0-byte block.
+        let size = len
+            .max(1)
+            .checked_next_multiple_of(REGION_ALIGN)
+            .expect("MemRegion::new: length overflows whole pages");
         let layout = Layout::from_size_align(size, REGION_ALIGN).expect("region layout");
-        // SAFETY: layout has non-zero size.
+        // SAFETY: layout has non-zero size (at least one page, checked above).
         let raw = unsafe { alloc_zeroed(layout) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
         std::sync::Arc::new(MemRegion { ptr, len, backing: Backing::Alloc(layout) })
@@ -104,7 +111,10 @@ impl MemRegion {
     /// [`Error::Io`] saying so when the system has no huge pages to give
     /// (none reserved: `/proc/sys/vm/nr_hugepages` is 0, or too few free).
     pub fn huge(len: usize) -> Result<std::sync::Arc<Self>> {
-        let size = len.max(1).next_multiple_of(2 << 20);
+        let size = len
+            .max(1)
+            .checked_next_multiple_of(2 << 20)
+            .ok_or_else(|| Error::invalid(format!("{len} bytes overflow whole huge pages")))?;
         // SAFETY: an anonymous private mapping at an address of the kernel's
         // choosing; nothing else is affected.
         let raw = unsafe {
@@ -149,7 +159,10 @@ impl MemRegion {
     /// descriptors or memory).
     pub fn shared(len: usize) -> Result<std::sync::Arc<Self>> {
         use rustix::fs::{MemfdFlags, SealFlags};
-        let size = len.max(1).next_multiple_of(REGION_ALIGN);
+        let size = len
+            .max(1)
+            .checked_next_multiple_of(REGION_ALIGN)
+            .ok_or_else(|| Error::invalid(format!("{len} bytes overflow whole pages")))?;
         let fd =
             rustix::fs::memfd_create("rmr-region", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
                 .map_err(|e| Error::io("memfd_create for a shared region", e.into()))?;
@@ -511,6 +524,17 @@ pub unsafe fn place(src: *const u8, dst: *mut u8, len: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg_attr(miri, ignore)] // memfd and mmap
+    fn a_length_near_usize_max_is_refused_not_wrapped() {
+        // Rounded up to whole pages it would wrap to 0: a region that
+        // claimed usize::MAX - 1 bytes of a 0-byte block.
+        let r = std::panic::catch_unwind(|| MemRegion::new(usize::MAX - 1));
+        assert!(r.is_err(), "MemRegion::new(usize::MAX - 1) made a region");
+        assert!(MemRegion::shared(usize::MAX - 1).is_err());
+        assert!(MemRegion::huge(usize::MAX - 1).is_err());
+    }
 
     /// A whole aligned word goes in and out atomically (what a poller of
     /// an RDMA-written flag reads); other sizes and offsets byte for byte.
