@@ -209,6 +209,12 @@ impl EpShared {
         let txf = (sys::FI_TRANSMIT as u64) | sys::FI_SELECTIVE_COMPLETION;
         let rq = self.req.cq_for(&self.pz.domain)?;
         let rc = self.rcv.cq_for(&self.pz.domain)?;
+        // An endpoint opened again (a connect after a failed one): the
+        // slots of its last opening route nothing from now on, so a late
+        // completion of that opening (a receive cancelled when it closed)
+        // cannot retire a receive posted again under the same sequence.
+        rq.detach(&self.me);
+        rc.detach(&self.me);
         self.tx_idx.store(rq.attach(self.me.clone())?, Ordering::Relaxed);
         self.rx_idx.store(rc.attach(self.me.clone())?, Ordering::Relaxed);
         self.req.start_pump();

@@ -158,6 +158,16 @@ impl CqDriver {
         Ok((slot as u32) << 8 | u32::from(g.0))
     }
 
+    /// Completions of `ep`'s earlier attachments (an earlier opening) reach
+    /// it no more: their slots are freed (a slot's next user has another
+    /// generation, so their tokens match nothing).
+    pub(crate) fn detach(&self, ep: &Weak<crate::ep::EpShared>) {
+        let mut r = self.reader.lock().unwrap_or_else(|e| e.into_inner());
+        for e in r.eps.iter_mut().filter(|(_, w)| w.ptr_eq(ep)) {
+            e.1 = Weak::new();
+        }
+    }
+
     /// Reads what the CQ holds (without blocking) and queues the events;
     /// `None` when another thread is reading it right now.
     fn read_if_free(&self) -> Option<bool> {
