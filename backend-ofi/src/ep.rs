@@ -122,9 +122,11 @@ pub(crate) struct EpShared {
     pub(crate) rx: Mutex<RxState>,
     pub(crate) conn: Mutex<ConnState>,
     pub(crate) conn_cv: Condvar,
+    /// The registration of `ctl`: declared first, so dropped first (a
+    /// field's drop follows its declaration), before the memory it covers.
+    pub(crate) ctl_mr: Mr,
     /// [0..8): the word peers write BYE into; [8..16): our BYE source.
     pub(crate) ctl: Arc<MemRegion>,
-    pub(crate) ctl_mr: Mr,
     ctl_key: u64,
     peer: OnceLock<SocketAddr>,
     pub(crate) atomics_ok: AtomicBool,
