@@ -443,7 +443,7 @@ impl EpShared {
     }
 
     pub(crate) fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
-        let (mut iov, _keep, total) = self.check_sges(local, Access::LOCAL_WRITE)?;
+        let (mut iov, _, total) = self.check_sges(local, Access::LOCAL_WRITE)?;
         match self.state() {
             rmr_api::EpState::Disconnected | rmr_api::EpState::Broken => {
                 return Err(Error::NotConnected);

@@ -79,10 +79,12 @@ impl LmrInner {
         access: Access,
     ) -> Result<LmrInner> {
         // The pointer arithmetic stays inside the region (checked by the
-        // caller). libfabric registers at least one byte: a zero-length
+        // caller). `reg_raw` registers at least one byte: a zero-length
         // registration (which may sit at the region's very end) gets the
-        // region's first byte with no remote rights, so a peer reaches
-        // nothing through it.
+        // region's start (for an empty region, its dangling address, which
+        // the tcp and sockets providers only record) with no remote rights,
+        // so a peer reaches nothing through it, a zero-length access
+        // included.
         let (addr, rights) = if len == 0 {
             (region.as_ptr(), fi_access(Access::empty()))
         } else {

@@ -1,5 +1,5 @@
-//! A zero-length registration reaches nothing. libfabric registers at
-//! least one byte; a zero-length LMR at a region's very end used to
+//! A zero-length registration reaches nothing. The backend registers at
+//! least one byte with libfabric; a zero-length LMR at a region's very end used to
 //! register the byte past it (memory of another allocation) with the
 //! rights asked for. Now the byte registered is the region's first, with no
 //! remote rights: a peer that forges a one-byte context from the LMR's key
