@@ -45,6 +45,17 @@ impl LmrInner {
     }
 }
 
+/// A connection this side let go of, as a deregistration sees it: its
+/// peer may still be in the middle of a cross-memory access to this IA's
+/// memory.
+pub(crate) trait Departed: Send + Sync {
+    /// Waits until the peer is in no cross-memory access (or `until`);
+    /// false at the deadline.
+    fn quiesce(&self, until: std::time::Instant) -> bool;
+    /// The peer hung up and no access of its runs: it can start none.
+    fn finished(&self) -> bool;
+}
+
 /// A connection as a deregistration sees it: a peer that may be in the
 /// middle of a cross-memory access to this IA's memory.
 pub(crate) trait Peer: Send + Sync {
@@ -68,6 +79,9 @@ pub(crate) struct IaShared {
     pub(crate) helper: Helper,
     /// The connections peers may write this IA's memory through.
     peers: std::sync::Mutex<Vec<std::sync::Weak<dyn Peer>>>,
+    /// Connections this side let go of whose peer may still be inside a
+    /// cross-memory access to this IA's memory (see [`IaShared::depart`]).
+    departed: std::sync::Mutex<Vec<Arc<dyn Departed>>>,
 }
 
 impl IaShared {
@@ -81,6 +95,7 @@ impl IaShared {
             table,
             regions: RwLock::new(Vec::new()),
             peers: std::sync::Mutex::new(Vec::new()),
+            departed: std::sync::Mutex::new(Vec::new()),
         })
     }
 
@@ -110,10 +125,22 @@ impl IaShared {
         v.push(p);
     }
 
+    /// Keeps what a connection this side let go of needs to tell when its
+    /// peer is out of every cross-memory access: an honest application
+    /// may drop its endpoint, deregister and free a buffer while the
+    /// peer's large write into it still runs. Departures whose peer hung
+    /// up and has no access running are dropped here.
+    pub(crate) fn depart(&self, d: Arc<dyn Departed>) {
+        let mut v = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|d| !d.finished());
+        v.push(d);
+    }
+
     /// Withdraws a region: from the table first, then waits until no peer
     /// is inside a cross-memory access (one that passed its table lookup
-    /// before the withdrawal may still be writing). False when one still
-    /// is after [`QUIESCE`].
+    /// before the withdrawal may still be writing), through a live
+    /// connection or one this side let go of. False when one still is
+    /// after [`QUIESCE`].
     fn remove(&self, key: u64) -> bool {
         let slot = (key & 0xffff_ffff) as usize - 1;
         let mut r = self.regions.write().unwrap_or_else(|e| e.into_inner());
@@ -129,8 +156,13 @@ impl IaShared {
             .iter()
             .filter_map(|w| w.upgrade())
             .collect();
+        let departed: Vec<_> = {
+            let mut v = self.departed.lock().unwrap_or_else(|e| e.into_inner());
+            v.retain(|d| !d.finished());
+            v.clone()
+        };
         let until = std::time::Instant::now() + QUIESCE;
-        peers.iter().all(|p| p.quiesce(until))
+        peers.iter().all(|p| p.quiesce(until)) && departed.iter().all(|d| d.quiesce(until))
     }
 }
 

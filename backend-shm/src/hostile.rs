@@ -274,3 +274,22 @@ impl Drop for Rig {
         }
     }
 }
+
+/// Counts a cross-memory access of `ep`'s into its peer's memory as in
+/// flight, as a post does from its table lookup to the end of its system
+/// call, until the returned guard is dropped: a peer's deregistration must
+/// wait for it, also once the peer let its endpoint go.
+pub fn pretend_in_flight(ep: &Arc<dyn Ep>) -> impl Drop + use<> {
+    struct Busy(Arc<dyn Ep>);
+    impl Drop for Busy {
+        fn drop(&mut self) {
+            counter(&self.0).fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    fn counter(ep: &Arc<dyn Ep>) -> &std::sync::atomic::AtomicU64 {
+        let ep = ep.as_any().downcast_ref::<ShmEp>().expect("an shm EP");
+        ep.sh.link.get().expect("connected").out.cma_busy()
+    }
+    counter(ep).fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Busy(ep.clone())
+}

@@ -251,3 +251,33 @@ fn deregistered_mid_write(imm: bool) {
     }
     r.check();
 }
+
+/// An honest peer's cross-memory write may still run when this side has
+/// let its endpoint go: a deregistration after that waits for it (the
+/// region could be freed right after), as it does on a live connection.
+#[test]
+fn a_deregistration_waits_for_a_peer_whose_endpoint_this_side_let_go() {
+    use rmr_api::provider::conformance::{Buf, Pair, Target};
+    use std::sync::atomic::AtomicBool;
+    let t = Target::new("shm", backend_shm::register, "shm:departed", "shm:departed");
+    let p = Pair::new(&t);
+    let target = Buf::new(&p.pz_b, 4096, Access::ALL, 0);
+    // Side a is inside a cross-memory write into b's memory...
+    let busy = backend_shm::hostile::pretend_in_flight(&p.a);
+    // ...when b disconnects and drops its endpoint.
+    p.b.disconnect().unwrap();
+    let Pair { b, a, .. } = p;
+    drop(b);
+    std::thread::sleep(Duration::from_millis(100));
+    let released = std::sync::Arc::new(AtomicBool::new(false));
+    let seen = released.clone();
+    let dereg = std::thread::spawn(move || {
+        target.lmr.deregister().unwrap();
+        seen.load(Ordering::SeqCst)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    released.store(true, Ordering::SeqCst);
+    drop(busy);
+    assert!(dereg.join().unwrap(), "the deregistration returned while the peer's access ran");
+    drop(a);
+}

@@ -729,33 +729,6 @@ impl Tended for EpShared {
     }
 }
 
-impl crate::domain::Peer for EpShared {
-    fn quiesce(&self, until: Instant) -> bool {
-        let Some(link) = self.link.get() else { return true };
-        // The peer's accesses to our memory are counted on the ring it
-        // produces (ours to consume).
-        while link.inc.cma_busy().load(Ordering::SeqCst) != 0 {
-            if Instant::now() >= until {
-                return false;
-            }
-            std::thread::yield_now();
-        }
-        // A frame of the peer's being placed by this side's receive path
-        // (under the receive lock) ends first; the next one sees the
-        // region deregistered. (A try: never a wait on a lock this very
-        // thread could hold.)
-        loop {
-            match self.rx.try_lock() {
-                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return true,
-                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
-                    std::thread::yield_now();
-                }
-                Err(std::sync::TryLockError::WouldBlock) => return false,
-            }
-        }
-    }
-}
-
 /// The peer of a set-up socket: it must run as this process's user (the
 /// trust boundary); its pid as the kernel sees it, when that is the one it
 /// claims (else cross-memory attach is not used, and why).

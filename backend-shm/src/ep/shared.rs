@@ -1,7 +1,9 @@
 //! The state of one endpoint that every thread works on ([`EpShared`]):
 //! the link to the peer once connected, the send side ([`Tx`]: frames
 //! waiting for ring space and requests waiting for their answers) and the
-//! receive side ([`Rx`]: posted receives and the frame being taken in).
+//! receive side ([`Rx`]: posted receives and the frame being taken in);
+//! and what a deregistration waits for: a live connection's peer, or the
+//! peer of one this side let go of (`Departure`, kept by the IA).
 
 use crate::domain::{IaShared, soft};
 use crate::ring::Ring;
@@ -416,3 +418,77 @@ impl EpShared {
 
 /// An EVD handle (every one a `SoftEvd`, checked when the EP is made).
 pub(crate) type SoftEvdRef = Arc<dyn rmr_api::Evd>;
+
+impl crate::domain::Peer for EpShared {
+    fn quiesce(&self, until: Instant) -> bool {
+        let Some(link) = self.link.get() else { return true };
+        // The peer's accesses to our memory are counted on the ring it
+        // produces (ours to consume).
+        while link.inc.cma_busy().load(Ordering::SeqCst) != 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        // A frame of the peer's being placed by this side's receive path
+        // (under the receive lock) ends first; the next one sees the
+        // region deregistered. (A try: never a wait on a lock this very
+        // thread could hold.)
+        loop {
+            match self.rx.try_lock() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => return true,
+                Err(std::sync::TryLockError::WouldBlock) if Instant::now() < until => {
+                    std::thread::yield_now();
+                }
+                Err(std::sync::TryLockError::WouldBlock) => return false,
+            }
+        }
+    }
+}
+
+/// What a connection leaves to its IA when this side lets it go (the
+/// `EpShared` is dropped): the ring the peer counts its cross-memory
+/// accesses on, and the set-up socket, shut for writing (the peer sees
+/// the hang-up as before), whose end says the peer's endpoint is gone.
+struct Departure {
+    inc: crate::ring::Ring,
+    sock: OwnedFd,
+}
+
+impl crate::domain::Departed for Departure {
+    fn quiesce(&self, until: Instant) -> bool {
+        while self.inc.cma_busy().load(Ordering::SeqCst) != 0 {
+            if Instant::now() >= until {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
+    }
+
+    fn finished(&self) -> bool {
+        if self.inc.cma_busy().load(Ordering::SeqCst) != 0 {
+            return false;
+        }
+        let mut pfd = [rustix::event::PollFd::new(&self.sock, rustix::event::PollFlags::RDHUP)];
+        let zero = rustix::event::Timespec { tv_sec: 0, tv_nsec: 0 };
+        matches!(rustix::event::poll(&mut pfd, Some(&zero)), Ok(n) if n > 0)
+            && pfd[0].revents().intersects(
+                rustix::event::PollFlags::RDHUP
+                    | rustix::event::PollFlags::HUP
+                    | rustix::event::PollFlags::ERR,
+            )
+    }
+}
+
+impl Drop for EpShared {
+    fn drop(&mut self) {
+        if let Some(link) = self.link.take() {
+            // The peer may be inside a cross-memory access to this IA's
+            // memory still (a post that passed its table lookup): a later
+            // deregistration waits for it (`IaShared::depart`).
+            let _ = rustix::net::shutdown(&link.sock, rustix::net::Shutdown::Write);
+            self.ia.depart(Arc::new(Departure { inc: link.inc, sock: link.sock }));
+        }
+    }
+}
