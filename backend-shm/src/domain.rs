@@ -64,6 +64,10 @@ pub(crate) trait Peer: Send + Sync {
     fn quiesce(&self, until: std::time::Instant) -> bool;
 }
 
+/// Connections this side let go of, whose peers have not hung up yet, that
+/// an IA keeps watching (see [`IaShared::depart`]).
+pub(crate) const MAX_DEPARTED: usize = 64;
+
 /// How long a deregistration waits for peers' cross-memory accesses.
 const QUIESCE: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -130,9 +134,19 @@ impl IaShared {
     /// may drop its endpoint, deregister and free a buffer while the
     /// peer's large write into it still runs. Departures whose peer hung
     /// up and has no access running are dropped here.
+    ///
+    /// At most [`MAX_DEPARTED`] are kept (a peer that keeps its endpoints
+    /// long after this side dropped them would otherwise grow the list, a
+    /// ring mapping and a descriptor each, and the look at each): past
+    /// that the oldest is let go, and a deregistration no longer waits for
+    /// its peer.
     pub(crate) fn depart(&self, d: Arc<dyn Departed>) {
         let mut v = self.departed.lock().unwrap_or_else(|e| e.into_inner());
         v.retain(|d| !d.finished());
+        if v.len() >= MAX_DEPARTED {
+            v.remove(0);
+            tracing::debug!(target: "rmr::shm", kept = MAX_DEPARTED, "a departed connection's peer still holds it; no longer waited for");
+        }
         v.push(d);
     }
 
