@@ -210,6 +210,16 @@ fn a_write_with_immediate_stopped_at_deregistration_completes_its_receive() {
     deregistered_mid_write(true);
 }
 
+/// Injects frame `h` with 64 payload bytes of `fill`, and lets the honest
+/// side take it in.
+fn frame_of_64(r: &Rig, h: &Hdr, fill: u8) -> backend_shm::hostile::Outcome {
+    let mut f = Rig::frame(h);
+    f.extend_from_slice(&[fill; 64]);
+    let n = f.len() as u64;
+    r.inject(&f, n);
+    r.settle(Duration::from_millis(200))
+}
+
 fn deregistered_mid_write(imm: bool) {
     let r = rig();
     // The first frame of a 128-byte write into the open region lands...
@@ -219,21 +229,13 @@ fn deregistered_mid_write(imm: bool) {
         h.flags |= backend_shm::wire::IMM;
         h.arg = 77;
     }
-    let mut first = Rig::frame(&h);
-    first.extend_from_slice(&[0xaa; 64]);
-    let n = first.len() as u64;
-    r.inject(&first, n);
-    let _ = r.settle(Duration::from_millis(200));
+    let _ = frame_of_64(&r, &h, 0xaa);
     assert_eq!(r.open.to_vec(0, 64).unwrap(), vec![0xaa; 64], "the first frame did not land");
     // ...then the region is deregistered, then the rest comes.
     r.lmrs[0].deregister().unwrap();
     let mut c = Hdr::new(Op::Cont);
     c.len = 64;
-    let mut rest = Rig::frame(&c);
-    rest.extend_from_slice(&[0xbb; 64]);
-    let n = rest.len() as u64;
-    r.inject(&rest, n);
-    let out = r.settle(Duration::from_millis(200));
+    let out = frame_of_64(&r, &c, 0xbb);
     assert_eq!(r.honest.state(), EpState::Connected, "a refused write ended the connection");
     let open = r.open.to_vec(0, LEN as usize).unwrap();
     assert!(open[64..].iter().all(|&b| b == 0), "a frame landed after deregistration");
