@@ -37,6 +37,12 @@ fn flag_lands_in_the_waiters_context(engine: &str, net: u8) {
     let value = Buf::new(&p.pz_a, 8, RW, 0);
     let (note_a, note_b) = (Buf::new(&p.pz_a, 8, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
     const ROUNDS: u64 = 50;
+    // A thread takes its name itself once it runs: a helper started while
+    // the pair connected may not carry it yet.
+    let named = std::time::Instant::now() + Duration::from_secs(5);
+    while thread_switches(&helper).1 == 0 && std::time::Instant::now() < named {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let (woken0, helpers) = thread_switches(&helper);
     assert!(helpers > 0, "side b's rails have progress helpers ({helper}...)");
     for round in 1..=ROUNDS {
