@@ -7,6 +7,10 @@ use rmr_api::{Error, Result};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+/// How long the thread waits for an event before it looks whether the IA
+/// is still there.
+const SLICE: Duration = Duration::from_millis(100);
+
 /// Starts the EQ thread; it ends within one slice after the IA is gone.
 pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
     std::thread::Builder::new()
@@ -14,7 +18,7 @@ pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
         .stack_size(256 << 10)
         .spawn(move || {
             loop {
-                let ev = eq.sread(100);
+                let ev = eq.next(SLICE);
                 let Some(ia) = ia.upgrade() else { break };
                 match ev {
                     Ok(EqEvent::None) => {}

@@ -11,7 +11,8 @@ use rmr_api::{Error, Result};
 use std::ffi::{CStr, CString, c_void};
 use std::net::{IpAddr, SocketAddr};
 use std::ptr::{NonNull, null, null_mut};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 /// The libfabric API version the backend asks for: the headers' own.
 pub(crate) fn api_version() -> u32 {
@@ -296,7 +297,7 @@ impl Info {
 }
 
 macro_rules! handle {
-    ($(#[$m:meta])* $name:ident, $t:ty, $what:literal { $($keep:ident : $kt:ty),* }) => {
+    ($(#[$m:meta])* $name:ident, $t:ty, $what:literal { $($keep:ident : $kt:ty),* } $(closes under $gate:ident)?) => {
         $(#[$m])*
         pub(crate) struct $name {
             ptr: NonNull<$t>,
@@ -318,6 +319,7 @@ macro_rules! handle {
         }
         impl Drop for $name {
             fn drop(&mut self) {
+                $(let _gate = self.$gate.close_gate();)?
                 // SAFETY: we own the object; children hold an Arc of us, so none is left.
                 let ret = unsafe { sys::rfi_close(self.fid()) };
                 if ret < 0 {
@@ -337,8 +339,9 @@ handle!(
     Domain, sys::fid_domain, "domain" { fabric: Arc<Fabric> }
 );
 handle!(
-    /// An event queue (`fi_eq_open`) for connection events.
-    Eq, sys::fid_eq, "eq" { fabric: Arc<Fabric> }
+    /// An event queue (`fi_eq_open`) for connection events. `wait` is its
+    /// wait fd when it is read under `gate` (see [`Eq::open`]).
+    Eq, sys::fid_eq, "eq" { fabric: Arc<Fabric>, gate: Mutex<()>, wait: Option<i32> }
 );
 handle!(
     /// A completion queue (`fi_cq_open`).
@@ -351,6 +354,7 @@ handle!(
 handle!(
     /// A connected (or connecting) endpoint (`fi_endpoint`).
     EpH, sys::fid_ep, "ep" { domain: Arc<Domain>, eq: Arc<Eq>, cqs: Vec<Arc<Cq>>, info: Info }
+    closes under eq
 );
 handle!(
     /// A memory registration (`fi_mr_reg`).
@@ -388,17 +392,76 @@ impl Domain {
 }
 
 impl Eq {
-    pub(crate) fn open(fabric: &Arc<Fabric>) -> Result<Arc<Eq>> {
-        let mut attr =
-            sys::fi_eq_attr { size: 1024, wait_obj: sys::FI_WAIT_UNSPEC, ..Default::default() };
+    /// Opens the IA's event queue. With `gated`, the queue is read only
+    /// while no endpoint bound to it closes: the `sockets` provider's
+    /// endpoint close takes the endpoint's events out of the queue, and
+    /// its event read looks at the queue's list before it takes the lock
+    /// that close holds, so a read racing a close takes an entry from an
+    /// emptied list and frees a pointer into the queue itself (libfabric
+    /// 1.17 to at least 2.x). Such a queue is waited on through its fd
+    /// (`FI_WAIT_FD`, readable while an event is queued) outside the gate
+    /// and read without blocking inside it, so a close waits for at most
+    /// one read, never for a blocking wait.
+    pub(crate) fn open(fabric: &Arc<Fabric>, gated: bool) -> Result<Arc<Eq>> {
+        let wait_obj = if gated { sys::FI_WAIT_FD } else { sys::FI_WAIT_UNSPEC };
+        let mut attr = sys::fi_eq_attr { size: 1024, wait_obj, ..Default::default() };
         let mut eq: *mut sys::fid_eq = null_mut();
         // SAFETY: attr and eq are valid for the call.
         let ret = unsafe { sys::rfi_eq_open(fabric.raw(), &mut attr, &mut eq, null_mut()) };
         check("fi_eq_open", ret)?;
-        Ok(Arc::new(Eq {
+        let mut eq = Eq {
             ptr: NonNull::new(eq).expect("fi_eq_open set the eq"),
             fabric: fabric.clone(),
-        }))
+            gate: Mutex::new(()),
+            wait: None,
+        };
+        if gated {
+            let mut fd: i32 = -1;
+            // SAFETY: the EQ was opened with FI_WAIT_FD, for which FI_GETWAIT
+            // writes one int fd.
+            let ret = unsafe {
+                sys::rfi_control(eq.fid(), sys::FI_GETWAIT as i32, (&raw mut fd).cast::<c_void>())
+            };
+            check("fi_control(FI_GETWAIT) on the event queue", ret)?;
+            if fd < 0 {
+                return Err(Error::Protocol("the event queue has no wait fd".into()));
+            }
+            eq.wait = Some(fd);
+        }
+        Ok(Arc::new(eq))
+    }
+
+    /// What an endpoint bound to this queue holds while it closes: the
+    /// gate, when the queue has one.
+    pub(crate) fn close_gate(&self) -> Option<MutexGuard<'_, ()>> {
+        self.wait.map(|_| self.gate.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The next event, waiting up to `timeout` for one. A gated queue
+    /// sleeps on its fd, then reads without blocking while holding the
+    /// gate (see [`Eq::open`]); the guard is gone before the event is
+    /// returned, so handling it may close endpoints.
+    pub(crate) fn next(&self, timeout: Duration) -> Result<EqEvent> {
+        let Some(fd) = self.wait else {
+            return self.sread(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX));
+        };
+        // SAFETY: the fd was returned by FI_GETWAIT on this EQ, which stays
+        // open while `self` lives.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let ready = rmr_api::provider::io::poll_readable(fd, timeout).unwrap_or(true);
+        if !ready {
+            return Ok(EqEvent::None);
+        }
+        let ev = {
+            let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+            self.sread(0)?
+        };
+        if matches!(ev, EqEvent::None) {
+            // Readable and empty: an event taken out by a close between
+            // the wake-up and the read. Not a spin if it stays so.
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(ev)
     }
 }
 

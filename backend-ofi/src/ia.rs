@@ -206,9 +206,11 @@ impl OfiIa {
         }
         let (info, hints) = chosen.unwrap_or((probe, hints));
         let fabric = Fabric::open(&info)?;
-        let eq = Eq::open(&fabric)?;
-        let default_domain = Domain::open(&fabric, &info)?;
         let feat = features(&info, &cfg);
+        // The `sockets` provider's event read races its endpoint close
+        // (see `Eq::open`): its queue is read under a gate.
+        let eq = Eq::open(&fabric, feat.prov == "sockets")?;
+        let default_domain = Domain::open(&fabric, &info)?;
         let ip = if node.is_some() { info.src_addr().map(|a| a.ip()).or(spec.ip) } else { spec.ip };
         let mut caps = Caps::RDMA_READ;
         if feat.cq_data >= 8 {
