@@ -526,6 +526,20 @@ pub mod hostile {
     pub fn cm_header(ep: &OfiEp) -> Vec<u8> {
         ep.sh.my_hdr().encode().to_vec()
     }
+
+    /// Holds `ia`'s event-queue gate for `d` (the calling thread sleeps):
+    /// events that arrive meanwhile queue up unread, as they do behind a
+    /// slow reader. Only a gated queue (the `sockets` provider's) has one
+    /// to hold; false for others.
+    pub fn hold_event_queue(ia: &crate::OfiIa, d: Duration) -> bool {
+        match ia.sh.eq.close_gate() {
+            Some(_held) => {
+                std::thread::sleep(d);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Drop for OfiEp {

@@ -1,7 +1,9 @@
-//! The IA's connection-event thread: blocks in `fi_eq_sread` and hands each
-//! event to the passive endpoint or endpoint it names.
+//! The IA's connection-event thread: waits for the IA's event queue
+//! (`fi_eq_sread`, or its fd and a gated read on the `sockets` provider:
+//! see `Eq::open`) and hands each event to the passive endpoint or
+//! endpoint it names.
 
-use crate::ffi::{Eq, EqEvent};
+use crate::ffi::{Eq, EqEvent, EqReader};
 use crate::ia::IaShared;
 use rmr_api::{Error, Result};
 use std::sync::{Arc, Weak};
@@ -17,8 +19,9 @@ pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
         .name("rmr-ofi-eq".into())
         .stack_size(256 << 10)
         .spawn(move || {
+            let mut reader = EqReader::default();
             loop {
-                let ev = eq.next(SLICE);
+                let ev = eq.next(SLICE, &mut reader);
                 let Some(ia) = ia.upgrade() else { break };
                 match ev {
                     Ok(EqEvent::None) => {}

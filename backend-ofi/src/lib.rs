@@ -64,8 +64,8 @@
 //! on an EVD reads its CQs itself (one reader at a time, so events keep the
 //! CQ's order) and sleeps on their wait fds after `fi_trywait`; see
 //! [`OfiEvd`]. Each IA runs one thread
-//! blocked in `fi_eq_sread` that handles connection events; the provider may
-//! run progress threads of its own (`FI_PROGRESS_AUTO`).
+//! waiting on its event queue that handles connection events; the provider
+//! may run progress threads of its own (`FI_PROGRESS_AUTO`).
 //!
 //! ## Resource cleanup
 //! Children keep their parents alive (`Arc`), and libfabric objects are

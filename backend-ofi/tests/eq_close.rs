@@ -8,9 +8,16 @@
 //! pointer into the queue itself (the process aborted with "free():
 //! invalid pointer"); the backend now never reads that queue while an
 //! endpoint of its IA closes. The rounds must all connect, and the process
-//! must live through them.
+//! must live through them. (The abort came in about 3 of 100 runs of the
+//! conformance suite; this churn did not bring it about more often.)
+//!
+//! And errors that wait together: on `sockets` the gated queue's fd goes
+//! quiet once an error is read with no plain event queued, even when more
+//! errors wait behind it, so the reader reads again after every event.
+//! Several connections rejected while the reader is held back must each
+//! end `Rejected`, none in its own timeout.
 
-use rmr_api::{EpEvds, EpState, Event};
+use rmr_api::{EpEvds, EpState, Error, Event};
 use std::time::{Duration, Instant};
 
 const WAIT: Duration = Duration::from_secs(10);
@@ -72,4 +79,52 @@ fn sockets_endpoints_closed_with_events_queued() {
 #[test]
 fn tcp_endpoints_closed_with_events_queued() {
     churn("tcp");
+}
+
+/// Rejections (with private data) that queue up together on the
+/// connecting IA's `sockets` event queue, its reader held back meanwhile:
+/// every connect must end `Rejected` with its data, none in its timeout.
+#[test]
+fn sockets_rejections_queued_together_are_all_read() {
+    const CONNECTS: usize = 3;
+    backend_ofi::register();
+    let a = rmr_api::open("ofi:sockets:127.0.0.1").unwrap();
+    let b = rmr_api::open("ofi:sockets:127.0.0.1").unwrap();
+    let (pz, pevd) = (a.create_pz().unwrap(), b.create_evd().unwrap());
+    let psp = b.create_psp(0, &pevd).unwrap();
+    let (addr, svc) = (psp.address(), psp.service());
+    let eps: Vec<_> = (0..CONNECTS)
+        .map(|_| {
+            let evd = a.create_evd().unwrap();
+            (a.create_ep(&pz, &EpEvds::single(&evd)).unwrap(), evd)
+        })
+        .collect();
+    let ofi_a = a.as_any().downcast_ref::<backend_ofi::OfiIa>().expect("an ofi IA");
+    std::thread::scope(|s| {
+        let connects: Vec<_> = eps
+            .iter()
+            .map(|(ep, _)| {
+                let addr = addr.clone();
+                s.spawn(move || ep.connect(&addr, svc, b"", WAIT))
+            })
+            .collect();
+        // Answer every request with a rejection while a's reader is held:
+        // the rejections wait together in a's queue.
+        let hold = s.spawn(|| {
+            assert!(backend_ofi::hostile::hold_event_queue(ofi_a, Duration::from_millis(1500)))
+        });
+        for i in 0..CONNECTS {
+            match pevd.wait(Some(WAIT), 1) {
+                Ok(Event::ConnectionRequest(cr)) => cr.reject(b"no").unwrap(),
+                other => panic!("request {i}: {other:?}"),
+            }
+        }
+        hold.join().unwrap();
+        for (i, h) in connects.into_iter().enumerate() {
+            match h.join().unwrap() {
+                Err(Error::Rejected { private_data }) => assert_eq!(private_data, b"no"),
+                other => panic!("connect {i}: expected Rejected, got {other:?}"),
+            }
+        }
+    });
 }
