@@ -3,7 +3,7 @@
 //! see `Eq::open`) and hands each event to the passive endpoint or
 //! endpoint it names.
 
-use crate::ffi::{Eq, EqEvent, EqReader};
+use crate::ffi::{Eq, EqEvent};
 use crate::ia::IaShared;
 use rmr_api::{Error, Result};
 use std::sync::{Arc, Weak};
@@ -21,7 +21,7 @@ pub(crate) fn spawn(ia: Weak<IaShared>, eq: Arc<Eq>) -> Result<()> {
         .spawn(move || {
             let mut reader = EqReader::default();
             loop {
-                let ev = eq.next(SLICE, &mut reader);
+                let ev = reader.next(&eq, SLICE);
                 let Some(ia) = ia.upgrade() else { break };
                 match ev {
                     Ok(EqEvent::None) => {}
@@ -62,5 +62,47 @@ fn dispatch(ia: &Arc<IaShared>, e: EqEvent) {
             }
         }
         EqEvent::None => {}
+    }
+}
+
+/// What the thread reading an event queue remembers between reads.
+#[derive(Default)]
+struct EqReader {
+    /// The last read returned an event: read again before waiting.
+    again: bool,
+    /// Reads in a row that the fd called ready and that found nothing.
+    idle: u32,
+}
+
+impl EqReader {
+    /// The next event of `eq`, waiting up to `timeout` for one. A gated
+    /// queue (see `Eq::open`) is waited on through its fd, then read
+    /// without blocking under the gate; the gate is let go before the
+    /// event is returned, so handling it may close endpoints.
+    fn next(&mut self, eq: &Eq, timeout: Duration) -> Result<EqEvent> {
+        let Some(fd) = eq.gated_fd() else {
+            return eq.sread(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX));
+        };
+        let polled = !self.again;
+        if polled {
+            if self.idle > 0 {
+                // The fd said ready and there was nothing to read: it stays
+                // so until the next event is read (a close took out a
+                // queued error after the error had set the fd). Nap, longer
+                // each time, rather than spin.
+                std::thread::sleep(Duration::from_millis(1 << self.idle.min(7)).min(timeout));
+            }
+            if !rmr_api::provider::io::poll_readable(fd, timeout).unwrap_or(true) {
+                self.idle = 0;
+                return Ok(EqEvent::None);
+            }
+        }
+        let ev = eq.read_gated();
+        // After an event, read again before sleeping: reading an error
+        // quiets the fd when no plain event is queued, even with more
+        // errors behind it.
+        self.again = matches!(ev, Ok(ref e) if !matches!(e, EqEvent::None));
+        self.idle = if !self.again && polled { self.idle.saturating_add(1) } else { 0 };
+        ev
     }
 }

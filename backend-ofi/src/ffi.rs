@@ -12,7 +12,6 @@ use std::ffi::{CStr, CString, c_void};
 use std::net::{IpAddr, SocketAddr};
 use std::ptr::{NonNull, null, null_mut};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
 
 /// The libfabric API version the backend asks for: the headers' own.
 pub(crate) fn api_version() -> u32 {
@@ -401,7 +400,7 @@ impl Eq {
     /// 1.17 to at least 2.6). Such a queue is waited on through its fd
     /// (`FI_WAIT_FD`: set when an event or error is queued, cleared when a
     /// read leaves no plain event queued) outside the gate and read without
-    /// blocking inside it, again after each event (see [`Eq::next`]). A
+    /// blocking inside it, again after each event (`eq::EqReader`). A
     /// close waits for at most one non-blocking read; closes of one IA's
     /// endpoints run one at a time (a close waits for the provider's
     /// connection thread to let go of the endpoint).
@@ -440,53 +439,18 @@ impl Eq {
         self.wait.map(|_| self.gate.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// The next event, waiting up to `timeout` for one. A gated queue
-    /// sleeps on its fd, then reads without blocking while holding the
-    /// gate (see [`Eq::open`]); the guard is gone before the event is
-    /// returned, so handling it may close endpoints. `r` is the reading
-    /// thread's memory of its last reads.
-    pub(crate) fn next(&self, timeout: Duration, r: &mut EqReader) -> Result<EqEvent> {
-        let Some(fd) = self.wait else {
-            return self.sread(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX));
-        };
-        let polled = !r.again;
-        if polled {
-            if r.idle > 0 {
-                // The fd said readable and there was nothing to read: it
-                // stays so until the next event is read (a close took out
-                // a queued error after the error had set the fd). Nap,
-                // longer each time, rather than spin.
-                std::thread::sleep(Duration::from_millis(1 << r.idle.min(7)).min(timeout));
-            }
-            // SAFETY: the fd was returned by FI_GETWAIT on this EQ, which
-            // stays open while `self` lives.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            if !rmr_api::provider::io::poll_readable(fd, timeout).unwrap_or(true) {
-                r.idle = 0;
-                return Ok(EqEvent::None);
-            }
-        }
-        let ev = {
-            let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
-            self.sread(0)
-        };
-        // After an event, read again before sleeping: reading an error
-        // quiets the fd when no plain event is queued, even with more
-        // errors behind it.
-        r.again = matches!(ev, Ok(ref e) if !matches!(e, EqEvent::None));
-        r.idle = if !r.again && polled { r.idle.saturating_add(1) } else { 0 };
-        ev
+    /// The wait fd of a gated queue (see [`Eq::open`]).
+    pub(crate) fn gated_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        // SAFETY: the fd was returned by FI_GETWAIT on this EQ, which stays
+        // open while the borrow of `self` lasts.
+        self.wait.map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
     }
-}
 
-/// What the thread reading a gated event queue remembers between reads
-/// ([`Eq::next`]).
-#[derive(Default)]
-pub(crate) struct EqReader {
-    /// The last read returned an event: read again before waiting.
-    again: bool,
-    /// Reads in a row that the fd called ready and that found nothing.
-    idle: u32,
+    /// One read without blocking, under the gate (see [`Eq::open`]).
+    pub(crate) fn read_gated(&self) -> Result<EqEvent> {
+        let _gate = self.gate.lock().unwrap_or_else(|e| e.into_inner());
+        self.sread(0)
+    }
 }
 
 /// One event read from an EQ.
