@@ -529,8 +529,9 @@ pub mod hostile {
 
     /// Holds `ia`'s event-queue gate for `d` (the calling thread sleeps):
     /// events that arrive meanwhile queue up unread, as they do behind a
-    /// slow reader. Only a gated queue (the `sockets` provider's) has one
-    /// to hold; false for others.
+    /// slow reader, and every close of one of `ia`'s endpoints waits. Only
+    /// a gated queue (the `sockets` provider's) has one to hold; false for
+    /// others.
     pub fn hold_event_queue(ia: &crate::OfiIa, d: Duration) -> bool {
         match ia.sh.eq.close_gate() {
             Some(_held) => {

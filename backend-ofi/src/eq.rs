@@ -84,25 +84,38 @@ impl EqReader {
             return eq.sread(i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX));
         };
         let polled = !self.again;
+        // The fd said ready (or could not be polled): an empty read then
+        // counts as idle.
+        let mut ready = false;
         if polled {
+            let mut wait = timeout;
             if self.idle > 0 {
                 // The fd said ready and there was nothing to read: it stays
                 // so until the next event is read (a close took out a
                 // queued error after the error had set the fd). Nap, longer
-                // each time, rather than spin.
-                std::thread::sleep(Duration::from_millis(1 << self.idle.min(7)).min(timeout));
+                // each time, rather than spin; the nap is part of the wait.
+                let nap = Duration::from_millis(1 << self.idle.min(7)).min(timeout);
+                std::thread::sleep(nap);
+                wait = timeout - nap;
             }
-            if !rmr_api::provider::io::poll_readable(fd, timeout).unwrap_or(true) {
-                self.idle = 0;
-                return Ok(EqEvent::None);
-            }
+            // Quiet for the whole wait: still read once. A close that
+            // empties the plain list quiets the fd even while another
+            // endpoint's error waits, so no error waits longer than a
+            // slice for the next event to wake the thread.
+            ready = match rmr_api::provider::io::poll_readable(fd, wait) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::debug!(target: "rmr::ofi", error = %e, "poll on the event queue's fd failed");
+                    true
+                }
+            };
         }
         let ev = eq.read_gated();
         // After an event, read again before sleeping: reading an error
         // quiets the fd when no plain event is queued, even with more
         // errors behind it.
         self.again = matches!(ev, Ok(ref e) if !matches!(e, EqEvent::None));
-        self.idle = if !self.again && polled { self.idle.saturating_add(1) } else { 0 };
+        self.idle = if !self.again && ready { self.idle.saturating_add(1) } else { 0 };
         ev
     }
 }

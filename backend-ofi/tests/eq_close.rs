@@ -13,9 +13,10 @@
 //!
 //! And errors that wait together: on `sockets` the gated queue's fd goes
 //! quiet once an error is read with no plain event queued, even when more
-//! errors wait behind it, so the reader reads again after every event.
-//! Several connections rejected while the reader is held back must each
-//! end `Rejected`, none in its own timeout.
+//! errors wait behind it, so the reader reads again after every event
+//! (and once a slice whatever the fd says). Several connections rejected
+//! while the reader is held back must each end `Rejected`, none in its own
+//! timeout.
 
 use rmr_api::{EpEvds, EpState, Error, Event};
 use std::time::{Duration, Instant};
