@@ -399,9 +399,10 @@ impl Eq {
     /// emptied list and frees a pointer into the queue itself (libfabric
     /// 1.17 to at least 2.6). Such a queue is waited on through its fd
     /// (`FI_WAIT_FD`: set when an event or error is queued, cleared when a
-    /// read leaves no plain event queued) outside the gate and read without
-    /// blocking inside it, again after each event (`eq::EqReader`). A
-    /// close waits for at most one non-blocking read; closes of one IA's
+    /// read or a close leaves no plain event queued, errors queued or not)
+    /// outside the gate and read without blocking inside it, again after
+    /// each event and once a slice whatever the fd says (`eq::EqReader`).
+    /// A close waits for at most one non-blocking read; closes of one IA's
     /// endpoints run one at a time (a close waits for the provider's
     /// connection thread to let go of the endpoint).
     pub(crate) fn open(fabric: &Arc<Fabric>, gated: bool) -> Result<Arc<Eq>> {

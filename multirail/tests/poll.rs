@@ -32,11 +32,13 @@ fn reads_are_answered_by_the_poller(engine: &str, net: u8) {
     let polls = reads_while_polled(&p, ROUNDS);
     // b's polls answered the reads: about 20 helper wake-ups in all, however
     // many reads (the endpoints' first looks; 18-27 were seen with 200 and
-    // 400 reads). Polls that never read the sockets left every read to the
-    // helpers: at least one wake-up each (201 for 200 reads).
+    // 400 reads, 148 once on a loaded CI host, where b's poller is off the
+    // CPU while reads wait). Polls that never read the sockets left every
+    // read to the helpers: at least one wake-up each (201 for 200 reads).
+    // The bound sits between the two.
     let woken = thread_switches(&helper).0.checked_sub(woken0).expect("b's helpers kept running");
     println!("RESULT {engine}: b's helpers woke {woken} times in {ROUNDS} reads ({polls} polls)");
-    assert!(woken < ROUNDS / 4, "{woken} helper wake-ups for {ROUNDS} reads");
+    assert!(woken < ROUNDS / 2, "{woken} helper wake-ups for {ROUNDS} reads");
 }
 
 #[test]
