@@ -419,17 +419,12 @@ impl Eq {
             wait: None,
         };
         if gated {
-            let mut fd: i32 = -1;
-            // SAFETY: the EQ was opened with FI_WAIT_FD, for which FI_GETWAIT
-            // writes one int fd.
-            let ret = unsafe {
-                sys::rfi_control(eq.fid(), sys::FI_GETWAIT as i32, (&raw mut fd).cast::<c_void>())
-            };
-            check("fi_control(FI_GETWAIT) on the event queue", ret)?;
-            if fd < 0 {
-                return Err(Error::Protocol("the event queue has no wait fd".into()));
-            }
-            eq.wait = Some(fd);
+            // SAFETY: the EQ was opened with FI_WAIT_FD.
+            let fd = unsafe { fd_wait_of(eq.fid()) };
+            eq.wait = Some(fd.ok_or_else(|| Error::Backend {
+                call: "fi_control(FI_GETWAIT)".into(),
+                msg: "the event queue has no wait fd".into(),
+            })?);
         }
         Ok(Arc::new(eq))
     }
@@ -442,9 +437,7 @@ impl Eq {
 
     /// The wait fd of a gated queue (see [`Eq::open`]).
     pub(crate) fn gated_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        // SAFETY: the fd was returned by FI_GETWAIT on this EQ, which stays
-        // open while the borrow of `self` lasts.
-        self.wait.map(|fd| unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) })
+        self.wait.map(|fd| borrow_owned_by(fd, self))
     }
 
     /// One read without blocking, under the gate (see [`Eq::open`]).
@@ -570,14 +563,23 @@ impl Cq {
             // for FI_WAIT_POLLFD): only an FI_WAIT_FD CQ's is one int.
             return None;
         }
-        let mut fd: i32 = -1;
-        // SAFETY: this CQ was opened with FI_WAIT_FD, for which FI_GETWAIT
-        // writes one int fd.
-        let ret = unsafe {
-            sys::rfi_control(self.fid(), sys::FI_GETWAIT as i32, (&raw mut fd).cast::<c_void>())
-        };
-        (ret == 0 && fd >= 0).then_some(fd)
+        // SAFETY: this CQ was opened with FI_WAIT_FD.
+        unsafe { fd_wait_of(self.fid()) }
     }
+}
+
+/// The wait fd of an EQ or CQ (`FI_GETWAIT`), when libfabric gives one.
+///
+/// # Safety
+/// `fid` is a live EQ or CQ opened with `FI_WAIT_FD`, for which
+/// `FI_GETWAIT` writes one int (for other wait objects it writes a
+/// wait-object-specific struct).
+unsafe fn fd_wait_of(fid: *mut sys::fid) -> Option<i32> {
+    let mut fd: i32 = -1;
+    // SAFETY: the caller's contract; `fd` is a valid int out-parameter.
+    let ret =
+        unsafe { sys::rfi_control(fid, sys::FI_GETWAIT as i32, (&raw mut fd).cast::<c_void>()) };
+    (ret == 0 && fd >= 0).then_some(fd)
 }
 
 impl Pep {
@@ -785,11 +787,12 @@ impl EventFd {
     }
 }
 
-/// Borrows a descriptor that libfabric owns inside `owner` (a CQ's wait fd):
-/// it stays open as long as `owner` lives.
+/// Borrows a descriptor that libfabric owns inside `owner` (a CQ's or an
+/// EQ's wait fd): it stays open as long as `owner` lives.
 pub(crate) fn borrow_owned_by<T>(fd: i32, owner: &T) -> std::os::fd::BorrowedFd<'_> {
     let _ = owner;
-    // SAFETY: the fd was returned by fi_control(FI_GETWAIT) on a CQ that `owner` keeps open;
-    // libfabric closes it only when the CQ is closed, which cannot happen while `owner` is borrowed.
+    // SAFETY: the fd was returned by fi_control(FI_GETWAIT) on a CQ or EQ that `owner` keeps open;
+    // libfabric closes it only when that object is closed, which cannot happen while `owner` is
+    // borrowed.
     unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) }
 }
