@@ -90,6 +90,7 @@ mod remote;
 pub mod settings;
 pub mod stages;
 mod types;
+mod words;
 
 pub use ep::{Ep, Psp};
 pub use error::{Error, Result};

@@ -1,0 +1,365 @@
+//! How `MemRegion`'s copying accessors touch a region's bytes: atomically,
+//! word by word.
+//!
+//! Several threads of a process may use those accessors on the same bytes
+//! at once (the application's, or a transport's small copies through
+//! them). A plain copy racing another access is a data race, which Rust's
+//! memory model makes undefined behaviour, whatever the values. So each
+//! accessor goes through [`Span`]: each 8-byte aligned word that lies
+//! wholly inside the region is read and written only as an `AtomicU64` (a
+//! part of one with a compare-and-swap that keeps the other bytes), and
+//! each byte outside such words (a region that does not start or end on a
+//! word boundary) only as an `AtomicU8`. Which words are whole is a
+//! property of the region, never of one access, so no two accesses to one
+//! byte differ in size. Stores are Release and loads Acquire, which on
+//! x86-64 are plain moves: a word written last (a flag) publishes what was
+//! written before it, as a NIC placing RDMA data in order does. (A
+//! transport moves a posted DTO's payload with `place` instead, at memory
+//! speed: see its documentation.)
+
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+/// Bytes moved per step of a region-to-region copy.
+const CHUNK: usize = 512;
+
+/// A region's bytes as its word grid sees them.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Span {
+    base: *mut u8,
+    len: usize,
+    /// First address of the whole words (`base` rounded up to 8).
+    lo: usize,
+    /// End of the whole words (`base + len` rounded down to 8; at least `lo`).
+    hi: usize,
+}
+
+impl Span {
+    /// The span of `len` bytes at `base`.
+    #[inline]
+    pub(crate) fn new(base: *mut u8, len: usize) -> Span {
+        let start = base.addr();
+        let lo = start.next_multiple_of(8);
+        let hi = ((start + len) & !7).max(lo);
+        Span { base, len, lo, hi }
+    }
+
+    /// The whole-word aligned address of the word holding `a`, when that
+    /// word lies inside the region.
+    fn word_of(&self, a: usize) -> Option<usize> {
+        let w = a & !7;
+        (w >= self.lo && w + 8 <= self.hi).then_some(w)
+    }
+
+    #[inline]
+    fn at(&self, a: usize) -> *mut u8 {
+        self.base.with_addr(a)
+    }
+
+    /// Copies `n` bytes from `src` into the region at `off`.
+    ///
+    /// # Safety
+    /// `[off, off + n)` lies inside the span; `src` is readable for `n`
+    /// bytes and not inside this region; every other in-process access to
+    /// the region's bytes goes through a `Span` of the same region (or is
+    /// an `AtomicU64` on a whole word, as `MemRegion::atomic_u64` hands out).
+    #[inline]
+    pub(crate) unsafe fn store(&self, off: usize, src: *const u8, n: usize) {
+        debug_assert!(off.checked_add(n).is_some_and(|e| e <= self.len));
+        let a = self.base.addr() + off;
+        if n == 8 && a % 8 == 0 && a >= self.lo && a + 8 <= self.hi {
+            // One whole word (a flag, a small payload): the common case.
+            // SAFETY: `src` is readable for 8 bytes; a whole aligned word
+            // of the region (checked against the grid).
+            unsafe {
+                let v = src.cast::<u64>().read_unaligned();
+                AtomicU64::from_ptr(self.at(a).cast()).store(v, Ordering::Release);
+            }
+            return;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.store_any(off, src, n) }
+    }
+
+    /// [`Span::store`] for any range.
+    ///
+    /// # Safety
+    /// As [`Span::store`].
+    #[inline(never)]
+    unsafe fn store_any(&self, off: usize, src: *const u8, n: usize) {
+        let mut a = self.base.addr() + off;
+        let end = a + n;
+        let mut s = src;
+        while a < end {
+            match self.word_of(a) {
+                Some(w) if a == w && end - a >= 8 => {
+                    // The fast run: whole words up to the end or the grid's edge.
+                    let words = ((end.min(self.hi) & !7) - a) / 8;
+                    // SAFETY: `words` whole aligned words of the region from
+                    // `a` (the grid); `s` is readable for their bytes.
+                    unsafe { store_words(self.at(a), s, words) };
+                    a += words * 8;
+                    s = s.wrapping_add(words * 8);
+                }
+                Some(w) => {
+                    // Part of a whole word: change those bytes only.
+                    let k = (w + 8).min(end) - a;
+                    let mut part = [0u8; 8];
+                    // SAFETY: `s` is readable for k bytes (a + k <= end).
+                    unsafe { std::ptr::copy_nonoverlapping(s, part.as_mut_ptr(), k) };
+                    let at = a - w;
+                    // SAFETY: a whole aligned word of the region.
+                    let word = unsafe { AtomicU64::from_ptr(self.at(w).cast()) };
+                    let _ = word.fetch_update(Ordering::Release, Ordering::Relaxed, |old| {
+                        let mut b = old.to_ne_bytes();
+                        b[at..at + k].copy_from_slice(&part[..k]);
+                        Some(u64::from_ne_bytes(b))
+                    });
+                    a += k;
+                    s = s.wrapping_add(k);
+                }
+                None => {
+                    // SAFETY: a byte of the region outside the whole words;
+                    // `s` is readable for one more byte.
+                    unsafe { AtomicU8::from_ptr(self.at(a)).store(*s, Ordering::Release) };
+                    a += 1;
+                    s = s.wrapping_add(1);
+                }
+            }
+        }
+    }
+
+    /// Copies `n` bytes of the region at `off` to `dst`.
+    ///
+    /// # Safety
+    /// As [`Span::store`], with `dst` writable for `n` bytes.
+    #[inline]
+    pub(crate) unsafe fn load(&self, off: usize, dst: *mut u8, n: usize) {
+        debug_assert!(off.checked_add(n).is_some_and(|e| e <= self.len));
+        let a = self.base.addr() + off;
+        if n == 8 && a % 8 == 0 && a >= self.lo && a + 8 <= self.hi {
+            // SAFETY: a whole aligned word of the region (checked against
+            // the grid); `dst` is writable for 8 bytes.
+            unsafe {
+                let v = AtomicU64::from_ptr(self.at(a).cast()).load(Ordering::Acquire);
+                dst.cast::<u64>().write_unaligned(v);
+            }
+            return;
+        }
+        // SAFETY: the caller's contract.
+        unsafe { self.load_any(off, dst, n) }
+    }
+
+    /// [`Span::load`] for any range.
+    ///
+    /// # Safety
+    /// As [`Span::load`].
+    #[inline(never)]
+    unsafe fn load_any(&self, off: usize, dst: *mut u8, n: usize) {
+        let mut a = self.base.addr() + off;
+        let end = a + n;
+        let mut d = dst;
+        while a < end {
+            match self.word_of(a) {
+                Some(w) if a == w && end - a >= 8 => {
+                    let words = ((end.min(self.hi) & !7) - a) / 8;
+                    // SAFETY: `words` whole aligned words of the region from
+                    // `a` (the grid); `d` is writable for their bytes.
+                    unsafe { load_words(self.at(a), d, words) };
+                    a += words * 8;
+                    d = d.wrapping_add(words * 8);
+                }
+                Some(w) => {
+                    let k = (w + 8).min(end) - a;
+                    // SAFETY: a whole aligned word of the region.
+                    let v = unsafe { AtomicU64::from_ptr(self.at(w).cast()) }
+                        .load(Ordering::Acquire)
+                        .to_ne_bytes();
+                    let at = a - w;
+                    // SAFETY: `d` is writable for k more bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(v[at..].as_ptr(), d, k) };
+                    a += k;
+                    d = d.wrapping_add(k);
+                }
+                None => {
+                    // SAFETY: a byte of the region outside the whole words;
+                    // `d` is writable for one more byte.
+                    unsafe { *d = AtomicU8::from_ptr(self.at(a)).load(Ordering::Acquire) };
+                    a += 1;
+                    d = d.wrapping_add(1);
+                }
+            }
+        }
+    }
+
+    /// Sets `n` bytes at `off` to `byte`.
+    ///
+    /// # Safety
+    /// As [`Span::store`] for the range.
+    pub(crate) unsafe fn fill(&self, off: usize, n: usize, byte: u8) {
+        let chunk = [byte; CHUNK];
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(CHUNK);
+            // SAFETY: the caller's range; `chunk` is a distinct buffer.
+            unsafe { self.store(off + done, chunk.as_ptr(), k) };
+            done += k;
+        }
+    }
+
+    /// Copies `n` bytes at `src_off` of `src` to `dst_off` of this span,
+    /// through a buffer on the stack; the two may be one region, and the
+    /// ranges may overlap (copied back to front when the destination lies
+    /// after the source).
+    ///
+    /// # Safety
+    /// Both ranges lie inside their spans; the access rule of
+    /// [`Span::store`] holds for both regions.
+    pub(crate) unsafe fn copy_from(&self, dst_off: usize, src: &Span, src_off: usize, n: usize) {
+        let mut buf = [0u8; CHUNK];
+        let backwards = src.base.addr() + src_off < self.base.addr() + dst_off;
+        let mut left = n;
+        while left > 0 {
+            let k = left.min(CHUNK);
+            let at = if backwards { left - k } else { n - left };
+            // SAFETY: in bounds (the caller's ranges); `buf` is distinct.
+            unsafe {
+                src.load(src_off + at, buf.as_mut_ptr(), k);
+                self.store(dst_off + at, buf.as_ptr(), k);
+            }
+            left -= k;
+        }
+    }
+}
+
+/// Stores `count` words from `src` (any alignment) into the aligned words
+/// at `at`, four at a time.
+///
+/// # Safety
+/// `at` is 8-byte aligned and its `count` words are whole words of a
+/// region's grid; `src` is readable for `8 * count` bytes.
+#[inline(always)]
+unsafe fn store_words(at: *mut u8, src: *const u8, count: usize) {
+    let (w, s) = (at.cast::<u64>(), src.cast::<u64>());
+    let mut i = 0;
+    while i + 4 <= count {
+        // SAFETY: words i..i + 4 of both (the caller's contract).
+        unsafe {
+            let v = s.add(i).cast::<[u64; 4]>().read_unaligned();
+            for (k, v) in v.into_iter().enumerate() {
+                AtomicU64::from_ptr(w.add(i + k)).store(v, Ordering::Release);
+            }
+        }
+        i += 4;
+    }
+    while i < count {
+        // SAFETY: word i of both (the caller's contract).
+        unsafe {
+            AtomicU64::from_ptr(w.add(i)).store(s.add(i).read_unaligned(), Ordering::Release)
+        };
+        i += 1;
+    }
+}
+
+/// Loads the `count` aligned words at `at` into `dst` (any alignment),
+/// four at a time.
+///
+/// # Safety
+/// As [`store_words`], with `dst` writable for `8 * count` bytes.
+#[inline(always)]
+unsafe fn load_words(at: *mut u8, dst: *mut u8, count: usize) {
+    let (w, d) = (at.cast::<u64>(), dst.cast::<u64>());
+    let mut i = 0;
+    while i + 4 <= count {
+        // SAFETY: words i..i + 4 of both (the caller's contract).
+        unsafe {
+            let mut v = [0u64; 4];
+            for (k, v) in v.iter_mut().enumerate() {
+                *v = AtomicU64::from_ptr(w.add(i + k)).load(Ordering::Acquire);
+            }
+            d.add(i).cast::<[u64; 4]>().write_unaligned(v);
+        }
+        i += 4;
+    }
+    while i < count {
+        // SAFETY: word i of both (the caller's contract).
+        unsafe { d.add(i).write_unaligned(AtomicU64::from_ptr(w.add(i)).load(Ordering::Acquire)) };
+        i += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every (offset, length) of a region starting `skew` bytes past a
+    /// word boundary: stores land where they should and nowhere else, and
+    /// loads read them back.
+    #[test]
+    fn every_offset_and_length_round_trips() {
+        let mut backing = vec![0u64; 8];
+        // Miri (CI runs this module's tests under it) takes the short list.
+        let lens: &[usize] = if cfg!(miri) { &[0, 9, 23] } else { &[0, 1, 7, 8, 9, 23, 40, 48] };
+        for skew in (0..8).step_by(if cfg!(miri) { 3 } else { 1 }) {
+            for &len in lens {
+                let len = len.min(64 - skew);
+                for off in 0..=len {
+                    for n in 0..=(len - off) {
+                        backing.iter_mut().for_each(|w| *w = 0);
+                        let base = backing.as_mut_ptr().cast::<u8>().wrapping_add(skew);
+                        let span = Span::new(base, len);
+                        let src: Vec<u8> = (0..n).map(|i| 0x80 | i as u8).collect();
+                        // SAFETY: in bounds; `src` is a distinct buffer.
+                        unsafe { span.store(off, src.as_ptr(), n) };
+                        let mut out = vec![0u8; len];
+                        // SAFETY: in bounds; `out` is a distinct buffer.
+                        unsafe { span.load(0, out.as_mut_ptr(), len) };
+                        let mut want = vec![0u8; len];
+                        want[off..off + n].copy_from_slice(&src);
+                        assert_eq!(out, want, "skew {skew} len {len} off {off} n {n}");
+                        let all: Vec<u8> = backing.iter().flat_map(|w| w.to_ne_bytes()).collect();
+                        assert!(
+                            all[..skew].iter().chain(&all[skew + len..]).all(|&b| b == 0),
+                            "a byte outside the span changed: skew {skew} len {len} off {off} n {n}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn overlapping_copies_within_one_span_move_like_memmove() {
+        let mut backing = vec![0u64; 256];
+        let base = backing.as_mut_ptr().cast::<u8>().wrapping_add(3);
+        let len = 2000;
+        let span = Span::new(base, len);
+        for (from, to, n) in [(0usize, 5usize, 1500usize), (700, 1, 1200), (10, 10, 64)] {
+            let init: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            // SAFETY: in bounds; distinct buffers.
+            unsafe { span.store(0, init.as_ptr(), len) };
+            let mut want = init.clone();
+            want.copy_within(from..from + n, to);
+            // SAFETY: both ranges in bounds of the one span.
+            unsafe { span.copy_from(to, &span, from, n) };
+            let mut out = vec![0u8; len];
+            // SAFETY: in bounds.
+            unsafe { span.load(0, out.as_mut_ptr(), len) };
+            assert_eq!(out, want, "copy {n} bytes from {from} to {to}");
+        }
+    }
+
+    #[test]
+    fn fill_sets_exactly_its_range() {
+        let mut backing = vec![0u64; 200];
+        let base = backing.as_mut_ptr().cast::<u8>().wrapping_add(1);
+        let span = Span::new(base, 1500);
+        // SAFETY: in bounds.
+        unsafe { span.fill(3, 1200, 0xab) };
+        let mut out = vec![0u8; 1500];
+        // SAFETY: in bounds.
+        unsafe { span.load(0, out.as_mut_ptr(), 1500) };
+        assert!(out[..3].iter().all(|&b| b == 0));
+        assert!(out[3..1203].iter().all(|&b| b == 0xab));
+        assert!(out[1203..].iter().all(|&b| b == 0));
+    }
+}
