@@ -10,9 +10,14 @@
 //! The copying accessors are atomic word by word (see `words`), so
 //! threads of one process that touch the same bytes at once race without
 //! undefined behaviour: bytes under concurrent writes have unspecified
-//! values, as with RDMA, and nothing worse. A transport moves a posted
-//! DTO's payload at memory speed instead ([`place`]): the application
-//! leaves those bytes alone until the DTO completes, RDMA's contract.
+//! values, as with RDMA, and nothing worse. A transport places what a peer
+//! writes into a region, and reads what a peer reads from it, the same way
+//! ([`copy_in`], [`copy_out`]); it moves the payload
+//! of a DTO posted on this side at memory speed instead ([`place`]): the
+//! application leaves those bytes alone until the DTO completes, RDMA's
+//! contract. Two regions never share bytes (which
+//! [`MemRegion::from_owner`] asks of its caller): each region has its own
+//! word grid.
 
 use crate::error::{Error, Result};
 use crate::words::Span;
@@ -69,11 +74,12 @@ pub struct MemRegion {
 }
 
 // SAFETY: MemRegion owns its bytes exclusively (it keeps only a raw pointer to
-// them, never a reference); its accessors are atomic (its span's word grid,
-// or `atomic_u64`), so threads using them race only as atomics do; a
-// transport's `place` of a DTO's payload races only a thread that breaks
-// RDMA's contract, and a peer's or a NIC's writes are outside this process
-// (bytes under concurrent transfer have unspecified values).
+// them, never a reference); its accessors and a transport's `copy_in` are
+// atomic (its span's word grid, or `atomic_u64`), so threads using them race
+// only as atomics do; a transport's `place` of a posted DTO's payload races
+// only a thread that breaks RDMA's contract; a peer's, the kernel's or a
+// NIC's writes are outside this abstract machine (bytes under concurrent
+// transfer have unspecified values).
 unsafe impl Send for MemRegion {}
 // SAFETY: as above; shared access never creates a Rust reference to the bytes.
 unsafe impl Sync for MemRegion {}
@@ -248,6 +254,8 @@ impl MemRegion {
     ///    reference while the region lives (the owner included): from now
     ///    on they are RDMA memory, which a peer may write at any time.
     /// 3. `owner` does not free or unmap the memory before it is dropped.
+    /// 4. No other live region covers any of those bytes (each region
+    ///    accesses its bytes on a word grid of its own).
     pub unsafe fn from_owner(
         ptr: *mut u8,
         len: usize,
@@ -391,8 +399,9 @@ impl MemRegion {
             return Err(Error::invalid(format!("offset {off} is not 8-byte aligned")));
         }
         // SAFETY: in bounds, at an 8-byte aligned address (checked), lives as long as &self;
-        // AtomicU64 has the same layout as u64 and every access to the word is atomic or a
-        // byte copy with RDMA semantics.
+        // AtomicU64 has the same layout as u64; the word is a whole word of the region's
+        // grid, which the accessors touch only as an AtomicU64 (a transport's `place` of a
+        // posted DTO's payload aside, RDMA's contract).
         Ok(unsafe { AtomicU64::from_ptr(self.as_ptr().add(off as usize).cast::<u64>()) })
     }
 
@@ -501,46 +510,81 @@ impl std::fmt::Debug for MemRegion {
 }
 
 /// Copies `len` bytes from `src` to `dst` (not overlapping) as a NIC places
-/// RDMA data: an 8-byte copy reads an aligned `src` word in one atomic load
-/// and writes an aligned `dst` word in one atomic store (Release); other
-/// lengths are a plain copy (`memcpy`). A process that polls such a word
-/// ([`MemRegion::load_u64`], or [`MemRegion::read`] of the 8 bytes) then
-/// sees it whole, and everything the transport placed before it: the
-/// RDMA-written flag of a barrier, on a software transport.
+/// RDMA data: an 8-byte copy to an aligned `dst` word is one atomic store
+/// (Release); other lengths are a plain copy (`memcpy`). A process that
+/// polls such a word ([`MemRegion::load_u64`], or [`MemRegion::read`] of
+/// the 8 bytes) then sees it whole, and everything the transport placed
+/// before it: the RDMA-written flag of a barrier, on a software transport.
 ///
-/// This is how a transport moves a DTO's payload in and out of its
-/// registered buffers: at memory speed, not word by word as
+/// This is how a transport moves the payload of a DTO posted on this side
+/// in and out of its local buffers: at memory speed, not word by word as
 /// [`MemRegion`]'s accessors do (word by word, the shm backend's 1 MiB
 /// write ran at a fifth of the bandwidth and its 8-byte write+notify 12%
-/// slower). It leans on RDMA's contract: the application leaves a DTO's
-/// local buffers alone until the DTO completes, as a NIC may copy them at
-/// any moment meanwhile. A thread that touches them anyway races this
-/// copy, as it would a NIC's.
+/// slower). It leans on RDMA's contract: the application leaves a posted
+/// DTO's local buffers alone until the DTO completes, as a NIC may copy
+/// them at any moment meanwhile; a thread that touches them anyway races
+/// this copy, as it would a NIC's. Bytes a peer writes into this process's
+/// memory (the target of an RDMA write), which the application may read
+/// at any time, go in with [`copy_in`] instead, and the answer to a peer's
+/// RDMA read goes out with [`copy_out`].
 ///
 /// # Safety
-/// As [`std::ptr::copy_nonoverlapping`]; the bytes are a posted DTO's (or
-/// memory no other thread of this process accesses while the copy runs).
+/// As [`std::ptr::copy_nonoverlapping`]; the bytes are a posted DTO's
+/// local buffers, or memory no other thread of this process accesses while
+/// the copy runs.
 pub unsafe fn place(src: *const u8, dst: *mut u8, len: usize) {
-    if len == 8 {
-        // SAFETY: `src` is readable and `dst` writable for 8 bytes (the
-        // caller's contract); aligned words are accessed atomically, as
-        // every other access to a region's aligned word is.
+    if len == 8 && dst.addr() % 8 == 0 {
+        // SAFETY: `src` is readable for 8 bytes and `dst` writable, 8-byte
+        // aligned (the caller's contract); an aligned region word is
+        // accessed atomically, as every other access to it is.
         unsafe {
-            let w = if src.addr() % 8 == 0 {
-                AtomicU64::from_ptr(src.cast_mut().cast::<u64>()).load(Ordering::Acquire)
-            } else {
-                src.cast::<u64>().read_unaligned()
-            };
-            if dst.addr() % 8 == 0 {
-                AtomicU64::from_ptr(dst.cast::<u64>()).store(w, Ordering::Release);
-            } else {
-                dst.cast::<u64>().write_unaligned(w);
-            }
+            let w = src.cast::<u64>().read_unaligned();
+            AtomicU64::from_ptr(dst.cast::<u64>()).store(w, Ordering::Release);
         }
         return;
     }
     // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src, dst, len) };
+}
+
+/// Copies `n` bytes at `src`, memory outside every region of this process
+/// (a ring's frame, say), into `region` at `off` as the region's own
+/// accessors write: atomically, word by word. How a transport places what
+/// a peer writes into this process's memory, which the application may
+/// read (or poll) at any time.
+///
+/// # Errors
+/// [`Error::OutOfBounds`] for a range outside the region (nothing copied).
+///
+/// # Safety
+/// `src` is readable for `n` bytes and is no region's bytes of this
+/// process.
+#[inline]
+pub unsafe fn copy_in(region: &MemRegion, off: u64, src: *const u8, n: usize) -> Result<()> {
+    region.check(off, n as u64)?;
+    // SAFETY: in bounds (checked); `src` as the caller promises.
+    unsafe { region.span().store(off as usize, src, n) };
+    Ok(())
+}
+
+/// Copies `n` bytes of `region` at `off` out to `dst`, memory outside
+/// every region of this process (a ring's frame, say), as the region's own
+/// accessors read: atomically, word by word. How a transport answers a
+/// peer's RDMA read of this process's memory, which the application may
+/// write at any time.
+///
+/// # Errors
+/// [`Error::OutOfBounds`] for a range outside the region (nothing copied).
+///
+/// # Safety
+/// `dst` is writable for `n` bytes and is no region's bytes of this
+/// process.
+#[inline]
+pub unsafe fn copy_out(region: &MemRegion, off: u64, dst: *mut u8, n: usize) -> Result<()> {
+    region.check(off, n as u64)?;
+    // SAFETY: in bounds (checked); `dst` as the caller promises.
+    unsafe { region.span().load(off as usize, dst, n) };
+    Ok(())
 }
 
 #[cfg(test)]
@@ -569,7 +613,7 @@ mod tests {
         let mut back = [0u8; 8];
         m.read(8, &mut back).unwrap();
         assert_eq!(back, w);
-        // Unaligned, and not 8 bytes: plain copies.
+        // Unaligned, and not 8 bytes: parts of words.
         m.write(3, &w).unwrap();
         m.read(3, &mut back).unwrap();
         assert_eq!(back, w);
@@ -585,7 +629,17 @@ mod tests {
             // SAFETY: as above.
             unsafe { place(p, back.as_mut_ptr(), 8) };
             assert_eq!(back, w, "through a word at byte {at}");
+            // SAFETY: `p` is readable for 8 bytes and not the region's.
+            unsafe { copy_in(&m, 44, p, 8) }.unwrap();
+            assert_eq!(m.to_vec(44, 8).unwrap(), w);
+            let mut out = [0u8; 9];
+            // SAFETY: `out` is a distinct local of 9 bytes.
+            unsafe { copy_out(&m, 43, out.as_mut_ptr(), 9) }.unwrap();
+            assert_eq!(&out[1..], w);
         }
+        // SAFETY: as above; the range is refused before any copy.
+        let far = unsafe { copy_in(&m, 60, w.as_ptr(), 8) };
+        assert!(matches!(far, Err(Error::OutOfBounds { .. })));
     }
 
     /// Two threads on the same bytes at once, through every accessor: a

@@ -284,9 +284,19 @@ impl EpShared {
             };
             h.len = chunk as u32;
             let segs = &f.segs;
+            // A read's answer comes from memory a peer reads and this
+            // process may write meanwhile: copied as the region's accessors
+            // do. Everything else is the payload of a DTO this side posted.
+            let answer = f.h.op == Op::ReadResp as u8;
             // SAFETY: the ring hands `fill` the payload space of the frame
             // it reserves, `chunk` bytes this side owns until it publishes.
-            let mut fill = |dst: *mut u8| unsafe { gather(segs, at, dst, chunk as usize) };
+            let mut fill = |dst: *mut u8| unsafe {
+                if answer {
+                    read_out(segs, at, dst, chunk as usize)
+                } else {
+                    gather(segs, at, dst, chunk as usize)
+                }
+            };
             if !link.out.push(&h, &mut fill) {
                 // Full: ask the consumer to ring when it frees room, then
                 // look once more (it may have freed room meanwhile).

@@ -356,9 +356,7 @@ impl EpShared {
         unsafe {
             match &*cur {
                 Cur::Recv { recv, .. } => scatter(&recv.segs, at, payload, len as usize),
-                Cur::Write { seg, .. } => {
-                    scatter(std::slice::from_ref(seg), at, payload, len as usize)
-                }
+                Cur::Write { seg, .. } => write_in(seg, at, payload, len as usize),
                 Cur::ReadResp { segs, .. } => scatter(segs, at, payload, len as usize),
                 Cur::Discard { .. } => {}
             }

@@ -141,6 +141,50 @@ pub(crate) unsafe fn scatter(segs: &[Seg], at: u64, src: *const u8, len: usize) 
     unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Read, at, src.cast_mut(), len) }
 }
 
+/// Copies `len` bytes of the segments' bytes from `at` on to `dst`, as
+/// the regions' own accessors read (atomically, word by word): the answer
+/// to a peer's RDMA read of this process's memory, which the application
+/// may write at any time (no DTO of this side holds it, unlike
+/// [`gather`]'s buffers).
+///
+/// # Safety
+/// Each segment lies inside its region; `dst` is writable for `len` bytes,
+/// no more than the segments hold from `at` on, and is no region's bytes.
+pub(crate) unsafe fn read_out(segs: &[Seg], mut at: u64, mut dst: *mut u8, mut len: usize) {
+    for s in segs {
+        if len == 0 {
+            break;
+        }
+        if at >= s.len {
+            at -= s.len;
+            continue;
+        }
+        let n = ((s.len - at) as usize).min(len);
+        // SAFETY: `[at, at + n)` lies inside the segment; `dst` is valid for
+        // `n` more bytes (the caller's contract).
+        let done = unsafe { rmr_api::provider::copy_out(&s.region, s.off + at, dst, n) };
+        debug_assert!(done.is_ok(), "a checked segment outside its region");
+        dst = dst.wrapping_add(n);
+        len -= n;
+        at = 0;
+    }
+}
+
+/// Copies `len` bytes at `src` into `seg` from byte `at` on, as the
+/// region's own accessors write (atomically, word by word): a peer's RDMA
+/// write into this process's memory, which the application may read at
+/// any time (no DTO of this side holds it, unlike [`scatter`]'s buffers).
+///
+/// # Safety
+/// `[at, at + len)` lies inside the segment, which lies inside its region;
+/// `src` is readable for `len` bytes and is no region's bytes.
+pub(crate) unsafe fn write_in(seg: &Seg, at: u64, src: *const u8, len: usize) {
+    debug_assert!(at + len as u64 <= seg.len);
+    // SAFETY: the caller's contract.
+    let done = unsafe { rmr_api::provider::copy_in(&seg.region, seg.off + at, src, len) };
+    debug_assert!(done.is_ok(), "a checked segment outside its region");
+}
+
 /// The connection to the peer, fixed once connected.
 pub(crate) struct Link {
     /// Keeps the rings' memory mapped.

@@ -558,6 +558,7 @@ macro_rules! conformance_suite {
             rdma_write_then_send_ordering,
             rdma_write_large_checksummed,
             progress_until_sees_a_written_flag,
+            target_reads_while_peer_writes,
             rdma_read,
             rdma_write_gather,
             rdma_read_scatter,

@@ -241,3 +241,47 @@ pub fn progress_until_sees_a_written_flag(t: &Target) {
     }
     assert!(p.evd_b.dequeue().is_none(), "RDMA writes queued an event at the target");
 }
+
+/// A process reads its memory while a peer RDMA-writes it: side a writes
+/// a 100-byte pattern (whole words and parts of words) into b's buffer
+/// again and again, each write waited for, while a thread of b's process
+/// reads that buffer through the region's accessors all along and b's
+/// own thread waits for a's closing message (driving b's endpoint). The
+/// backend's placing of the writes must not race those reads (the CI's
+/// ThreadSanitizer pass runs this suite on the tcp, multirail and shm
+/// backends); at the end b holds the last pattern, seen once the message
+/// sent after it arrived (the second ordering rule).
+pub fn target_reads_while_peer_writes(t: &Target) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    const LEN: usize = 100;
+    let p = Pair::new(t);
+    let target = Buf::new(&p.pz_b, LEN + 3, RW, 0);
+    let (src, note) = (Buf::new(&p.pz_a, LEN, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
+    let rounds = t.n(200, 40) as u64;
+    let (done, reads) = (AtomicBool::new(false), AtomicU64::new(0));
+    p.b.post_recv(&[note.sge()], Cookie(1), F0).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut b = [0u8; LEN];
+            while !done.load(Ordering::SeqCst) {
+                target.mem.read(3, &mut b).unwrap();
+                let _ = target.mem.load_u64(8).unwrap();
+                reads.fetch_add(1, Ordering::Relaxed);
+                std::thread::yield_now();
+            }
+        });
+        let b_waits = s.spawn(|| expect_ok(&p.evd_b, 1));
+        for i in 0..rounds {
+            src.mem.write(0, &pattern(i, LEN)).unwrap();
+            p.a.post_rdma_write(&[src.sge()], target.ctx().at(3), Cookie(10 + i), F0).unwrap();
+            expect_ok(&p.evd_a, 10 + i);
+        }
+        p.a.post_send(&[src.part(0, 8)], Cookie(2), F0).unwrap();
+        expect_ok(&p.evd_a, 2);
+        b_waits.join().expect("side b's wait");
+        done.store(true, Ordering::SeqCst);
+    });
+    assert!(reads.load(Ordering::Relaxed) > 0, "side b never read");
+    assert_eq!(target.mem.to_vec(3, LEN).unwrap(), pattern(rounds - 1, LEN));
+    assert_eq!(target.mem.to_vec(0, 3).unwrap(), [0; 3], "bytes before the write changed");
+}
