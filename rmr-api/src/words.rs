@@ -66,14 +66,11 @@ impl Span {
     pub(crate) unsafe fn store(&self, off: usize, src: *const u8, n: usize) {
         debug_assert!(off.checked_add(n).is_some_and(|e| e <= self.len));
         let a = self.base.addr() + off;
-        if n == 8 && a % 8 == 0 && a >= self.lo && a + 8 <= self.hi {
-            // One whole word (a flag, a small payload): the common case.
-            // SAFETY: `src` is readable for 8 bytes; a whole aligned word
+        if n % 8 == 0 && a % 8 == 0 && a >= self.lo && a + n <= self.hi {
+            // Whole words only (a flag, a row of doubles): the common case.
+            // SAFETY: `src` is readable for `n` bytes; whole aligned words
             // of the region (checked against the grid).
-            unsafe {
-                let v = src.cast::<u64>().read_unaligned();
-                AtomicU64::from_ptr(self.at(a).cast()).store(v, Ordering::Release);
-            }
+            unsafe { store_words(self.at(a), src, n / 8) };
             return;
         }
         // SAFETY: the caller's contract.
@@ -136,13 +133,10 @@ impl Span {
     pub(crate) unsafe fn load(&self, off: usize, dst: *mut u8, n: usize) {
         debug_assert!(off.checked_add(n).is_some_and(|e| e <= self.len));
         let a = self.base.addr() + off;
-        if n == 8 && a % 8 == 0 && a >= self.lo && a + 8 <= self.hi {
-            // SAFETY: a whole aligned word of the region (checked against
-            // the grid); `dst` is writable for 8 bytes.
-            unsafe {
-                let v = AtomicU64::from_ptr(self.at(a).cast()).load(Ordering::Acquire);
-                dst.cast::<u64>().write_unaligned(v);
-            }
+        if n % 8 == 0 && a % 8 == 0 && a >= self.lo && a + n <= self.hi {
+            // SAFETY: whole aligned words of the region (checked against
+            // the grid); `dst` is writable for `n` bytes.
+            unsafe { load_words(self.at(a), dst, n / 8) };
             return;
         }
         // SAFETY: the caller's contract.
@@ -244,10 +238,12 @@ unsafe fn store_words(at: *mut u8, src: *const u8, count: usize) {
     while i + 4 <= count {
         // SAFETY: words i..i + 4 of both (the caller's contract).
         unsafe {
-            let v = s.add(i).cast::<[u64; 4]>().read_unaligned();
-            for (k, v) in v.into_iter().enumerate() {
-                AtomicU64::from_ptr(w.add(i + k)).store(v, Ordering::Release);
-            }
+            let (v0, v1) = (s.add(i).read_unaligned(), s.add(i + 1).read_unaligned());
+            let (v2, v3) = (s.add(i + 2).read_unaligned(), s.add(i + 3).read_unaligned());
+            AtomicU64::from_ptr(w.add(i)).store(v0, Ordering::Release);
+            AtomicU64::from_ptr(w.add(i + 1)).store(v1, Ordering::Release);
+            AtomicU64::from_ptr(w.add(i + 2)).store(v2, Ordering::Release);
+            AtomicU64::from_ptr(w.add(i + 3)).store(v3, Ordering::Release);
         }
         i += 4;
     }
@@ -272,11 +268,14 @@ unsafe fn load_words(at: *mut u8, dst: *mut u8, count: usize) {
     while i + 4 <= count {
         // SAFETY: words i..i + 4 of both (the caller's contract).
         unsafe {
-            let mut v = [0u64; 4];
-            for (k, v) in v.iter_mut().enumerate() {
-                *v = AtomicU64::from_ptr(w.add(i + k)).load(Ordering::Acquire);
-            }
-            d.add(i).cast::<[u64; 4]>().write_unaligned(v);
+            let v0 = AtomicU64::from_ptr(w.add(i)).load(Ordering::Acquire);
+            let v1 = AtomicU64::from_ptr(w.add(i + 1)).load(Ordering::Acquire);
+            let v2 = AtomicU64::from_ptr(w.add(i + 2)).load(Ordering::Acquire);
+            let v3 = AtomicU64::from_ptr(w.add(i + 3)).load(Ordering::Acquire);
+            d.add(i).write_unaligned(v0);
+            d.add(i + 1).write_unaligned(v1);
+            d.add(i + 2).write_unaligned(v2);
+            d.add(i + 3).write_unaligned(v3);
         }
         i += 4;
     }
