@@ -70,7 +70,14 @@ impl Span {
             // Whole words only (a flag, a row of doubles): the common case.
             // SAFETY: `src` is readable for `n` bytes; whole aligned words
             // of the region (checked against the grid).
-            unsafe { store_words(self.at(a), src, n / 8) };
+            unsafe {
+                if n == 8 {
+                    let v = src.cast::<u64>().read_unaligned();
+                    AtomicU64::from_ptr(self.at(a).cast()).store(v, Ordering::Release);
+                } else {
+                    store_words(self.at(a), src, n / 8);
+                }
+            }
             return;
         }
         // SAFETY: the caller's contract.
@@ -136,7 +143,14 @@ impl Span {
         if n % 8 == 0 && a % 8 == 0 && a >= self.lo && a + n <= self.hi {
             // SAFETY: whole aligned words of the region (checked against
             // the grid); `dst` is writable for `n` bytes.
-            unsafe { load_words(self.at(a), dst, n / 8) };
+            unsafe {
+                if n == 8 {
+                    let v = AtomicU64::from_ptr(self.at(a).cast()).load(Ordering::Acquire);
+                    dst.cast::<u64>().write_unaligned(v);
+                } else {
+                    load_words(self.at(a), dst, n / 8);
+                }
+            }
             return;
         }
         // SAFETY: the caller's contract.
