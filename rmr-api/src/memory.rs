@@ -7,9 +7,10 @@
 //! ([`MemRegion::load_u64`], [`MemRegion::atomic_u64`]), or the `unsafe`
 //! raw views when you can prove nobody else touches the bytes.
 //!
-//! The copying accessors are atomic word by word (see `words`), so
-//! threads of one process that touch the same bytes at once race without
-//! undefined behaviour: bytes under concurrent writes have unspecified
+//! The copying accessors are atomic word by word (see `words`; long runs
+//! of whole words move at `memcpy`'s speed through a few lines of machine
+//! code that move each byte once), so threads of one process that touch
+//! the same bytes at once race without undefined behaviour: bytes under concurrent writes have unspecified
 //! values, as with RDMA, and nothing worse. A transport places what a peer
 //! writes into a region, and reads what a peer reads from it, the same way
 //! ([`copy_in`], [`copy_out`]); it moves the payload
@@ -329,9 +330,10 @@ impl MemRegion {
         Span::new(self.ptr.as_ptr(), self.len)
     }
 
-    /// Copies `dst.len()` bytes starting at `off` out of the region (each
-    /// whole 8-byte aligned word in one atomic load, so a word written in
-    /// one store, a flag, is seen whole).
+    /// Copies `dst.len()` bytes starting at `off` out of the region,
+    /// atomically: each byte is read once, and a whole 8-byte aligned word
+    /// stored in one piece (a flag: [`MemRegion::store_u64`], or the last
+    /// word of a [`MemRegion::write`]) is seen whole.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
@@ -354,9 +356,10 @@ impl MemRegion {
         Ok(v)
     }
 
-    /// Copies `src` into the region at `off` (each whole 8-byte aligned
-    /// word in one atomic store, in address order: a flag written last is
-    /// seen only with what came before it).
+    /// Copies `src` into the region at `off`, atomically and in address
+    /// order: its last whole 8-byte aligned word is stored in one piece,
+    /// after the rest, so a flag written last is seen only with what came
+    /// before it.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
@@ -517,10 +520,9 @@ impl std::fmt::Debug for MemRegion {
 /// before it: the RDMA-written flag of a barrier, on a software transport.
 ///
 /// This is how a transport moves the payload of a DTO posted on this side
-/// in and out of its local buffers: at memory speed, not word by word as
-/// [`MemRegion`]'s accessors do (word by word, the shm backend's 1 MiB
-/// write ran at a fifth of the bandwidth and its 8-byte write+notify 12%
-/// slower). It leans on RDMA's contract: the application leaves a posted
+/// in and out of its local buffers: a plain `memcpy` (through the
+/// accessors' atomic path the shm backend's 8-byte write+notify ran 12%
+/// slower, its short copies being word by word). It leans on RDMA's contract: the application leaves a posted
 /// DTO's local buffers alone until the DTO completes, as a NIC may copy
 /// them at any moment meanwhile; a thread that touches them anyway races
 /// this copy, as it would a NIC's. Bytes a peer writes into this process's
@@ -549,7 +551,8 @@ pub unsafe fn place(src: *const u8, dst: *mut u8, len: usize) {
 
 /// Copies `n` bytes at `src`, memory outside every region of this process
 /// (a ring's frame, say), into `region` at `off` as the region's own
-/// accessors write: atomically, word by word. How a transport places what
+/// accessors write: atomically, word by word (long runs at memory speed).
+/// How a transport places what
 /// a peer writes into this process's memory, which the application may
 /// read (or poll) at any time.
 ///
@@ -569,7 +572,8 @@ pub unsafe fn copy_in(region: &MemRegion, off: u64, src: *const u8, n: usize) ->
 
 /// Copies `n` bytes of `region` at `off` out to `dst`, memory outside
 /// every region of this process (a ring's frame, say), as the region's own
-/// accessors read: atomically, word by word. How a transport answers a
+/// accessors read: atomically, word by word (long runs at memory speed).
+/// How a transport answers a
 /// peer's RDMA read of this process's memory, which the application may
 /// write at any time.
 ///
