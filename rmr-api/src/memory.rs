@@ -7,18 +7,18 @@
 //! ([`MemRegion::load_u64`], [`MemRegion::atomic_u64`]), or the `unsafe`
 //! raw views when you can prove nobody else touches the bytes.
 //!
-//! The copying accessors are atomic word by word (see `words`; long runs
-//! of whole words move at `memcpy`'s speed through a few lines of machine
-//! code that move each byte once), so threads of one process that touch
-//! the same bytes at once race without undefined behaviour: bytes under concurrent writes have unspecified
-//! values, as with RDMA, and nothing worse. A transport places what a peer
-//! writes into a region, and reads what a peer reads from it, the same way
-//! ([`copy_in`], [`copy_out`]); it moves the payload
-//! of a DTO posted on this side at memory speed instead ([`place`]): the
-//! application leaves those bytes alone until the DTO completes, RDMA's
-//! contract. Two regions never share bytes (which
-//! [`MemRegion::from_owner`] asks of its caller): each region has its own
-//! word grid.
+//! The copying accessors are atomic word by word (see `words`; long runs of
+//! whole words move at `memcpy`'s speed through a few lines of machine code
+//! that move each byte once), so threads of one process that touch the same
+//! bytes at once race without undefined behaviour: bytes under concurrent
+//! writes have unspecified values, as with RDMA, and nothing worse. A
+//! transport places what a peer writes into a region, and reads what a peer
+//! reads from it, the same way ([`copy_in`], [`copy_out`]; through a
+//! mapping, [`copy_to_mapped`], [`copy_from_mapped`]); it moves the
+//! payload of a DTO posted on this side at memory speed instead ([`place`]):
+//! the application leaves those bytes alone until the DTO completes, RDMA's
+//! contract. Two regions never share bytes (which [`MemRegion::from_owner`]
+//! asks of its caller): each region has its own word grid.
 
 use crate::error::{Error, Result};
 use crate::words::Span;
@@ -76,8 +76,9 @@ pub struct MemRegion {
 
 // SAFETY: MemRegion owns its bytes exclusively (it keeps only a raw pointer to
 // them, never a reference); its accessors and a transport's `copy_in` are
-// atomic (its span's word grid, or `atomic_u64`), so threads using them race
-// only as atomics do; a transport's `place` of a posted DTO's payload races
+// atomic (its span's word grid, or `atomic_u64`; long runs through `asm!`
+// that moves whole words as aligned machine moves, see `words`), so threads
+// using them race only as atomics do; a transport's `place` of a posted DTO's payload races
 // only a thread that breaks RDMA's contract; a peer's, the kernel's or a
 // NIC's writes are outside this abstract machine (bytes under concurrent
 // transfer have unspecified values).
@@ -357,9 +358,9 @@ impl MemRegion {
     }
 
     /// Copies `src` into the region at `off`, atomically and in address
-    /// order: its last whole 8-byte aligned word is stored in one piece,
-    /// after the rest, so a flag written last is seen only with what came
-    /// before it.
+    /// order: each byte is stored once, after every byte before it, and a
+    /// whole 8-byte aligned word at the end in one piece, so a flag written
+    /// last is seen only with what came before it.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
@@ -403,8 +404,9 @@ impl MemRegion {
         }
         // SAFETY: in bounds, at an 8-byte aligned address (checked), lives as long as &self;
         // AtomicU64 has the same layout as u64; the word is a whole word of the region's
-        // grid, which the accessors touch only as an AtomicU64 (a transport's `place` of a
-        // posted DTO's payload aside, RDMA's contract).
+        // grid, which the accessors touch only as an AtomicU64 or, in long runs, by aligned
+        // machine moves of whole words (`words`; a transport's `place` of a posted DTO's
+        // payload aside, RDMA's contract).
         Ok(unsafe { AtomicU64::from_ptr(self.as_ptr().add(off as usize).cast::<u64>()) })
     }
 
@@ -519,16 +521,16 @@ impl std::fmt::Debug for MemRegion {
 /// the 8 bytes) then sees it whole, and everything the transport placed
 /// before it: the RDMA-written flag of a barrier, on a software transport.
 ///
-/// This is how a transport moves the payload of a DTO posted on this side
-/// in and out of its local buffers: a plain `memcpy` (through the
-/// accessors' atomic path the shm backend's 8-byte write+notify ran 12%
-/// slower, its short copies being word by word). It leans on RDMA's contract: the application leaves a posted
-/// DTO's local buffers alone until the DTO completes, as a NIC may copy
-/// them at any moment meanwhile; a thread that touches them anyway races
-/// this copy, as it would a NIC's. Bytes a peer writes into this process's
-/// memory (the target of an RDMA write), which the application may read
-/// at any time, go in with [`copy_in`] instead, and the answer to a peer's
-/// RDMA read goes out with [`copy_out`].
+/// This is how a transport moves the payload of a DTO posted on this side in
+/// and out of its local buffers: a plain `memcpy` (through the accessors'
+/// atomic path the shm backend's 8-byte write+notify ran 12% slower, its
+/// short copies being word by word). It leans on RDMA's contract: the
+/// application leaves a posted DTO's local buffers alone until the DTO
+/// completes, as a NIC may copy them at any moment meanwhile; a thread that
+/// touches them anyway races this copy, as it would a NIC's. Bytes a peer
+/// writes into this process's memory (the target of an RDMA write), which
+/// the application may read at any time, go in with [`copy_in`] instead, and
+/// the answer to a peer's RDMA read goes out with [`copy_out`].
 ///
 /// # Safety
 /// As [`std::ptr::copy_nonoverlapping`]; the bytes are a posted DTO's
@@ -537,8 +539,8 @@ impl std::fmt::Debug for MemRegion {
 pub unsafe fn place(src: *const u8, dst: *mut u8, len: usize) {
     if len == 8 && dst.addr() % 8 == 0 {
         // SAFETY: `src` is readable for 8 bytes and `dst` writable, 8-byte
-        // aligned (the caller's contract); an aligned region word is
-        // accessed atomically, as every other access to it is.
+        // aligned (the caller's contract); when `dst` is a region's whole
+        // word, the accessors touch it atomically too.
         unsafe {
             let w = src.cast::<u64>().read_unaligned();
             AtomicU64::from_ptr(dst.cast::<u64>()).store(w, Ordering::Release);
@@ -589,6 +591,36 @@ pub unsafe fn copy_out(region: &MemRegion, off: u64, dst: *mut u8, n: usize) -> 
     // SAFETY: in bounds (checked); `dst` as the caller promises.
     unsafe { region.span().load(off as usize, dst, n) };
     Ok(())
+}
+
+/// Copies `n` bytes from `src` to `dst`, a range of a region this process
+/// reaches through a mapping of its own (a peer's [`MemRegion::shared`]
+/// file mapped here), as [`copy_in`] copies into a region: atomically, in
+/// address order, a whole aligned word at the end in one piece. How a
+/// transport writes into a peer's region that the peer's application may
+/// read (or poll) at any time. The words are those of `dst`'s own range
+/// (a mapping keeps the region's alignment, so they are the region's
+/// whole words inside the range).
+///
+/// # Safety
+/// `dst` is writable and `src` readable for `n` bytes; they do not overlap,
+/// and `src` is no region's bytes of this process.
+pub unsafe fn copy_to_mapped(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: the caller's contract; the span is `dst`'s range itself.
+    unsafe { Span::new(dst, n).store(0, src, n) };
+}
+
+/// Copies `n` bytes of `src`, a range of a region this process reaches
+/// through a mapping of its own, to `dst`, as [`copy_out`] copies out of a
+/// region: atomically, word by word. How a transport reads a peer's region
+/// that the peer's application may write at any time.
+///
+/// # Safety
+/// `src` is readable and `dst` writable for `n` bytes; they do not overlap,
+/// and `dst` is no region's bytes of this process.
+pub unsafe fn copy_from_mapped(src: *const u8, dst: *mut u8, n: usize) {
+    // SAFETY: the caller's contract; the span is `src`'s range itself.
+    unsafe { Span::new(src.cast_mut(), n).load(0, dst, n) };
 }
 
 #[cfg(test)]
@@ -678,6 +710,40 @@ mod tests {
                 v.clear();
                 r.append_to(0, 48, &mut v).unwrap();
                 assert_eq!(v.len(), 48);
+            }
+        });
+    }
+
+    /// Long copies (the machine-code runs on x86-64) racing each other: a
+    /// reader sees every word whole, and a writer's flag word, written
+    /// last, only after the rest of its copy.
+    #[test]
+    fn long_copies_racing_keep_words_whole_and_the_last_word_last() {
+        const LEN: usize = 1024;
+        // The region side starts off a 16-byte boundary (one word first).
+        let r = MemRegion::new(LEN + 16);
+        let rounds: u64 = if cfg!(miri) { 4 } else { 4_000 };
+        let fill = |i: u64| -> Vec<u8> { (0..LEN / 8).flat_map(|_| i.to_le_bytes()).collect() };
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for i in 1..=rounds {
+                    // A copy of `i` words, then `i` in its flag word on its own.
+                    r.write(8, &fill(i)).unwrap();
+                    r.write(8 + LEN as u64, &i.to_le_bytes()).unwrap();
+                }
+            });
+            let mut b = vec![0u8; LEN];
+            loop {
+                let flag = r.load_u64(8 + LEN as u64).unwrap();
+                r.read(8, &mut b).unwrap();
+                for (k, w) in b.chunks_exact(8).enumerate() {
+                    let v = u64::from_le_bytes(w.try_into().unwrap());
+                    assert!(v <= rounds, "torn word {k}: {v:#x}");
+                    assert!(v >= flag, "word {k} holds {v}, older than the flag's {flag}");
+                }
+                if flag == rounds {
+                    break;
+                }
             }
         });
     }

@@ -6,23 +6,26 @@
 //! them). A plain copy racing another access is a data race, which Rust's
 //! memory model makes undefined behaviour, whatever the values. So each
 //! accessor goes through [`Span`]: each 8-byte aligned word that lies
-//! wholly inside the region is read and written only as an `AtomicU64` (a
-//! part of one with a compare-and-swap that keeps the other bytes), and
-//! each byte outside such words (a region that does not start or end on a
-//! word boundary) only as an `AtomicU8`. Which words are whole is a
-//! property of the region, never of one access, so no two accesses to one
-//! byte differ in size. Stores are Release and loads Acquire, which on
-//! x86-64 are plain moves: a word written last (a flag) publishes what was
+//! wholly inside the region is read and written as an `AtomicU64` (a part
+//! of one with a compare-and-swap that keeps the other bytes), and each
+//! byte outside such words (a region that does not start or end on a word
+//! boundary) only as an `AtomicU8`. Which words are whole is a property of
+//! the region, never of one access, so an edge byte and a whole word never
+//! share an access. Stores are Release and loads Acquire, which on x86-64
+//! are plain moves: a word written last (a flag) publishes what was
 //! written before it, as a NIC placing RDMA data in order does.
 //!
 //! A run of 16 or more whole words (128 bytes) moves on x86-64 through a
-//! few lines of machine code instead (`string_copy`: 16 bytes per vector
-//! move, at `memcpy`'s speed; word by word, a 4000-byte row copied at
-//! about 0.6x of it), between a Release fence before a store and an
-//! Acquire fence after a load: the same order, each byte moved once, the
-//! last word by a move of its own. Under Miri and on other targets every
-//! run goes word by word. (A transport moves a posted DTO's payload with
-//! `place` instead: see its documentation.)
+//! few lines of machine code instead ([`vector_store`], [`vector_load`]):
+//! aligned 16-byte moves of two whole words on the region's side, at
+//! `memcpy`'s speed (word by word, a 4000-byte row copied at about 0.6x of
+//! it), after a Release fence (a store) or before an Acquire fence (a
+//! load). The order is the same, address order with the last word moved
+//! by itself; two words may become visible together. Under Miri, with
+//! `--cfg rmr_plain_words` (ThreadSanitizer runs, which do not see inside
+//! `asm!`) and on other targets every run goes word by word. (A transport
+//! moves a posted DTO's payload with `place` instead: see its
+//! documentation.)
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -246,33 +249,36 @@ impl Span {
     }
 }
 
-/// Runs of at least this many words move as one string copy (x86-64).
-#[cfg(all(target_arch = "x86_64", not(miri)))]
-const STRING_WORDS: usize = 16;
+/// Runs of at least this many words move through [`vector_store`] and
+/// [`vector_load`] (x86-64).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
+const VECTOR_WORDS: usize = 16;
 
-/// Copies `n` bytes (a multiple of 8, at least 8) from `src` to `dst` in
-/// machine code: 64 bytes per step through four 16-byte vector registers
-/// (SSE2, which every x86-64 has), the rest 8 bytes per step, and always
-/// the last 8 bytes by an 8-byte move of their own.
-///
-/// Rust's memory model has no atomic memcpy yet (RFC 3301, per-byte
-/// atomics, is the proposal). An `asm!` block is code outside the model
-/// whose effect is what the machine does: it moves each byte of this copy
-/// by exactly one access, and x86-64 makes a core's stores visible in
-/// program order, so the copy stores in address order, 16 bytes at a time,
-/// its last word last and untorn (an aligned 8-byte move). A thread's
-/// `AtomicU64` racing the copy sees each byte old or new, as a thread
-/// polling memory a NIC writes does. The callers' fences order the copy as
-/// a whole against the thread's other accesses.
+// The two copies below, in machine code: 64 bytes per step through four
+// 16-byte vector registers (SSE2, which every x86-64 has) while more than
+// 64 bytes are left, then 8 bytes per step, so the last 8 bytes always go
+// by an 8-byte move of their own. The region's side is 16-byte aligned
+// (the callers move one word first when it is not), so its vector moves
+// are aligned (`movdqa`), never split across cache lines; on processors
+// with AVX an aligned 16-byte move is one atomic access (Intel SDM vol. 3,
+// 9.1.1). Rust's memory model has no atomic memcpy yet (RFC 3301, per-byte
+// atomics, is the proposal); to the rest of the program an `asm!` block is
+// what the machine does, here what a loop of the region's words as
+// `AtomicU64`s does on x86-64, where such loads and stores are plain moves
+// in program order, except that two words may become visible together.
+
+/// Copies `n` bytes (a multiple of 8) from `src` (any alignment) into the
+/// region's words at `dst`, in address order, its last word last.
 ///
 /// # Safety
-/// `src` is readable and `dst` writable for `n` bytes; they do not overlap;
-/// `n` is a multiple of 8.
-#[cfg(all(target_arch = "x86_64", not(miri)))]
+/// `dst` is 16-byte aligned and writable for `n` bytes, whole words of a
+/// region's grid; `src` is readable for `n` bytes and does not overlap them.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
 #[inline(always)]
-unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) {
+unsafe fn vector_store(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: the caller's contract: every access lies in `[src, src + n)`
-    // or `[dst, dst + n)`; the registers used are declared clobbered.
+    // or `[dst, dst + n)`, the `movdqa`s at 16-byte aligned addresses of
+    // `dst`; the registers written are declared clobbered.
     unsafe {
         std::arch::asm!(
             "2:",
@@ -282,6 +288,57 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) {
             "movdqu xmm1, [{s} + 16]",
             "movdqu xmm2, [{s} + 32]",
             "movdqu xmm3, [{s} + 48]",
+            "movdqa [{d}], xmm0",
+            "movdqa [{d} + 16], xmm1",
+            "movdqa [{d} + 32], xmm2",
+            "movdqa [{d} + 48], xmm3",
+            "add {s}, 64",
+            "add {d}, 64",
+            "sub {n}, 64",
+            "jmp 2b",
+            "3:",
+            "cmp {n}, 8",
+            "jb 4f",
+            "mov {t}, [{s}]",
+            "mov [{d}], {t}",
+            "add {s}, 8",
+            "add {d}, 8",
+            "sub {n}, 8",
+            "jmp 3b",
+            "4:",
+            n = inout(reg) n => _,
+            s = inout(reg) src => _,
+            d = inout(reg) dst => _,
+            t = out(reg) _,
+            out("xmm0") _,
+            out("xmm1") _,
+            out("xmm2") _,
+            out("xmm3") _,
+            options(nostack),
+        );
+    }
+}
+
+/// Copies `n` bytes (a multiple of 8) of the region's words at `src` to
+/// `dst` (any alignment), in address order, the last word last.
+///
+/// # Safety
+/// `src` is 16-byte aligned and readable for `n` bytes, whole words of a
+/// region's grid; `dst` is writable for `n` bytes and does not overlap them.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
+#[inline(always)]
+unsafe fn vector_load(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: as in `vector_store`, the `movdqa`s at 16-byte aligned
+    // addresses of `src`.
+    unsafe {
+        std::arch::asm!(
+            "2:",
+            "cmp {n}, 72",
+            "jb 3f",
+            "movdqa xmm0, [{s}]",
+            "movdqa xmm1, [{s} + 16]",
+            "movdqa xmm2, [{s} + 32]",
+            "movdqa xmm3, [{s} + 48]",
             "movdqu [{d}], xmm0",
             "movdqu [{d} + 16], xmm1",
             "movdqu [{d} + 32], xmm2",
@@ -314,19 +371,29 @@ unsafe fn string_copy(dst: *mut u8, src: *const u8, n: usize) {
 }
 
 /// Stores `count` words from `src` (any alignment) into the aligned words
-/// at `at`, four at a time (a long run: one string copy on x86-64).
+/// at `at`, four at a time (a long run: [`vector_store`] on x86-64).
 ///
 /// # Safety
 /// `at` is 8-byte aligned and its `count` words are whole words of a
-/// region's grid; `src` is readable for `8 * count` bytes.
+/// region's grid; `src` is readable for `8 * count` bytes and does not
+/// overlap them.
 #[inline(always)]
 unsafe fn store_words(at: *mut u8, src: *const u8, count: usize) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if count >= STRING_WORDS {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
+    if count >= VECTOR_WORDS {
         // Everything this thread wrote before goes first (Release).
         std::sync::atomic::fence(Ordering::Release);
-        // SAFETY: the caller's contract (`8 * count` bytes of both).
-        unsafe { string_copy(at, src, 8 * count) };
+        let skip = usize::from(at.addr() % 16 != 0);
+        // SAFETY: the caller's contract: a first word that brings the
+        // region's side to a 16-byte boundary, then the rest (at least 15
+        // words) from there.
+        unsafe {
+            if skip == 1 {
+                let v = src.cast::<u64>().read_unaligned();
+                AtomicU64::from_ptr(at.cast()).store(v, Ordering::Release);
+            }
+            vector_store(at.add(8 * skip), src.add(8 * skip), 8 * (count - skip));
+        }
         return;
     }
     let (w, s) = (at.cast::<u64>(), src.cast::<u64>());
@@ -353,16 +420,23 @@ unsafe fn store_words(at: *mut u8, src: *const u8, count: usize) {
 }
 
 /// Loads the `count` aligned words at `at` into `dst` (any alignment),
-/// four at a time (a long run: one string copy on x86-64).
+/// four at a time (a long run: [`vector_load`] on x86-64).
 ///
 /// # Safety
 /// As [`store_words`], with `dst` writable for `8 * count` bytes.
 #[inline(always)]
 unsafe fn load_words(at: *mut u8, dst: *mut u8, count: usize) {
-    #[cfg(all(target_arch = "x86_64", not(miri)))]
-    if count >= STRING_WORDS {
-        // SAFETY: the caller's contract (`8 * count` bytes of both).
-        unsafe { string_copy(dst, at, 8 * count) };
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
+    if count >= VECTOR_WORDS {
+        let skip = usize::from(at.addr() % 16 != 0);
+        // SAFETY: as in `store_words`.
+        unsafe {
+            if skip == 1 {
+                let v = AtomicU64::from_ptr(at.cast()).load(Ordering::Acquire);
+                dst.cast::<u64>().write_unaligned(v);
+            }
+            vector_load(dst.add(8 * skip), at.add(8 * skip), 8 * (count - skip));
+        }
         // What this thread reads next comes after (Acquire).
         std::sync::atomic::fence(Ordering::Acquire);
         return;

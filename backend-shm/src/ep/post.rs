@@ -179,7 +179,7 @@ impl EpShared {
             // the pieces are the caller's segments, each checked against
             // its region (`places_of`) and kept by the caller's borrows.
             let mut fill = |dst: *mut u8| unsafe {
-                copy_runs(local.clone(), Dir::Write, 0, dst, total as usize)
+                copy_runs(local.clone(), Dir::Write, false, 0, dst, total as usize)
             };
             if link.out.push(&h, &mut fill) {
                 link.wake_consumer();
@@ -239,9 +239,17 @@ impl EpShared {
                             // above), which `m` keeps mapped for the copy;
                             // the pieces are the caller's segments, each
                             // checked against its region (`places_of`),
-                            // `total` bytes in all.
+                            // `total` bytes in all; the peer's bytes move
+                            // as its region's accessors move them.
                             unsafe {
-                                copy_runs(local.iter().map(piece_at), dir, 0, p, total as usize)
+                                copy_runs(
+                                    local.iter().map(piece_at),
+                                    dir,
+                                    true,
+                                    0,
+                                    p,
+                                    total as usize,
+                                )
                             };
                             return Status::Success;
                         }

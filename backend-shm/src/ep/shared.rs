@@ -83,6 +83,9 @@ pub(crate) fn segs_from(places: &[Place<'_>]) -> Segs {
 /// Moves `len` bytes between `other` and the pieces' bytes taken in order
 /// from byte `at` on: into `other` (`Dir::Write`: the pieces are the
 /// source) or out of it (`Dir::Read`: the pieces are the destination).
+/// `mapped`: `other` is a peer's region mapped here, which its process may
+/// read or write at any time: moved as that region's own accessors move
+/// its bytes ([`rmr_api::provider::copy_to_mapped`]), not by `memcpy`.
 ///
 /// # Safety
 /// Each piece is valid for its length for the call (a segment whose region
@@ -94,6 +97,7 @@ pub(crate) fn segs_from(places: &[Place<'_>]) -> Segs {
 pub(crate) unsafe fn copy_runs(
     pieces: impl IntoIterator<Item = Piece>,
     dir: Dir,
+    mapped: bool,
     mut at: u64,
     mut other: *mut u8,
     mut len: usize,
@@ -111,10 +115,12 @@ pub(crate) unsafe fn copy_runs(
         // SAFETY: `[at, at + n)` lies inside the piece and `n <= len`
         // inside `other` (the caller's contract).
         unsafe {
-            // Placed as a NIC would: a whole aligned word at once.
-            match dir {
-                Dir::Write => rmr_api::provider::place(mine, other, n),
-                Dir::Read => rmr_api::provider::place(other, mine, n),
+            match (dir, mapped) {
+                // Placed as a NIC would: a whole aligned word at once.
+                (Dir::Write, false) => rmr_api::provider::place(mine, other, n),
+                (Dir::Read, false) => rmr_api::provider::place(other, mine, n),
+                (Dir::Write, true) => rmr_api::provider::copy_to_mapped(other, mine, n),
+                (Dir::Read, true) => rmr_api::provider::copy_from_mapped(other, mine, n),
             }
         }
         other = other.wrapping_add(n);
@@ -129,7 +135,7 @@ pub(crate) unsafe fn copy_runs(
 /// As [`copy_runs`]'s, with `dst` as `other`.
 pub(crate) unsafe fn gather(segs: &[Seg], at: u64, dst: *mut u8, len: usize) {
     // SAFETY: the caller's contract.
-    unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Write, at, dst, len) }
+    unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Write, false, at, dst, len) }
 }
 
 /// Copies `len` bytes at `src` into the segments from byte `at` on.
@@ -138,7 +144,7 @@ pub(crate) unsafe fn gather(segs: &[Seg], at: u64, dst: *mut u8, len: usize) {
 /// As [`copy_runs`]'s, with `src` as `other` (only read).
 pub(crate) unsafe fn scatter(segs: &[Seg], at: u64, src: *const u8, len: usize) {
     // SAFETY: the caller's contract; `src` is only read.
-    unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Read, at, src.cast_mut(), len) }
+    unsafe { copy_runs(segs.iter().map(Seg::piece), Dir::Read, false, at, src.cast_mut(), len) }
 }
 
 /// Copies `len` bytes of the segments' bytes from `at` on to `dst`, as

@@ -43,7 +43,7 @@ pub mod conformance;
 #[cfg(feature = "conformance")]
 pub use crate::conformance_suite;
 
-pub use crate::memory::{copy_in, copy_out, place};
+pub use crate::memory::{copy_from_mapped, copy_in, copy_out, copy_to_mapped, place};
 pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{RemoteTarget, check_local_sges, completion_result, seg_place};
 pub use cpus::{SHORT_SLICE_NS, cpus_idle, online_cpus, short_slices, yield_to_helper};

@@ -243,7 +243,7 @@ pub fn progress_until_sees_a_written_flag(t: &Target) {
 }
 
 /// A process reads its memory while a peer RDMA-writes it: side a writes
-/// a 100-byte pattern (whole words and parts of words) into b's buffer
+/// a 300-byte pattern (whole words and parts of words) into b's buffer
 /// again and again, each write waited for, while a thread of b's process
 /// reads that buffer through the region's accessors all along and b's
 /// own thread waits for a's closing message (driving b's endpoint). The
@@ -253,23 +253,40 @@ pub fn progress_until_sees_a_written_flag(t: &Target) {
 /// sent after it arrived (the second ordering rule).
 pub fn target_reads_while_peer_writes(t: &Target) {
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-    const LEN: usize = 100;
+    // Long enough that the reads and the backend's placement take the
+    // accessors' long-run path as well as their edge bytes.
+    const LEN: usize = 300;
     let p = Pair::new(t);
     let target = Buf::new(&p.pz_b, LEN + 3, RW, 0);
     let (src, note) = (Buf::new(&p.pz_a, LEN, RW, 0), Buf::new(&p.pz_b, 8, RW, 0));
     let rounds = t.n(200, 40) as u64;
     let (done, reads) = (AtomicBool::new(false), AtomicU64::new(0));
+    // Ends the reader however the scope ends (a failed check panics).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
     p.b.post_recv(&[note.sge()], Cookie(1), F0).unwrap();
     std::thread::scope(|s| {
+        let _stop = Stop(&done);
         s.spawn(|| {
             let mut b = [0u8; LEN];
-            while !done.load(Ordering::SeqCst) {
+            loop {
                 target.mem.read(3, &mut b).unwrap();
                 let _ = target.mem.load_u64(8).unwrap();
-                reads.fetch_add(1, Ordering::Relaxed);
+                reads.fetch_add(1, Ordering::SeqCst);
+                if done.load(Ordering::SeqCst) {
+                    break;
+                }
                 std::thread::yield_now();
             }
         });
+        // The writes race reads from the start.
+        while reads.load(Ordering::SeqCst) == 0 {
+            std::thread::yield_now();
+        }
         let b_waits = s.spawn(|| expect_ok(&p.evd_b, 1));
         for i in 0..rounds {
             src.mem.write(0, &pattern(i, LEN)).unwrap();
@@ -279,9 +296,7 @@ pub fn target_reads_while_peer_writes(t: &Target) {
         p.a.post_send(&[src.part(0, 8)], Cookie(2), F0).unwrap();
         expect_ok(&p.evd_a, 2);
         b_waits.join().expect("side b's wait");
-        done.store(true, Ordering::SeqCst);
     });
-    assert!(reads.load(Ordering::Relaxed) > 0, "side b never read");
     assert_eq!(target.mem.to_vec(3, LEN).unwrap(), pattern(rounds - 1, LEN));
     assert_eq!(target.mem.to_vec(0, 3).unwrap(), [0; 3], "bytes before the write changed");
 }
