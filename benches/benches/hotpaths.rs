@@ -1,5 +1,6 @@
 //! Criterion benches of the hot paths that need no network: the multirail
-//! planner, event queue push/pop, and the TCP frame codec.
+//! planner, event queue push/pop, the TCP frame codec, and registered
+//! memory's copying accessors beside a plain `memcpy` of the same bytes.
 #![allow(missing_docs)] // criterion_group! generates undocumented items
 
 use backend_tcp::wire::{HDR, Header, Op, decode_data};
@@ -64,5 +65,26 @@ fn codec(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, planner, evd, codec);
+/// `MemRegion::read`/`write` (atomic word by word, long runs in machine
+/// code) beside `copy_from_slice` between two vectors (`memcpy`), each at a
+/// 16-byte aligned offset and 8 bytes past one, from 8 bytes to 1 MiB.
+fn memory(c: &mut Criterion) {
+    let r = rmr_api::MemRegion::new(2 << 20);
+    let (mut a, b) = (vec![0u8; 2 << 20], vec![1u8; 2 << 20]);
+    for n in [8usize, 64, 512, 4000, 1 << 20] {
+        for off in [0usize, 8] {
+            c.bench_function(&format!("memory/read/{n}B/+{off}"), |bn| {
+                bn.iter(|| r.read(black_box(off as u64), &mut a[..n]).unwrap())
+            });
+            c.bench_function(&format!("memory/write/{n}B/+{off}"), |bn| {
+                bn.iter(|| r.write(black_box(off as u64), &b[..n]).unwrap())
+            });
+            c.bench_function(&format!("memory/memcpy/{n}B/+{off}"), |bn| {
+                bn.iter(|| a[..n].copy_from_slice(black_box(&b[off..off + n])))
+            });
+        }
+    }
+}
+
+criterion_group!(benches, planner, evd, codec, memory);
 criterion_main!(benches);

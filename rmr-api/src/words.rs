@@ -16,9 +16,8 @@
 //! written before it, as a NIC placing RDMA data in order does.
 //!
 //! A run of 16 or more whole words (128 bytes) moves on x86-64 through a
-//! few lines of machine code instead ([`vector_store`], [`vector_load`]):
-//! aligned 16-byte moves of two whole words on the region's side, at
-//! `memcpy`'s speed (word by word, a 4000-byte row copied at about 0.6x of
+//! few lines of machine code instead (`vector`): aligned 16- or 32-byte
+//! moves of whole words on the region's side, at about `memcpy`'s speed (word by word, a 4000-byte row copied at about 0.6x of
 //! it), after a Release fence (a store) or before an Acquire fence (a
 //! load). The order is the same, address order with the last word moved
 //! by itself; two words may become visible together. Under Miri, with
@@ -249,129 +248,134 @@ impl Span {
     }
 }
 
-/// Runs of at least this many words move through [`vector_store`] and
-/// [`vector_load`] (x86-64).
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
-const VECTOR_WORDS: usize = 16;
+mod vector {
+    //! The long runs in machine code. Each copy moves four vector registers
+    //! per step (16-byte SSE2 moves, which every x86-64 has, or 32-byte AVX2
+    //! ones where the processor has them) while more than that is left,
+    //! then 8 bytes per step, so the last 8 bytes always go by an 8-byte
+    //! move of their own. The region's side is aligned to the vector size
+    //! (the callers move words one by one up to it), so its vector moves
+    //! never split across cache lines; on processors with AVX an aligned
+    //! 16-byte move is one atomic access (Intel SDM vol. 3, 9.1.1). Rust's
+    //! memory model has no atomic memcpy yet (RFC 3301, per-byte atomics,
+    //! is the proposal); to the rest of the program an `asm!` block is what
+    //! the machine does, here what a loop over the region's words as
+    //! `AtomicU64`s does on x86-64, where such loads and stores are plain
+    //! moves in program order, except that a few words may become visible
+    //! together.
 
-// The two copies below, in machine code: 64 bytes per step through four
-// 16-byte vector registers (SSE2, which every x86-64 has) while more than
-// 64 bytes are left, then 8 bytes per step, so the last 8 bytes always go
-// by an 8-byte move of their own. The region's side is 16-byte aligned
-// (the callers move one word first when it is not), so its vector moves
-// are aligned (`movdqa`), never split across cache lines; on processors
-// with AVX an aligned 16-byte move is one atomic access (Intel SDM vol. 3,
-// 9.1.1). Rust's memory model has no atomic memcpy yet (RFC 3301, per-byte
-// atomics, is the proposal); to the rest of the program an `asm!` block is
-// what the machine does, here what a loop of the region's words as
-// `AtomicU64`s does on x86-64, where such loads and stores are plain moves
-// in program order, except that two words may become visible together.
+    /// Runs of at least this many words go through this module.
+    pub(super) const WORDS: usize = 16;
 
-/// Copies `n` bytes (a multiple of 8) from `src` (any alignment) into the
-/// region's words at `dst`, in address order, its last word last.
-///
-/// # Safety
-/// `dst` is 16-byte aligned and writable for `n` bytes, whole words of a
-/// region's grid; `src` is readable for `n` bytes and does not overlap them.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
-#[inline(always)]
-unsafe fn vector_store(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY: the caller's contract: every access lies in `[src, src + n)`
-    // or `[dst, dst + n)`, the `movdqa`s at 16-byte aligned addresses of
-    // `dst`; the registers written are declared clobbered.
-    unsafe {
-        std::arch::asm!(
-            "2:",
-            "cmp {n}, 72",
-            "jb 3f",
-            "movdqu xmm0, [{s}]",
-            "movdqu xmm1, [{s} + 16]",
-            "movdqu xmm2, [{s} + 32]",
-            "movdqu xmm3, [{s} + 48]",
-            "movdqa [{d}], xmm0",
-            "movdqa [{d} + 16], xmm1",
-            "movdqa [{d} + 32], xmm2",
-            "movdqa [{d} + 48], xmm3",
-            "add {s}, 64",
-            "add {d}, 64",
-            "sub {n}, 64",
-            "jmp 2b",
-            "3:",
-            "cmp {n}, 8",
-            "jb 4f",
-            "mov {t}, [{s}]",
-            "mov [{d}], {t}",
-            "add {s}, 8",
-            "add {d}, 8",
-            "sub {n}, 8",
-            "jmp 3b",
-            "4:",
-            n = inout(reg) n => _,
-            s = inout(reg) src => _,
-            d = inout(reg) dst => _,
-            t = out(reg) _,
-            out("xmm0") _,
-            out("xmm1") _,
-            out("xmm2") _,
-            out("xmm3") _,
-            options(nostack),
-        );
+    /// Whether the 32-byte moves run here (checked once, then cached).
+    #[inline(always)]
+    pub(super) fn wide() -> bool {
+        std::arch::is_x86_feature_detected!("avx2")
     }
-}
 
-/// Copies `n` bytes (a multiple of 8) of the region's words at `src` to
-/// `dst` (any alignment), in address order, the last word last.
-///
-/// # Safety
-/// `src` is 16-byte aligned and readable for `n` bytes, whole words of a
-/// region's grid; `dst` is writable for `n` bytes and does not overlap them.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
-#[inline(always)]
-unsafe fn vector_load(dst: *mut u8, src: *const u8, n: usize) {
-    // SAFETY: as in `vector_store`, the `movdqa`s at 16-byte aligned
-    // addresses of `src`.
-    unsafe {
-        std::arch::asm!(
-            "2:",
-            "cmp {n}, 72",
-            "jb 3f",
-            "movdqa xmm0, [{s}]",
-            "movdqa xmm1, [{s} + 16]",
-            "movdqa xmm2, [{s} + 32]",
-            "movdqa xmm3, [{s} + 48]",
-            "movdqu [{d}], xmm0",
-            "movdqu [{d} + 16], xmm1",
-            "movdqu [{d} + 32], xmm2",
-            "movdqu [{d} + 48], xmm3",
-            "add {s}, 64",
-            "add {d}, 64",
-            "sub {n}, 64",
-            "jmp 2b",
-            "3:",
-            "cmp {n}, 8",
-            "jb 4f",
-            "mov {t}, [{s}]",
-            "mov [{d}], {t}",
-            "add {s}, 8",
-            "add {d}, 8",
-            "sub {n}, 8",
-            "jmp 3b",
-            "4:",
-            n = inout(reg) n => _,
-            s = inout(reg) src => _,
-            d = inout(reg) dst => _,
-            t = out(reg) _,
-            out("xmm0") _,
-            out("xmm1") _,
-            out("xmm2") _,
-            out("xmm3") _,
-            options(nostack),
-        );
+    macro_rules! copy {
+        ($(#[$m:meta])* $name:ident, $big:literal,
+         $l0:literal, $l1:literal, $l2:literal, $l3:literal,
+         $s0:literal, $s1:literal, $s2:literal, $s3:literal, $step:literal, $end:literal) => {
+            $(#[$m])*
+            #[inline(always)]
+            pub(super) unsafe fn $name(dst: *mut u8, src: *const u8, n: usize) {
+                // SAFETY: the caller's contract: every access lies in
+                // `[src, src + n)` or `[dst, dst + n)`, the aligned vector
+                // moves at aligned addresses of the region's side; the
+                // registers written are clobbered under the C ABI.
+                unsafe {
+                    std::arch::asm!(
+                        "2:",
+                        $big,
+                        "jb 3f",
+                        $l0, $l1, $l2, $l3,
+                        $s0, $s1, $s2, $s3,
+                        $step,
+                        "jmp 2b",
+                        "3:",
+                        "cmp rcx, 8",
+                        "jb 4f",
+                        "mov rax, [rsi]",
+                        "mov [rdi], rax",
+                        "add rsi, 8",
+                        "add rdi, 8",
+                        "sub rcx, 8",
+                        "jmp 3b",
+                        "4:",
+                        $end,
+                        inout("rcx") n => _,
+                        inout("rsi") src => _,
+                        inout("rdi") dst => _,
+                        out("rax") _,
+                        clobber_abi("C"),
+                        options(nostack),
+                    );
+                }
+            }
+        };
     }
+
+    copy!(
+        /// Copies `n` bytes (a multiple of 8) from `src` (any alignment)
+        /// into the region's words at `dst`, in address order, its last
+        /// word last, 16 bytes per move.
+        ///
+        /// # Safety
+        /// `dst` is 16-byte aligned and writable for `n` bytes, whole words
+        /// of a region's grid; `src` is readable for `n` bytes and does not
+        /// overlap them.
+        store16, "cmp rcx, 72",
+        "movdqu xmm0, [rsi]", "movdqu xmm1, [rsi + 16]",
+        "movdqu xmm2, [rsi + 32]", "movdqu xmm3, [rsi + 48]",
+        "movdqa [rdi], xmm0", "movdqa [rdi + 16], xmm1",
+        "movdqa [rdi + 32], xmm2", "movdqa [rdi + 48], xmm3",
+        "add rsi, 64; add rdi, 64; sub rcx, 64", ""
+    );
+    copy!(
+        /// Copies `n` bytes (a multiple of 8) of the region's words at `src`
+        /// to `dst` (any alignment), in address order, 16 bytes per move.
+        ///
+        /// # Safety
+        /// `src` is 16-byte aligned and readable for `n` bytes, whole words
+        /// of a region's grid; `dst` is writable for `n` bytes and does not
+        /// overlap them.
+        load16, "cmp rcx, 72",
+        "movdqa xmm0, [rsi]", "movdqa xmm1, [rsi + 16]",
+        "movdqa xmm2, [rsi + 32]", "movdqa xmm3, [rsi + 48]",
+        "movdqu [rdi], xmm0", "movdqu [rdi + 16], xmm1",
+        "movdqu [rdi + 32], xmm2", "movdqu [rdi + 48], xmm3",
+        "add rsi, 64; add rdi, 64; sub rcx, 64", ""
+    );
+    copy!(
+        /// [`store16`] with 32-byte moves (AVX2).
+        ///
+        /// # Safety
+        /// As [`store16`], with `dst` 32-byte aligned; the processor has AVX2.
+        store32, "cmp rcx, 136",
+        "vmovdqu ymm0, [rsi]", "vmovdqu ymm1, [rsi + 32]",
+        "vmovdqu ymm2, [rsi + 64]", "vmovdqu ymm3, [rsi + 96]",
+        "vmovdqa [rdi], ymm0", "vmovdqa [rdi + 32], ymm1",
+        "vmovdqa [rdi + 64], ymm2", "vmovdqa [rdi + 96], ymm3",
+        "add rsi, 128; add rdi, 128; sub rcx, 128", "vzeroupper"
+    );
+    copy!(
+        /// [`load16`] with 32-byte moves (AVX2).
+        ///
+        /// # Safety
+        /// As [`load16`], with `src` 32-byte aligned; the processor has AVX2.
+        load32, "cmp rcx, 136",
+        "vmovdqa ymm0, [rsi]", "vmovdqa ymm1, [rsi + 32]",
+        "vmovdqa ymm2, [rsi + 64]", "vmovdqa ymm3, [rsi + 96]",
+        "vmovdqu [rdi], ymm0", "vmovdqu [rdi + 32], ymm1",
+        "vmovdqu [rdi + 64], ymm2", "vmovdqu [rdi + 96], ymm3",
+        "add rsi, 128; add rdi, 128; sub rcx, 128", "vzeroupper"
+    );
 }
 
 /// Stores `count` words from `src` (any alignment) into the aligned words
-/// at `at`, four at a time (a long run: [`vector_store`] on x86-64).
+/// at `at`, four at a time (a long run: `vector` on x86-64).
 ///
 /// # Safety
 /// `at` is 8-byte aligned and its `count` words are whole words of a
@@ -380,19 +384,22 @@ unsafe fn vector_load(dst: *mut u8, src: *const u8, n: usize) {
 #[inline(always)]
 unsafe fn store_words(at: *mut u8, src: *const u8, count: usize) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
-    if count >= VECTOR_WORDS {
+    if count >= vector::WORDS {
         // Everything this thread wrote before goes first (Release).
         std::sync::atomic::fence(Ordering::Release);
-        let skip = usize::from(at.addr() % 16 != 0);
-        // SAFETY: the caller's contract: a first word that brings the
-        // region's side to a 16-byte boundary, then the rest (at least 15
-        // words) from there.
+        let wide = vector::wide();
+        let align = if wide { 32 } else { 16 };
+        // Words one by one up to the vector alignment (at most three).
+        let skip = (align - at.addr() % align) % align / 8;
+        // SAFETY: the caller's contract: `skip` first words, then the rest
+        // (at least 13 words) from an address aligned to the vector size.
         unsafe {
-            if skip == 1 {
-                let v = src.cast::<u64>().read_unaligned();
-                AtomicU64::from_ptr(at.cast()).store(v, Ordering::Release);
+            for i in 0..skip {
+                let v = src.add(8 * i).cast::<u64>().read_unaligned();
+                AtomicU64::from_ptr(at.add(8 * i).cast()).store(v, Ordering::Release);
             }
-            vector_store(at.add(8 * skip), src.add(8 * skip), 8 * (count - skip));
+            let (at, src, n) = (at.add(8 * skip), src.add(8 * skip), 8 * (count - skip));
+            if wide { vector::store32(at, src, n) } else { vector::store16(at, src, n) }
         }
         return;
     }
@@ -420,22 +427,25 @@ unsafe fn store_words(at: *mut u8, src: *const u8, count: usize) {
 }
 
 /// Loads the `count` aligned words at `at` into `dst` (any alignment),
-/// four at a time (a long run: [`vector_load`] on x86-64).
+/// four at a time (a long run: `vector` on x86-64).
 ///
 /// # Safety
 /// As [`store_words`], with `dst` writable for `8 * count` bytes.
 #[inline(always)]
 unsafe fn load_words(at: *mut u8, dst: *mut u8, count: usize) {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
-    if count >= VECTOR_WORDS {
-        let skip = usize::from(at.addr() % 16 != 0);
+    if count >= vector::WORDS {
+        let wide = vector::wide();
+        let align = if wide { 32 } else { 16 };
+        let skip = (align - at.addr() % align) % align / 8;
         // SAFETY: as in `store_words`.
         unsafe {
-            if skip == 1 {
-                let v = AtomicU64::from_ptr(at.cast()).load(Ordering::Acquire);
-                dst.cast::<u64>().write_unaligned(v);
+            for i in 0..skip {
+                let v = AtomicU64::from_ptr(at.add(8 * i).cast()).load(Ordering::Acquire);
+                dst.add(8 * i).cast::<u64>().write_unaligned(v);
             }
-            vector_load(dst.add(8 * skip), at.add(8 * skip), 8 * (count - skip));
+            let (at, dst, n) = (at.add(8 * skip), dst.add(8 * skip), 8 * (count - skip));
+            if wide { vector::load32(dst, at, n) } else { vector::load16(dst, at, n) }
         }
         // What this thread reads next comes after (Acquire).
         std::sync::atomic::fence(Ordering::Acquire);
@@ -502,6 +512,38 @@ mod tests {
                         );
                     }
                 }
+            }
+        }
+    }
+
+    /// Both widths of the machine-code copies (the 32-byte one only where
+    /// the processor has AVX2), at every length up to 400 bytes: exactly
+    /// the bytes asked for move, in both directions.
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2", not(miri), not(rmr_plain_words)))]
+    fn both_vector_widths_move_exactly_their_bytes() {
+        #[repr(C, align(32))]
+        struct Block([u8; 416]);
+        let src: Vec<u8> = (0..416).map(|i| (i * 13 % 251) as u8 + 1).collect();
+        type Copy = unsafe fn(*mut u8, *const u8, usize);
+        let mut ways: Vec<(&str, Copy, Copy)> = vec![("16", vector::store16, vector::load16)];
+        if vector::wide() {
+            ways.push(("32", vector::store32, vector::load32));
+        }
+        for (w, store, load) in ways {
+            for n in (8..=400).step_by(8) {
+                let mut region = Block([0; 416]);
+                // SAFETY: `region` is 32-byte aligned and holds 416 bytes;
+                // `src` is a distinct buffer of 416.
+                unsafe { store(region.0.as_mut_ptr(), src.as_ptr(), n) };
+                assert_eq!(&region.0[..n], &src[..n], "store{w} of {n} bytes");
+                assert!(region.0[n..].iter().all(|&b| b == 0), "store{w} of {n} went past");
+                let mut out = vec![0u8; n + 9];
+                // SAFETY: as above, `out` a distinct buffer of n + 9 bytes
+                // written from its byte 1 (any alignment).
+                unsafe { load(out.as_mut_ptr().add(1), region.0.as_ptr(), n) };
+                assert_eq!(&out[1..=n], &src[..n], "load{w} of {n} bytes");
+                assert!(out[0] == 0 && out[n + 1..].iter().all(|&b| b == 0), "load{w} of {n}");
             }
         }
     }
