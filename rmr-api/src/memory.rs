@@ -358,9 +358,10 @@ impl MemRegion {
     }
 
     /// Copies `src` into the region at `off`, atomically and in address
-    /// order: each byte is stored once, after every byte before it, and a
-    /// whole 8-byte aligned word at the end in one piece, so a flag written
-    /// last is seen only with what came before it.
+    /// order: each byte is stored once, no earlier than the bytes before it
+    /// (a long run stores a few words at a time), and a whole 8-byte
+    /// aligned word at the end by itself, last, so a flag written last is
+    /// seen only with what came before it.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
@@ -595,29 +596,35 @@ pub unsafe fn copy_out(region: &MemRegion, off: u64, dst: *mut u8, n: usize) -> 
 
 /// Copies `n` bytes from `src` to `dst`, a range of a region this process
 /// reaches through a mapping of its own (a peer's [`MemRegion::shared`]
-/// file mapped here), as [`copy_in`] copies into a region: atomically, in
-/// address order, a whole aligned word at the end in one piece. How a
+/// file mapped here) much as [`copy_in`] copies into a region: atomically,
+/// in address order, a whole aligned word at the end by itself, last. How a
 /// transport writes into a peer's region that the peer's application may
-/// read (or poll) at any time. The words are those of `dst`'s own range
-/// (a mapping keeps the region's alignment, so they are the region's
-/// whole words inside the range).
+/// read (or poll) at any time. The words are those of `dst`'s own range (a
+/// mapping keeps the region's alignment, so they are the region's whole
+/// words inside the range; a part of a word at the range's edges is
+/// stored byte by byte, where `copy_in` would swap the region's word).
 ///
 /// # Safety
-/// `dst` is writable and `src` readable for `n` bytes; they do not overlap,
-/// and `src` is no region's bytes of this process.
+/// `dst` is readable and writable and `src` readable for `n` bytes; they do
+/// not overlap; `src` is no region's bytes of this process that another
+/// thread may write meanwhile (a posted DTO's local buffers are fine: the
+/// application leaves them alone until the DTO completes, as with
+/// [`place`]).
 pub unsafe fn copy_to_mapped(dst: *mut u8, src: *const u8, n: usize) {
     // SAFETY: the caller's contract; the span is `dst`'s range itself.
     unsafe { Span::new(dst, n).store(0, src, n) };
 }
 
 /// Copies `n` bytes of `src`, a range of a region this process reaches
-/// through a mapping of its own, to `dst`, as [`copy_out`] copies out of a
-/// region: atomically, word by word. How a transport reads a peer's region
-/// that the peer's application may write at any time.
+/// through a mapping of its own, to `dst`, much as [`copy_out`] copies out
+/// of a region: atomically, word by word. How a transport reads a peer's
+/// region that the peer's application may write at any time.
 ///
 /// # Safety
-/// `src` is readable and `dst` writable for `n` bytes; they do not overlap,
-/// and `dst` is no region's bytes of this process.
+/// `src` is readable and writable (mapped so; it is read through atomics)
+/// and `dst` writable for `n` bytes; they do not overlap; `dst` is no
+/// region's bytes of this process that another thread may touch meanwhile
+/// (a posted DTO's local buffers are fine, as with [`place`]).
 pub unsafe fn copy_from_mapped(src: *const u8, dst: *mut u8, n: usize) {
     // SAFETY: the caller's contract; the span is `src`'s range itself.
     unsafe { Span::new(src.cast_mut(), n).load(0, dst, n) };
@@ -715,36 +722,46 @@ mod tests {
     }
 
     /// Long copies (the machine-code runs on x86-64) racing each other: a
-    /// reader sees every word whole, and a writer's flag word, written
-    /// last, only after the rest of its copy.
+    /// reader sees every word whole (its two halves alike), and the last
+    /// word of a long write, its flag, only after the rest of it.
     #[test]
     fn long_copies_racing_keep_words_whole_and_the_last_word_last() {
         const LEN: usize = 1024;
-        // The region side starts off a 16-byte boundary (one word first).
+        // At 8 the region side starts off a 16- and a 32-byte boundary.
         let r = MemRegion::new(LEN + 16);
         let rounds: u64 = if cfg!(miri) { 4 } else { 4_000 };
-        let fill = |i: u64| -> Vec<u8> { (0..LEN / 8).flat_map(|_| i.to_le_bytes()).collect() };
+        // Round `i`'s copy: every word, the flag (the last) included, holds
+        // `i` in both halves, so a word torn between rounds shows.
+        let word = |i: u64| i | i << 32;
+        let fill =
+            |i: u64| -> Vec<u8> { (0..LEN / 8).flat_map(|_| word(i).to_le_bytes()).collect() };
+        let whole = |v: u64, what: &str| {
+            assert_eq!(v >> 32, v & 0xffff_ffff, "torn {what}: {v:#x}");
+            v >> 32
+        };
         std::thread::scope(|s| {
-            s.spawn(|| {
+            let writer = s.spawn(|| {
                 for i in 1..=rounds {
-                    // A copy of `i` words, then `i` in its flag word on its own.
                     r.write(8, &fill(i)).unwrap();
-                    r.write(8 + LEN as u64, &i.to_le_bytes()).unwrap();
                 }
             });
             let mut b = vec![0u8; LEN];
+            let mut seen = 0;
             loop {
-                let flag = r.load_u64(8 + LEN as u64).unwrap();
+                let finished = writer.is_finished();
+                let flag = whole(r.load_u64(8 + LEN as u64 - 8).unwrap(), "flag");
                 r.read(8, &mut b).unwrap();
                 for (k, w) in b.chunks_exact(8).enumerate() {
-                    let v = u64::from_le_bytes(w.try_into().unwrap());
-                    assert!(v <= rounds, "torn word {k}: {v:#x}");
-                    assert!(v >= flag, "word {k} holds {v}, older than the flag's {flag}");
+                    let v = whole(u64::from_le_bytes(w.try_into().unwrap()), "word");
+                    assert!(v >= flag, "word {k} is from round {v}, before the flag's {flag}");
                 }
-                if flag == rounds {
+                seen += u64::from(flag > 0);
+                if finished {
+                    assert_eq!(flag, rounds, "the last round's flag");
                     break;
                 }
             }
+            assert!(seen > 0, "the reader never saw a write");
         });
     }
 

@@ -16,15 +16,16 @@
 //! written before it, as a NIC placing RDMA data in order does.
 //!
 //! A run of 16 or more whole words (128 bytes) moves on x86-64 through a
-//! few lines of machine code instead (`vector`): aligned 16- or 32-byte
-//! moves of whole words on the region's side, at about `memcpy`'s speed (word by word, a 4000-byte row copied at about 0.6x of
-//! it), after a Release fence (a store) or before an Acquire fence (a
+//! few lines of machine code instead (`vector`), about as fast as `memcpy`
+//! (word by word in Rust, a 4000-byte row copied at about 0.6x of its
+//! speed): aligned 16- or 32-byte moves of whole words on the region's
+//! side, after a Release fence (a store) or before an Acquire fence (a
 //! load). The order is the same, address order with the last word moved
-//! by itself; two words may become visible together. Under Miri, with
-//! `--cfg rmr_plain_words` (ThreadSanitizer runs, which do not see inside
-//! `asm!`) and on other targets every run goes word by word. (A transport
-//! moves a posted DTO's payload with `place` instead: see its
-//! documentation.)
+//! by itself; the words of one vector move may become visible together.
+//! Under Miri, with `--cfg rmr_plain_words` (ThreadSanitizer runs, which
+//! do not see inside `asm!`) and on other targets every run goes word by
+//! word. (A transport moves a posted DTO's payload with `place` instead:
+//! see its documentation.)
 
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
@@ -254,16 +255,23 @@ mod vector {
     //! per step (16-byte SSE2 moves, which every x86-64 has, or 32-byte AVX2
     //! ones where the processor has them) while more than that is left,
     //! then 8 bytes per step, so the last 8 bytes always go by an 8-byte
-    //! move of their own. The region's side is aligned to the vector size
-    //! (the callers move words one by one up to it), so its vector moves
-    //! never split across cache lines; on processors with AVX an aligned
-    //! 16-byte move is one atomic access (Intel SDM vol. 3, 9.1.1). Rust's
-    //! memory model has no atomic memcpy yet (RFC 3301, per-byte atomics,
-    //! is the proposal); to the rest of the program an `asm!` block is what
-    //! the machine does, here what a loop over the region's words as
-    //! `AtomicU64`s does on x86-64, where such loads and stores are plain
-    //! moves in program order, except that a few words may become visible
-    //! together.
+    //! move of their own (the step's bound, 72 or 136 bytes, keeps a word
+    //! back for that: do not lower it to the step). The region's side is
+    //! aligned to the vector size (the callers move words one by one up to
+    //! it), so its vector moves never split across cache lines.
+    //!
+    //! Rust's memory model has no atomic memcpy yet (RFC 3301, per-byte
+    //! atomics, is the proposal); to the rest of the program an `asm!`
+    //! block is what the machine does. What this relies on: each aligned
+    //! 8-byte piece of an aligned vector move is read or written whole,
+    //! and a core's moves become visible in program order, which makes the
+    //! block what a loop over the region's words as `AtomicU64`s (plain
+    //! moves on x86-64) would do, except that the words of one move may
+    //! become visible together. The manuals promise less for vector moves
+    //! (Intel SDM vol. 3, 9.1.1: an aligned 16-byte move is one atomic
+    //! access on processors with AVX; wider moves may be several accesses);
+    //! the x86-64 processors this runs on behave so, as `memcpy` into
+    //! memory that another thread polls relies on too.
 
     /// Runs of at least this many words go through this module.
     pub(super) const WORDS: usize = 16;
