@@ -28,8 +28,9 @@ pub struct ShmConfig {
     /// `RMR_SHM_RNR_TIMEOUT_MS`, default 5000).
     pub rnr_timeout: Duration,
     /// Move RDMA writes and reads of a peer's shared regions
-    /// ([`rmr_api::MemRegion::shared`]) with a plain copy through a mapping
-    /// of the region's file, at any size (`map`, `RMR_SHM_MAP`, default on).
+    /// ([`rmr_api::MemRegion::shared`]) with a copy through a mapping of
+    /// the region's file (atomic, as the region's own accessors copy), at
+    /// any size (`map`, `RMR_SHM_MAP`, default on).
     /// It takes effect only where cross-memory attach is on and allowed
     /// (`cma`; the permission is the same). Off, they go as other regions' do.
     pub map: bool,

@@ -25,8 +25,10 @@
 //!   (`kernel.yama.ptrace_scope`), or with `cma=0`, they are copied through
 //!   the rings; [`ShmEp::mode`] and the EP's `notes` say which.
 //! - **Shared regions** ([`rmr_api::MemRegion::shared`], memory in a sealed
-//!   memfd): an RDMA write or read of one, of any size, is a plain copy
-//!   through a mapping of the target's file, at `memcpy` speed, with the
+//!   memfd): an RDMA write or read of one, of any size, is a copy through
+//!   a mapping of the target's file (atomic, as the region's own accessors
+//!   copy: the target's threads may touch those bytes at any time), at
+//!   `memcpy` speed from 128 bytes on, with the
 //!   same checks (where cross-memory attach would be allowed, and not for
 //!   a write with immediate or behind ring requests to the target's memory
 //!   not yet answered, which go through the rings). The initiator fetches

@@ -269,7 +269,7 @@ const FILE_MAX: u64 = 1 << 40;
 const TMPFS_MAGIC: u64 = 0x0102_1994;
 
 /// A peer's shared files ([`rmr_api::MemRegion::shared`]) this side has
-/// mapped, so that an RDMA write or read of such a region is a plain copy.
+/// mapped, so that an RDMA write or read of such a region is one copy.
 ///
 /// A file's descriptor is fetched from the peer with `pidfd_getfd` (the
 /// same ptrace permission as cross-memory attach, through a pidfd opened

@@ -28,8 +28,9 @@
 //! ([`MemRegion::from_vec`], [`MemRegion::from_boxed`]); the region owns
 //! its bytes for as long as any registration or transfer can touch them,
 //! and applications read and write it by copying ([`MemRegion::read`],
-//! [`MemRegion::write`]), never through a Rust reference a peer could
-//! write under.
+//! [`MemRegion::write`]: atomic copies, so a thread reading while a peer's
+//! write lands sees each word old or new, never undefined behaviour),
+//! never through a Rust reference a peer could write under.
 //!
 //! ## Ordering
 //! Every backend and the multirail layer keep uDAPL's two rules:
