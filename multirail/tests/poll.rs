@@ -27,18 +27,34 @@ fn reads_are_answered_by_the_poller(engine: &str, net: u8) {
     let t = Target::new("multirail-poll", register, &a, &b);
     let p = Pair::new(&t);
     const ROUNDS: u64 = 400;
-    let (woken0, helpers) = thread_switches(&helper);
-    assert!(helpers > 0, "side b's rails have progress helpers ({helper}...)");
-    let polls = reads_while_polled(&p, ROUNDS);
     // b's polls answered the reads: about 20 helper wake-ups in all, however
     // many reads (the endpoints' first looks; 18-27 were seen with 200 and
-    // 400 reads, 148 once on a loaded CI host, where b's poller is off the
-    // CPU while reads wait). Polls that never read the sockets left every
-    // read to the helpers: at least one wake-up each (201 for 200 reads).
-    // The bound sits between the two.
-    let woken = thread_switches(&helper).0.checked_sub(woken0).expect("b's helpers kept running");
-    println!("RESULT {engine}: b's helpers woke {woken} times in {ROUNDS} reads ({polls} polls)");
-    assert!(woken < ROUNDS / 2, "{woken} helper wake-ups for {ROUNDS} reads");
+    // 400 reads). Polls that never read the sockets leave every read to the
+    // helpers: at least one wake-up each (201 for 200 reads), in every
+    // batch. The bound sits between the two. A host that keeps b's poller
+    // off the CPU while reads wait hands reads to the helpers too (148 once
+    // on a loaded CI host; the bridge's test saw a batch of 190 of 200 and
+    // then one of 0 in one process): up to three batches, the best counts.
+    let mut best = u64::MAX;
+    for batch in 1..=3 {
+        let (woken0, helpers) = thread_switches(&helper);
+        assert!(helpers > 0, "side b's rails have progress helpers ({helper}...)");
+        let polls = reads_while_polled(&p, ROUNDS);
+        let now = thread_switches(&helper).0;
+        let woken = now.checked_sub(woken0).expect("b's helpers kept running");
+        println!(
+            "RESULT {engine} batch {batch}: b's helpers woke {woken} times in {ROUNDS} reads \
+             ({polls} polls)"
+        );
+        best = best.min(woken);
+        if best < ROUNDS / 2 {
+            break;
+        }
+    }
+    assert!(
+        best < ROUNDS / 2,
+        "{best} helper wake-ups for {ROUNDS} reads in the best of 3 batches"
+    );
 }
 
 #[test]
