@@ -8,7 +8,7 @@
 //! once before any IA opens; this file is its own test binary). Real TCP
 //! rails on loopback.
 
-use rmr_api::provider::conformance::helper::{reads_while_polled, thread_switches};
+use rmr_api::provider::conformance::helper::fewest_helper_wakeups;
 use rmr_api::provider::conformance::{Pair, Target};
 
 fn register() {
@@ -35,22 +35,8 @@ fn reads_are_answered_by_the_poller(engine: &str, net: u8) {
     // off the CPU while reads wait hands reads to the helpers too (148 once
     // on a loaded CI host; the bridge's test saw a batch of 190 of 200 and
     // then one of 0 in one process): up to three batches, the best counts.
-    let mut best = u64::MAX;
-    for batch in 1..=3 {
-        let (woken0, helpers) = thread_switches(&helper);
-        assert!(helpers > 0, "side b's rails have progress helpers ({helper}...)");
-        let polls = reads_while_polled(&p, ROUNDS);
-        let now = thread_switches(&helper).0;
-        let woken = now.checked_sub(woken0).expect("b's helpers kept running");
-        println!(
-            "RESULT {engine} batch {batch}: b's helpers woke {woken} times in {ROUNDS} reads \
-             ({polls} polls)"
-        );
-        best = best.min(woken);
-        if best < ROUNDS / 2 {
-            break;
-        }
-    }
+    let (best, helpers) = fewest_helper_wakeups(&p, &helper, ROUNDS, 3);
+    assert!(helpers > 0, "side b's rails have progress helpers ({helper}...)");
     assert!(
         best < ROUNDS / 2,
         "{best} helper wake-ups for {ROUNDS} reads in the best of 3 batches"
