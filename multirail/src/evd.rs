@@ -190,19 +190,21 @@ impl MrEvd {
     }
 
     /// The wait; `started` is when it first found nothing to take, left
-    /// `None` where the queue's own wait times itself.
+    /// `None` where the queue's own wait times itself, and `ended` about
+    /// when its last sleep ended (no clock read of its own on the way out).
     fn wait_inner(
         &self,
         timeout: Option<Duration>,
         threshold: usize,
         started: &mut Option<Instant>,
+        ended: &mut Option<Instant>,
     ) -> Result<Event> {
         let threshold = threshold.max(1);
         if !self.has_polled.load(Ordering::Acquire) {
             return self.q.wait(timeout, threshold);
         }
         if self.n_polled.load(Ordering::Acquire) >= MANY && !self.blind.load(Ordering::Acquire) {
-            return self.wait_many(timeout, threshold, started);
+            return self.wait_many(timeout, threshold, started, ended);
         }
         // The endpoints reporting here, looked up again only when they change.
         let (mut seen_gen, mut cores) = self.cores();
@@ -248,7 +250,7 @@ impl MrEvd {
                 // Every rail EVD pokes us: drive the rails' sockets (spinning as
                 // long as a single-rail waiter would, then blocking) until an
                 // event or a poke.
-                match self.sleep(left, threshold, seen, waited)? {
+                match self.sleep(now, left, threshold, seen, waited, ended)? {
                     Some(e) => return Ok(e),
                     None => {
                         idle = 0;
@@ -275,6 +277,7 @@ impl MrEvd {
         timeout: Option<Duration>,
         threshold: usize,
         started: &mut Option<Instant>,
+        ended: &mut Option<Instant>,
     ) -> Result<Event> {
         // Whether this wait drove the rails' sockets yet.
         let mut drove = false;
@@ -305,7 +308,7 @@ impl MrEvd {
             }
             drove = true;
             let left = timeout.map(|t| t.saturating_sub(waited));
-            if let Some(e) = self.sleep(left, threshold, seen, waited)? {
+            if let Some(e) = self.sleep(now, left, threshold, seen, waited, ended)? {
                 return Ok(e);
             }
         }
@@ -313,19 +316,24 @@ impl MrEvd {
 
     /// Drives the rails' sockets (spinning as long as a single-rail waiter
     /// would, less what this wait already took, then blocking) until an
-    /// event, a poke after `seen` (`None`), or `left` passes.
+    /// event, a poke after `seen` (`None`), or `left` passes, all counted
+    /// from `now` (the caller's clock reading); about when it ended goes
+    /// to `ended`.
     fn sleep(
         &self,
+        now: Instant,
         left: Option<Duration>,
         threshold: usize,
         seen: u64,
         waited: Duration,
+        ended: &mut Option<Instant>,
     ) -> Result<Option<Event>> {
         let spin = self.q.spin_time().saturating_sub(waited);
         // A receive the rails' sink translates in this thread comes
         // straight here (see `hand_over`), older than anything queued.
         let target = (threshold == 1).then(|| HandOverTarget::new(&self.q));
-        let r = self.q.wait_or_poke_spin(left, threshold, seen, spin);
+        let (r, end) = self.q.wait_or_poke_spin_from(now, left, threshold, seen, spin);
+        *ended = Some(end);
         if let Some(h) = target.as_ref().and_then(HandOverTarget::take) {
             if let Ok(Some(e)) = r {
                 self.q.push_front(e);
@@ -390,13 +398,19 @@ impl Drop for CountedWaiter<'_> {
 impl Evd for MrEvd {
     fn wait(&self, timeout: Option<Duration>, threshold: usize) -> Result<Event> {
         let counted = CountedWaiter::new(&self.waiters);
-        let mut started = None;
-        let r = self.wait_inner(timeout, threshold, &mut started);
+        let (mut started, mut ended) = (None, None);
+        let r = self.wait_inner(timeout, threshold, &mut started, &mut ended);
         drop(counted);
         // What this wait took sizes the next ones' spin (a timeout teaches
-        // that spinning would not have caught it).
+        // that spinning would not have caught it). It ended about when its
+        // last sleep did (one pass later, or a fresh reading if it slept).
         if let Some(s) = started {
-            self.q.note_wait(if r.is_ok() { s.elapsed() } else { Duration::MAX });
+            let took = match (&r, ended) {
+                (Err(_), _) => Duration::MAX,
+                (Ok(_), Some(e)) => e.saturating_duration_since(s),
+                (Ok(_), None) => s.elapsed(),
+            };
+            self.q.note_wait(took);
         }
         r
     }

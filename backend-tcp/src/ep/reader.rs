@@ -273,6 +273,15 @@ impl EpShared {
                 };
                 rx.phase = match checked {
                     Err(status) => Phase::Drain { h, left: len, then: Then::Nak(status) },
+                    // The whole payload is buffered (every small write):
+                    // placed at once, with no placing phase to go through.
+                    Ok((l, off)) if op == Op::Write && rx.avail() as u64 >= len => {
+                        let src = &rx.buf[rx.start..rx.start + len as usize];
+                        l.region.write(off, src).map_err(|e| End::Broken(e.to_string()))?;
+                        rx.start += len as usize;
+                        self.done_frame(&h, op);
+                        return Ok(Step::More);
+                    }
                     Ok((l, off)) => {
                         let then = if op == Op::WriteImm { Then::NeedRecv } else { Then::Request };
                         let mut segs = Segs::new();
@@ -365,6 +374,24 @@ impl EpShared {
             rail: None,
         };
         if op == Op::WriteImm {
+            self.complete(c);
+            self.done_frame(&h, op);
+        } else if len <= wr.total && rx.avail() as u64 >= len {
+            // The whole message is buffered (every small send): placed and
+            // completed at once, with no placing phase to go through.
+            let mut at = rx.start;
+            let mut left = len;
+            for s in &wr.segs {
+                if left == 0 {
+                    break;
+                }
+                let n = left.min(s.len);
+                let src = &rx.buf[at..at + n as usize];
+                s.region.write(s.off, src).map_err(|e| End::Broken(e.to_string()))?;
+                at += n as usize;
+                left -= n;
+            }
+            rx.start = at;
             self.complete(c);
             self.done_frame(&h, op);
         } else if len > wr.total {

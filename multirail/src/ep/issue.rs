@@ -76,7 +76,15 @@ impl Core {
 
     /// Posts one unit of work on its rail (in the calling thread).
     pub(super) fn post_work(&self, w: &Work) -> Result<()> {
-        self.post_on(w.rail, w.kind, &w.local, w.remote.as_ref(), w.cookie, w.silent, w.urgent)
+        self.post_on(
+            w.rail,
+            w.kind,
+            &w.local,
+            w.remote.as_ref().map(|(c, o)| (c, *o)),
+            w.cookie,
+            w.silent,
+            w.urgent,
+        )
     }
 
     /// Posts a DTO's `local` segments on `rail` (remote target already
@@ -88,7 +96,7 @@ impl Core {
         rail: usize,
         kind: Kind,
         local: &[(Arc<MrLmrInner>, u64, u64)],
-        remote: Option<&(RmrContext, u64)>,
+        remote: Option<(&RmrContext, u64)>,
         cookie: u64,
         silent: bool,
         urgent: bool,
@@ -107,7 +115,7 @@ impl Core {
         // The rail's own context (the keys were counted against the rails
         // when the DTO was posted).
         let remote = remote
-            .map(|(c, o)| (c.keys().get(rail).map(|&k| RmrContext::new(k, c.addr, c.len)), *o));
+            .map(|(c, o)| (c.keys().get(rail).map(|&k| RmrContext::new(k, c.addr, c.len)), o));
         let hurry = if urgent { DtoFlags::URGENT } else { DtoFlags::empty() };
         let (mut start, mut retries) = (None, 0u64);
         loop {

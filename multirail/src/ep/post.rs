@@ -71,22 +71,20 @@ impl Core {
                 return Err(Error::invalid("atomic target must be 8-byte aligned"));
             }
         }
-        let remote = match remote {
-            Some((ctx, off)) => {
-                if ctx.keys().len() != self.rails.len() {
-                    return Err(Error::invalid(format!(
-                        "RMR context has {} keys, the EP has {} rails",
-                        ctx.keys().len(),
-                        self.rails.len()
-                    )));
-                }
-                if off.checked_add(bytes).is_none_or(|e| e > ctx.len) {
-                    return Err(Error::OutOfBounds { offset: off, len: bytes, limit: ctx.len });
-                }
-                Some((*ctx, off))
+        // Checked here, copied once (into the request's record): a context
+        // carries a key per rail.
+        if let Some((ctx, off)) = remote {
+            if ctx.keys().len() != self.rails.len() {
+                return Err(Error::invalid(format!(
+                    "RMR context has {} keys, the EP has {} rails",
+                    ctx.keys().len(),
+                    self.rails.len()
+                )));
             }
-            None => None,
-        };
+            if off.checked_add(bytes).is_none_or(|e| e > ctx.len) {
+                return Err(Error::OutOfBounds { offset: off, len: bytes, limit: ctx.len });
+            }
+        }
         let full = flags.contains(DtoFlags::BARRIER_FENCE);
         // Without rail threads nobody makes progress but the caller.
         if self.cfg.engine != Engine::Pinned {
@@ -115,8 +113,7 @@ impl Core {
             // took it (a rejected post leaves no trace).
             let silent = self.goes_silent(&st, rail, kind, bytes, signalled, remote.is_some());
             let rc = id << 8;
-            let posted = match self.post_on(rail, kind, &segs, remote.as_ref(), rc, silent, urgent)
-            {
+            let posted = match self.post_on(rail, kind, &segs, remote, rc, silent, urgent) {
                 Err(e) if is_input_error(&e) => return Err(e),
                 r => r,
             };
@@ -130,7 +127,13 @@ impl Core {
         check_local_sges(local, self.pz_id, need, self.max_sges)?;
         self.post_queued(
             st,
-            Req::new((cookie, kind, signalled, urgent), bytes, segs, remote, SmallVec::new()),
+            Req::new(
+                (cookie, kind, signalled, urgent),
+                bytes,
+                segs,
+                remote.map(|(c, o)| (*c, o)),
+                SmallVec::new(),
+            ),
             id,
             full,
             placed,
@@ -348,18 +351,19 @@ impl Core {
         id: u64,
         what: (u64, Kind, bool, bool),
         local: Segs,
-        remote: Option<(RmrContext, u64)>,
+        remote: Option<(&RmrContext, u64)>,
         bytes: u64,
         rail: usize,
         silent: bool,
     ) {
         debug_assert_eq!(id, st.front_id + st.reqs.len() as u64);
-        if let Some(at) = remote.filter(|_| matches!(what.1, Kind::Write)) {
-            st.probe_at[rail] = Some(at);
+        if let Some((c, o)) = remote.filter(|_| matches!(what.1, Kind::Write)) {
+            st.probe_at[rail] = Some((*c, o));
         }
         let now = self.adaptive.then(Instant::now);
         let seq = Self::book_stripe(st, id, 0, rail, bytes, silent, now);
         let stripe = StripeRec { rail, off: 0, len: bytes, done: false, seq, time: None };
+        let remote = remote.map(|(c, o)| (*c, o));
         st.reqs.push_back(Req::new(what, bytes, local, remote, smallvec::smallvec![stripe]));
         Self::number_message(st);
     }

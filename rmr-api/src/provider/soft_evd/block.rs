@@ -541,22 +541,43 @@ impl SoftEvd {
         seen: u64,
         spin: Duration,
     ) -> Result<Option<Event>> {
+        self.wait_or_poke_spin_from(Instant::now(), timeout, threshold, seen, spin).0
+    }
+
+    /// [`SoftEvd::wait_or_poke_spin`] for a caller that read the clock
+    /// (`now`) just before: `timeout` and `spin` count from `now`, and
+    /// about when the wait ended comes back with the result (the wait's
+    /// last clock reading when it ended one moving pass after it, else a
+    /// fresh one), so that a waiter timing its waits reads the clock once
+    /// per wait.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] (in the result).
+    pub fn wait_or_poke_spin_from(
+        &self,
+        now: Instant,
+        timeout: Option<Duration>,
+        threshold: usize,
+        seen: u64,
+        spin: Duration,
+    ) -> (Result<Option<Event>>, Instant) {
         let threshold = threshold.max(1);
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.map(|t| now + t);
+        let mut from = Some(now);
         loop {
             let done = || {
                 self.queued.load(Ordering::SeqCst) >= threshold
                     || self.pokes.load(Ordering::SeqCst) != seen
             };
-            let ok = self.block_until(deadline, spin, &done);
+            let (ok, end) = self.block_until_timed(deadline, spin, &done, from.take());
             if let Some(e) = self.pop(threshold) {
-                return Ok(Some(e));
+                return (Ok(Some(e)), end);
             }
             if self.pokes.load(Ordering::SeqCst) != seen {
-                return Ok(None);
+                return (Ok(None), end);
             }
             if !ok {
-                return Err(Error::Timeout);
+                return (Err(Error::Timeout), end);
             }
         }
     }
