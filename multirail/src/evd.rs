@@ -332,8 +332,8 @@ impl MrEvd {
         // A receive the rails' sink translates in this thread comes
         // straight here (see `hand_over`), older than anything queued.
         let target = (threshold == 1).then(|| HandOverTarget::new(&self.q));
-        let (r, end) = self.q.wait_or_poke_spin_from(now, left, threshold, seen, spin);
-        *ended = Some(end);
+        let (r, took) = self.q.wait_or_poke_spin_from(now, left, threshold, seen, spin);
+        *ended = Some(now + took);
         if let Some(h) = target.as_ref().and_then(HandOverTarget::take) {
             if let Ok(Some(e)) = r {
                 self.q.push_front(e);

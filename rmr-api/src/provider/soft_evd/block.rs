@@ -28,34 +28,40 @@ impl SoftEvd {
     }
 
     /// [`SoftEvd::block_until`] from `start` (when the caller began its
-    /// wait, if it read the clock), returning also about when it ended:
-    /// with one driver, the wait's last clock reading when it neither
-    /// slept nor moved data for more than one pass since (a spinning look
-    /// and the pass that took the event in early: all that sizing the spin
-    /// needs, and no clock read on the way from the event to the
-    /// application), else a fresh one. (A pass that blocks on a lock for
-    /// long is not seen: the spin it may grow stays within its cap.)
+    /// wait, if it read the clock), returning also about how long it took.
+    /// Without `start`, the clock is first read when a pass finds nothing
+    /// to do (the wait's start, one pass late): a wait whose event the
+    /// first passes take in reads no clock at all and took no time. The
+    /// end, with one driver, is the wait's last clock reading when it
+    /// neither slept nor moved data for more than one pass since (a
+    /// spinning look and the pass that took the event in early: all that
+    /// sizing the spin needs, and no clock read on the way from the event
+    /// to the application), else a fresh one. (A pass that blocks on a lock
+    /// for long is not seen: the spin it may grow stays within its cap.)
     pub(super) fn block_until_timed(
         &self,
         deadline: Option<Instant>,
         spin: Duration,
         done: &dyn Fn() -> bool,
         start: Option<Instant>,
-    ) -> (bool, Instant) {
+    ) -> (bool, Duration) {
         if let Some(m) = self.many() {
-            return (self.many_block_until(m, deadline, spin, done), Instant::now());
+            let start = start.unwrap_or_else(Instant::now);
+            return (self.many_block_until(m, deadline, spin, done), start.elapsed());
         }
         let drivers = self.drivers();
         if drivers.is_empty() {
-            return (self.cv_block_until(deadline, spin, done), Instant::now());
+            let start = start.unwrap_or_else(Instant::now);
+            return (self.cv_block_until(deadline, spin, done), start.elapsed());
         }
         for d in &drivers {
             d.enter();
         }
         let spin = if spin.is_zero() || cpus_idle() { spin } else { Duration::ZERO };
-        let start = start.unwrap_or_else(Instant::now);
-        // The last clock reading, whether the waiter slept since the wait
+        // When the wait began (read at its first idle pass unless given),
+        // the last clock reading, whether the waiter slept since the wait
         // began, and the passes that moved something since that reading.
+        let mut start = start;
         let (mut last, mut slept, mut busy) = (start, false, 0u32);
         // Several drivers: the ones idle at the end of the last wait are
         // left to `poll` (no read on a socket that had nothing).
@@ -129,7 +135,8 @@ impl SoftEvd {
                 continue;
             }
             let now = Instant::now();
-            (last, busy) = (now, 0);
+            let start = *start.get_or_insert(now);
+            (last, busy) = (Some(now), 0);
             if deadline.is_some_and(|d| now >= d) {
                 if looks == 0 && !matches!(ready, Ready::All) {
                     // A wait that ends before its first look (a zero
@@ -139,7 +146,7 @@ impl SoftEvd {
                     looks = 1;
                     // (No deadline passed on: only the drivers' own timers
                     // count as due, so an idle look drives nothing.)
-                    ready = self.poll_once(&drivers, None, done, false, true, 0);
+                    ready = self.poll_once(&drivers, None, done, false, true, 0, Some(now));
                     continue;
                 }
                 break false;
@@ -170,7 +177,7 @@ impl SoftEvd {
             let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
             looks = looks.wrapping_add(1);
             slept |= !spinning;
-            ready = self.poll_once(&drivers, deadline, done, false, spinning, skip);
+            ready = self.poll_once(&drivers, deadline, done, false, spinning, skip, Some(now));
         };
         // Only a wait that got something through a driver counts (one that
         // found its event queued by someone else says nothing about them).
@@ -184,15 +191,23 @@ impl SoftEvd {
             for d in &drivers {
                 d.leave_at(left);
             }
-            (res, left)
+            (res, start.map_or(Duration::ZERO, |s| left.saturating_duration_since(s)))
         } else {
             for d in &drivers {
                 d.leave();
             }
             // A ping-pong's wait ends one moving pass after its last clock
             // reading; a wait that slept, or moved data for several passes,
-            // reads the clock again.
-            (res, if slept || busy > 1 { Instant::now() } else { last })
+            // reads the clock again. One that never found itself idle took
+            // no waiting.
+            let took = match (start, last) {
+                (Some(s), Some(l)) => {
+                    let end = if slept || busy > 1 { Instant::now() } else { l };
+                    end.saturating_duration_since(s)
+                }
+                _ => Duration::ZERO,
+            };
+            (res, took)
         }
     }
 
@@ -276,8 +291,9 @@ impl SoftEvd {
     /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
     /// (with `writes_only`, on the drivers that have frames to send; with
     /// `nowait`, only looks; the drivers in `skip`, by index, not at all
-    /// unless that would leave no descriptor). Returns which drivers to
-    /// drive next.
+    /// unless that would leave no descriptor). `now`, if the caller just
+    /// read the clock, times the drivers' deadlines (no reading of its own).
+    /// Returns which drivers to drive next.
     pub(super) fn poll_once(
         &self,
         drivers: &Drivers,
@@ -286,6 +302,7 @@ impl SoftEvd {
         writes_only: bool,
         nowait: bool,
         skip: u64,
+        now: Option<Instant>,
     ) -> Ready {
         // Event waiters wake on pushes and pokes; a flushing helper on pokes only.
         let (waiters, efd) = if nowait {
@@ -348,7 +365,7 @@ impl SoftEvd {
         } else {
             // Without an eventfd (exhausted descriptors) fall back to short naps.
             let cap = if efd.is_none() { Some(Duration::from_micros(200)) } else { None };
-            let left = until.map(|u| u.saturating_duration_since(Instant::now()));
+            let left = until.map(|u| u.saturating_duration_since(now.unwrap_or_else(Instant::now)));
             match (left, cap) {
                 (Some(l), Some(c)) => Some(l.min(c)),
                 (l, c) => l.or(c),
@@ -384,7 +401,7 @@ impl SoftEvd {
         } else if nowait {
             // Nothing ready and no timer can be due sooner than we look again,
             // unless one already is.
-            let due = until.is_some_and(|u| u <= Instant::now());
+            let due = until.is_some_and(|u| u <= now.unwrap_or_else(Instant::now));
             if !due {
                 ready = Ready::Some(Set::none(drivers.len()));
             }
@@ -486,7 +503,7 @@ impl SoftEvd {
             if Instant::now() >= deadline {
                 return;
             }
-            self.poll_once(&drivers, Some(deadline), &done, true, false, 0);
+            self.poll_once(&drivers, Some(deadline), &done, true, false, 0, None);
         }
     }
 
@@ -546,10 +563,10 @@ impl SoftEvd {
 
     /// [`SoftEvd::wait_or_poke_spin`] for a caller that read the clock
     /// (`now`) just before: `timeout` and `spin` count from `now`, and
-    /// about when the wait ended comes back with the result (the wait's
-    /// last clock reading when it ended one moving pass after it, else a
-    /// fresh one), so that a waiter timing its waits reads the clock once
-    /// per wait.
+    /// about how long the wait took from `now` comes back with the result
+    /// (up to the wait's last clock reading when it ended one moving pass
+    /// after it, else a fresh one), so that a waiter timing its waits reads
+    /// the clock once per wait.
     ///
     /// # Errors
     /// [`Error::Timeout`] (in the result).
@@ -560,24 +577,24 @@ impl SoftEvd {
         threshold: usize,
         seen: u64,
         spin: Duration,
-    ) -> (Result<Option<Event>>, Instant) {
+    ) -> (Result<Option<Event>>, Duration) {
         let threshold = threshold.max(1);
         let deadline = timeout.map(|t| now + t);
-        let mut from = Some(now);
         loop {
             let done = || {
                 self.queued.load(Ordering::SeqCst) >= threshold
                     || self.pokes.load(Ordering::SeqCst) != seen
             };
-            let (ok, end) = self.block_until_timed(deadline, spin, &done, from.take());
+            // (Again after a lost race for the event: timed from `now`.)
+            let (ok, took) = self.block_until_timed(deadline, spin, &done, Some(now));
             if let Some(e) = self.pop(threshold) {
-                return (Ok(Some(e)), end);
+                return (Ok(Some(e)), took);
             }
             if self.pokes.load(Ordering::SeqCst) != seen {
-                return (Ok(None), end);
+                return (Ok(None), took);
             }
             if !ok {
-                return (Err(Error::Timeout), end);
+                return (Err(Error::Timeout), took);
             }
         }
     }
