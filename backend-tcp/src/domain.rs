@@ -133,6 +133,13 @@ pub struct TcpLmr {
     ia: Arc<IaShared>,
 }
 
+impl TcpLmr {
+    /// The registration itself (the post path reads its fields directly).
+    pub(crate) fn inner(&self) -> &LmrInner {
+        &self.inner
+    }
+}
+
 impl Lmr for TcpLmr {
     fn region(&self) -> &Arc<MemRegion> {
         &self.inner.region

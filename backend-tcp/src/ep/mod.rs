@@ -88,6 +88,49 @@ impl TcpEp {
         Ok(segs)
     }
 
+    /// [`TcpEp::check`] and [`TcpEp::segs`] in one pass, each LMR read
+    /// once: this backend's own LMRs field by field (registered, in this
+    /// EP's PZ, holding `need`, the segment within the registration, which
+    /// its registration checked against the region), any other through the
+    /// two general checks, which also give every refusal its error.
+    fn checked(&self, local: &[Sge<'_>], need: Access) -> Result<(u64, Segs)> {
+        let mut total = 0u64;
+        let mut segs = Segs::new();
+        // Another provider's LMR, too many segments, or a refusal: the
+        // general checks (they name the refusal).
+        let mut general = local.len() > self.sh.ia.attr.max_sges;
+        for s in local.iter().take_while(|_| !general) {
+            let Some(l) = s.lmr.as_any().downcast_ref::<crate::domain::TcpLmr>() else {
+                general = true;
+                break;
+            };
+            let i = l.inner();
+            let end = s.offset.checked_add(s.len);
+            if !(i.registered.load(std::sync::atomic::Ordering::Acquire)
+                && i.pz_id == self.sh.pz_id
+                && i.access.contains(need)
+                && end.is_some_and(|e| e <= i.len))
+            {
+                general = true;
+                break;
+            }
+            total += s.len;
+            if s.len > 0 {
+                segs.push(Seg { region: i.region.clone(), off: i.offset + s.offset, len: s.len });
+            }
+        }
+        if general {
+            return Ok((self.check(local, need)?, self.segs(local)?));
+        }
+        if total > wire::MAX_PAYLOAD {
+            return Err(Error::invalid(format!(
+                "{total} bytes exceed the {} limit",
+                wire::MAX_PAYLOAD
+            )));
+        }
+        Ok((total, segs))
+    }
+
     fn check(&self, local: &[Sge<'_>], need: Access) -> Result<u64> {
         let total = check_local_sges(local, self.sh.pz_id, need, self.sh.ia.attr.max_sges)?;
         if total > wire::MAX_PAYLOAD {
@@ -187,19 +230,19 @@ impl Ep for TcpEp {
 
     fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()> {
         let cookie = cookie.0;
-        let total = self.check(local, Access::empty())?;
+        let (total, segs) = self.checked(local, Access::empty())?;
         let mut h = Header::new(Op::Send);
         h.len = total as u32;
         if flags.contains(DtoFlags::SOLICITED) {
             h.flags |= F_SOLICITED;
         }
         let inf = Self::inflight(cookie, DtoOp::Send, flags, total, Segs::new());
-        self.sh.post_request(h, self.segs(local)?, inf, flags)
+        self.sh.post_request(h, segs, inf, flags)
     }
 
     fn post_recv(&self, local: &[Sge<'_>], cookie: Cookie, _flags: DtoFlags) -> Result<()> {
         let cookie = cookie.0;
-        let total = self.check(local, Access::LOCAL_WRITE)?;
+        let (total, segs) = self.checked(local, Access::LOCAL_WRITE)?;
         match self.sh.state() {
             EpState::Disconnected | EpState::Broken => return Err(Error::NotConnected),
             _ => {}
@@ -208,7 +251,7 @@ impl Ep for TcpEp {
         if q.len() >= self.sh.ia.cfg.max_recvs {
             return Err(Error::QueueFull);
         }
-        q.push_back(RecvWr { cookie, segs: self.segs(local)?, total });
+        q.push_back(RecvWr { cookie, segs, total });
         drop(q);
         self.sh.resume();
         Ok(())
@@ -222,11 +265,11 @@ impl Ep for TcpEp {
         flags: DtoFlags,
     ) -> Result<()> {
         let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
-        let total = self.check(local, Access::empty())?;
+        let (total, segs) = self.checked(local, Access::empty())?;
         let mut h = Self::remote_hdr(Op::Write, remote, remote_offset, total)?;
         h.len = total as u32;
         let inf = Self::inflight(cookie, DtoOp::RdmaWrite, flags, total, Segs::new());
-        self.sh.post_request(h, self.segs(local)?, inf, flags)
+        self.sh.post_request(h, segs, inf, flags)
     }
 
     fn post_rdma_read(
@@ -237,10 +280,10 @@ impl Ep for TcpEp {
         flags: DtoFlags,
     ) -> Result<()> {
         let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
-        let total = self.check(local, Access::LOCAL_WRITE)?;
+        let (total, segs) = self.checked(local, Access::LOCAL_WRITE)?;
         let mut h = Self::remote_hdr(Op::ReadReq, remote, remote_offset, total)?;
         h.arg0 = total;
-        let inf = Self::inflight(cookie, DtoOp::RdmaRead, flags, total, self.segs(local)?);
+        let inf = Self::inflight(cookie, DtoOp::RdmaRead, flags, total, segs);
         self.sh.post_request(h, Segs::new(), inf, flags)
     }
 
@@ -253,12 +296,12 @@ impl Ep for TcpEp {
         flags: DtoFlags,
     ) -> Result<()> {
         let (remote, remote_offset, cookie) = (remote.ctx, remote.offset, cookie.0);
-        let total = self.check(local, Access::empty())?;
+        let (total, segs) = self.checked(local, Access::empty())?;
         let mut h = Self::remote_hdr(Op::WriteImm, remote, remote_offset, total)?;
         h.len = total as u32;
         h.arg0 = u64::from(imm);
         let inf = Self::inflight(cookie, DtoOp::RdmaWrite, flags, total, Segs::new());
-        self.sh.post_request(h, self.segs(local)?, inf, flags)
+        self.sh.post_request(h, segs, inf, flags)
     }
 
     fn post_fetch_add(
