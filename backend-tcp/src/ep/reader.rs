@@ -524,8 +524,9 @@ impl EpShared {
                 }
             }
         }
-        for c in done {
-            self.complete(c);
+        // By index: a loop that takes the list would move it whole first.
+        for c in &done {
+            self.complete(*c);
         }
     }
 
