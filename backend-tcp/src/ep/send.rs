@@ -44,8 +44,10 @@ impl EpShared {
         match p {
             Pushed::Queued(true) => {
                 self.kick();
-                for evd in self.distinct_evds() {
-                    evd.wake();
+                if rmr_api::provider::SoftEvd::any_poller() {
+                    for evd in self.distinct_evds() {
+                        evd.wake();
+                    }
                 }
             }
             // A batch newly open to drivers (not one whose posters ring the

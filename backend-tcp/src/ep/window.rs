@@ -39,8 +39,11 @@ impl EpShared {
         if self.bg_polling.load(Ordering::SeqCst) {
             self.kick();
         }
-        for evd in self.distinct_evds() {
-            evd.wake();
+        // (No waiter blocked anywhere: nobody to wake, no EVD to find.)
+        if rmr_api::provider::SoftEvd::any_poller() {
+            for evd in self.distinct_evds() {
+                evd.wake();
+            }
         }
     }
 

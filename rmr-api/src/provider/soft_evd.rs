@@ -431,6 +431,16 @@ impl SoftEvd {
         }
     }
 
+    /// Whether any event waiter of the process is blocked in `poll(2)` on
+    /// a [`SoftEvd`] now: while none is, [`SoftEvd::wake`] has nobody to
+    /// wake, and a caller may skip finding the EVDs to wake. (A waiter
+    /// announces itself before it reads its drivers' interest, so a caller
+    /// that changed that interest before asking either sees the waiter or
+    /// the waiter sees the change.)
+    pub fn any_poller() -> bool {
+        POLLERS.load(Ordering::SeqCst) > 0
+    }
+
     /// Wakes waiters blocked in `poll(2)` without an event, so that they
     /// look at their drivers again (a driver's interest changed).
     pub fn wake(&self) {
