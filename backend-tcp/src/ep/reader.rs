@@ -259,10 +259,9 @@ impl EpShared {
             }
         }
         match op {
-            Op::Send => {
-                rx.phase = Phase::NeedRecv { h, since: None };
-                return Ok(Step::More);
-            }
+            // Matched to a receive now (the common case: one is posted), not
+            // through a waiting phase first.
+            Op::Send => return self.on_need_recv(rx, h, None),
             Op::Write | Op::WriteImm => {
                 let len = u64::from(h.len);
                 let checked = match self.ia.keys.lookup(h.key) {
