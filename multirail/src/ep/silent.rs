@@ -57,19 +57,23 @@ impl Core {
     /// A DTO posted on `rail` as number `seq` completed successfully: every
     /// silent stripe posted before it on that rail has completed too.
     pub(super) fn imply(&self, st: &mut State, rail: usize, seq: u64) {
-        while st.silent[rail].front().is_some_and(|s| s.seq < seq) {
-            let sl = st.silent[rail].pop_front().expect("front");
+        // The rail's queue and count looked up once (a silent stream implies
+        // dozens at a time).
+        let State { silent, reqs, completed, front_id, .. } = st;
+        let (q, done) = (&mut silent[rail], &mut completed[rail]);
+        while let Some(sl) = q.front().copied().filter(|s| s.seq < seq) {
+            q.pop_front();
             // A stripe that failed (its error completion was counted then)
             // or moved to another rail is no longer this rail's.
-            let Some(i) = sl.id.checked_sub(st.front_id) else { continue };
-            let Some(req) = st.reqs.get_mut(i as usize) else { continue };
+            let Some(i) = sl.id.checked_sub(*front_id) else { continue };
+            let Some(req) = reqs.get_mut(i as usize) else { continue };
             let Some(s) = req.stripes.get_mut(sl.idx) else { continue };
             if s.done || s.rail != rail || s.seq != sl.seq {
                 continue;
             }
             s.done = true;
             req.remaining -= 1;
-            st.completed[rail] += 1;
+            *done += 1;
         }
     }
 
