@@ -294,6 +294,7 @@ impl SoftEvd {
     /// unless that would leave no descriptor). `now`, if the caller just
     /// read the clock, times the drivers' deadlines (no reading of its own).
     /// Returns which drivers to drive next.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn poll_once(
         &self,
         drivers: &Drivers,
