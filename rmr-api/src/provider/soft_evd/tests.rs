@@ -384,3 +384,57 @@ fn a_poll_with_no_drivers_does_not_spin() {
     let timed_out = rx.recv_timeout(Duration::from_secs(10)).expect("the poll spun");
     assert!(timed_out, "nothing was queued");
 }
+
+#[test]
+fn a_waiter_blocked_in_poll_is_seen_by_any_poller_and_woken_by_its_driver() {
+    // A poster that skips looking up EVDs to wake while `any_poller` says
+    // none is blocked must see a waiter that is: the waiter counts itself
+    // before it blocks, and its driver's input still ends its wait.
+    let evd = Arc::new(SoftEvd::new(16));
+    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+    let p = Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+    let d: Arc<dyn Driver> = p.clone();
+    evd.add_driver(&d);
+    let e = evd.clone();
+    // No spin: it blocks in poll on the pipe (a deadline far off, so that
+    // a lost wake-up fails the test rather than hangs it).
+    let limit = Some(Instant::now() + Duration::from_secs(10));
+    let waiter = std::thread::spawn(move || e.block_until(limit, Duration::ZERO, &|| e.len() > 0));
+    let start = Instant::now();
+    while !SoftEvd::any_poller() {
+        assert!(start.elapsed() < Duration::from_secs(10), "the waiter never blocked in poll");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    rustix::io::write(&wr, &[9]).unwrap();
+    assert!(waiter.join().unwrap(), "the wait ended without its event");
+    assert!(matches!(evd.try_pop(), Some(Event::Software(9))));
+}
+
+#[test]
+fn a_wait_without_a_timeout_times_only_its_idle_part() {
+    // An event already queued: taken with no clock read, a wait of no time
+    // (the spin it sizes is unchanged by it). (With drivers: an EVD without
+    // any waits on its condition variable, timed from its start.)
+    let evd = Arc::new(SoftEvd::new(16));
+    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+    let p = Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+    let d: Arc<dyn Driver> = p.clone();
+    evd.add_driver(&d);
+    evd.push(Event::Software(1));
+    let (ok, took) = evd.block_until_timed(None, Duration::ZERO, &|| evd.len() > 0, None);
+    assert!(ok);
+    assert_eq!(took, Duration::ZERO);
+    assert!(matches!(evd.try_pop(), Some(Event::Software(1))));
+    // A wait that idles: timed from its first idle pass (about when it
+    // began), to when its driver's input came.
+    let writer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        rustix::io::write(&wr, &[2]).unwrap();
+    });
+    let limit = Some(Instant::now() + Duration::from_secs(10));
+    let (ok, took) = evd.block_until_timed(limit, Duration::ZERO, &|| evd.len() > 0, None);
+    writer.join().unwrap();
+    assert!(ok);
+    assert!(took >= Duration::from_millis(10), "an idle wait of ~20 ms timed as {took:?}");
+    assert!(matches!(evd.try_pop(), Some(Event::Software(2))));
+}
