@@ -158,9 +158,18 @@ pub struct TcpLmr {
 }
 
 impl TcpLmr {
-    /// The registration itself (the post path reads its fields directly).
-    pub(crate) fn inner(&self) -> &LmrInner {
-        &self.inner
+    /// What a post reads from this LMR, field by field (see
+    /// [`rmr_api::provider::check_and_place`]).
+    pub(crate) fn facts(&self) -> rmr_api::provider::LmrFacts<'_> {
+        let i = &self.inner;
+        rmr_api::provider::LmrFacts {
+            region: &i.region,
+            offset: i.offset,
+            len: i.len,
+            access: i.access,
+            pz_id: i.pz_id,
+            registered: i.registered.load(Ordering::Acquire),
+        }
     }
 }
 

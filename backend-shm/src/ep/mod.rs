@@ -12,7 +12,6 @@ pub(crate) use shared::EpShared;
 
 use crate::domain::IaShared;
 use post::Req;
-use rmr_api::provider::check_local_sges;
 use rmr_api::{Access, CompareSwap, Cookie, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState};
 use rmr_api::{Error, RemoteAddr, Result, Sge};
 use std::any::Any;
@@ -103,8 +102,8 @@ impl Ep for ShmEp {
         if matches!(sh.state(), EpState::Disconnected | EpState::Broken) {
             return Err(Error::NotConnected);
         }
-        let cap = check_local_sges(local, sh.pz_id, Access::LOCAL_WRITE, sh.ia.attr.max_sges)?;
-        let places = shared::places_of(local)?;
+        let (cap, places) =
+            shared::checked_places(local, sh.pz_id, Access::LOCAL_WRITE, sh.ia.attr.max_sges)?;
         let mut rx = sh.rx();
         if matches!(sh.state(), EpState::Disconnected | EpState::Broken) {
             // Ended since the first look: the teardown's flush is done.

@@ -5,7 +5,6 @@
 use super::shared::*;
 use crate::sys::{Dir, Piece, cross};
 use crate::wire::{Hdr, IMM, Op, SOLICITED};
-use rmr_api::provider::check_local_sges;
 use rmr_api::{
     Access, DtoCompletion, DtoFlags, DtoOp, EpState, Error, Event, RemoteAddr, Result, Sge, Status,
 };
@@ -40,8 +39,7 @@ impl EpShared {
             _ if atomic => Access::LOCAL_WRITE,
             _ => Access::empty(),
         };
-        let total = check_local_sges(r.local, self.pz_id, need, self.ia.attr.max_sges)?;
-        let places = places_of(r.local)?;
+        let (total, places) = checked_places(r.local, self.pz_id, need, self.ia.attr.max_sges)?;
         if total > self.ia.attr.max_msg_size {
             return Err(Error::invalid(format!(
                 "{total} bytes, at most {}",
@@ -177,7 +175,7 @@ impl EpShared {
             // SAFETY: the ring hands `fill` the payload space of the frame
             // it reserves (`total` bytes, this side's until it publishes);
             // the pieces are the caller's segments, each checked against
-            // its region (`places_of`) and kept by the caller's borrows.
+            // its region (`checked_places`) and kept by the caller's borrows.
             let mut fill = |dst: *mut u8| unsafe {
                 copy_runs(local.clone(), Dir::Write, false, 0, dst, total as usize)
             };
@@ -238,7 +236,7 @@ impl EpShared {
                             // mapping (checked against its length just
                             // above), which `m` keeps mapped for the copy;
                             // the pieces are the caller's segments, each
-                            // checked against its region (`places_of`),
+                            // checked against its region (`checked_places`),
                             // `total` bytes in all; the peer's bytes move
                             // as its region's accessors move them.
                             unsafe {

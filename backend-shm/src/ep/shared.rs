@@ -48,20 +48,32 @@ impl Seg {
 pub(crate) type Place<'a> = (&'a Arc<MemRegion>, u64, u64);
 
 /// The places of a segment list.
-pub(crate) type Places<'a> = SmallVec<[Place<'a>; 4]>;
+pub(crate) use rmr_api::provider::Places;
 
-/// The places of `sges` (see [`Place`]).
+/// A segment list checked for a post ([`check_local_sges`](rmr_api::provider::check_local_sges))
+/// and its places (see [`Place`]), in one pass
+/// ([`check_and_place`](rmr_api::provider::check_and_place)): this
+/// backend's own LMRs read field by field, every place checked against its
+/// region itself.
 ///
 /// # Errors
-/// [`rmr_api::Error::OutOfBounds`] for a segment outside its region.
-pub(crate) fn places_of<'a>(sges: &[rmr_api::Sge<'a>]) -> rmr_api::Result<Places<'a>> {
-    // A push loop: a collect into a Result costs more than the check.
+/// Those of the checks; [`rmr_api::Error::OutOfBounds`] for a segment
+/// outside its region.
+pub(crate) fn checked_places<'a>(
+    sges: &[rmr_api::Sge<'a>],
+    pz_id: u64,
+    need: rmr_api::Access,
+    max_sges: usize,
+) -> rmr_api::Result<(u64, Places<'a>)> {
     let mut places = Places::new();
-    for s in sges {
-        let (r, off) = rmr_api::provider::seg_place(s)?;
-        places.push((r, off, s.len));
-    }
-    Ok(places)
+    let total = rmr_api::provider::check_and_place(
+        sges,
+        (pz_id, need, max_sges),
+        |l| Some(l.as_any().downcast_ref::<crate::domain::ShmLmr>()?.facts()),
+        &mut places,
+        |r, off, len| Some((r, off, len)),
+    )?;
+    Ok((total, places))
 }
 
 /// Where a place's bytes lie now (no hold on the region: for a copy made

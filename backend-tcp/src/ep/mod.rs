@@ -15,7 +15,7 @@ use crate::domain::IaShared;
 use crate::tx::{Seg, Segs};
 use crate::wire::{self, F_SOLICITED, Header, Op};
 pub(crate) use connect::{handshake_write, tune};
-use rmr_api::provider::{Handover, check_local_sges};
+use rmr_api::provider::{Handover, check_and_place, check_local_sges};
 use rmr_api::{
     Access, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Result, RmrContext, Sge,
 };
@@ -88,40 +88,18 @@ impl TcpEp {
         Ok(segs)
     }
 
-    /// [`TcpEp::check`] and [`TcpEp::segs`] in one pass, each LMR read
-    /// once: this backend's own LMRs field by field (registered, in this
-    /// EP's PZ, holding `need`, the segment within the registration, which
-    /// its registration checked against the region), any other through the
-    /// two general checks, which also give every refusal its error.
+    /// [`TcpEp::check`] and [`TcpEp::segs`] in one pass
+    /// ([`check_and_place`]), this backend's own LMRs read field by field.
     fn checked(&self, local: &[Sge<'_>], need: Access) -> Result<(u64, Segs)> {
-        let mut total = 0u64;
         let mut segs = Segs::new();
-        // Another provider's LMR, too many segments, or a refusal: the
-        // general checks (they name the refusal).
-        let mut general = local.len() > self.sh.ia.attr.max_sges;
-        for s in local.iter().take_while(|_| !general) {
-            let Some(l) = s.lmr.as_any().downcast_ref::<crate::domain::TcpLmr>() else {
-                general = true;
-                break;
-            };
-            let i = l.inner();
-            let end = s.offset.checked_add(s.len);
-            if !(i.registered.load(std::sync::atomic::Ordering::Acquire)
-                && i.pz_id == self.sh.pz_id
-                && i.access.contains(need)
-                && end.is_some_and(|e| e <= i.len))
-            {
-                general = true;
-                break;
-            }
-            total += s.len;
-            if s.len > 0 {
-                segs.push(Seg { region: i.region.clone(), off: i.offset + s.offset, len: s.len });
-            }
-        }
-        if general {
-            return Ok((self.check(local, need)?, self.segs(local)?));
-        }
+        let limits = (self.sh.pz_id, need, self.sh.ia.attr.max_sges);
+        let total = check_and_place(
+            local,
+            limits,
+            |l| Some(l.as_any().downcast_ref::<crate::domain::TcpLmr>()?.facts()),
+            &mut segs,
+            |r, off, len| (len > 0).then(|| Seg { region: r.clone(), off, len }),
+        )?;
         if total > wire::MAX_PAYLOAD {
             return Err(Error::invalid(format!(
                 "{total} bytes exceed the {} limit",

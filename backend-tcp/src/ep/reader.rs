@@ -386,7 +386,11 @@ impl EpShared {
                 }
                 let n = left.min(s.len);
                 let src = &rx.buf[at..at + n as usize];
-                s.region.write(s.off, src).map_err(|e| End::Broken(e.to_string()))?;
+                if let Err(e) = s.region.write(s.off, src) {
+                    // The receive is owed its completion: the end gives it.
+                    rx.phase = Phase::Drain { h, left: 0, then: Then::Recv(c) };
+                    return Err(End::Broken(e.to_string()));
+                }
                 at += n as usize;
                 left -= n;
             }

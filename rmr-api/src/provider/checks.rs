@@ -82,6 +82,88 @@ pub fn check_local_sges(
     Ok(total)
 }
 
+/// What a backend reads straight from one of its own LMRs for a post (its
+/// fields, no dynamic call each): see [`check_and_place`].
+#[derive(Clone, Copy, Debug)]
+pub struct LmrFacts<'a> {
+    /// The registered memory.
+    pub region: &'a std::sync::Arc<crate::MemRegion>,
+    /// First registered byte within the region.
+    pub offset: u64,
+    /// Registered length.
+    pub len: u64,
+    /// Access rights.
+    pub access: Access,
+    /// The protection zone's id.
+    pub pz_id: u64,
+    /// Not deregistered.
+    pub registered: bool,
+}
+
+/// Where a local segment's bytes lie: its region, the offset in it, its
+/// length (see [`seg_place`]).
+pub type Places<'a> = smallvec::SmallVec<[(&'a std::sync::Arc<crate::MemRegion>, u64, u64); 4]>;
+
+/// [`check_local_sges`] and [`seg_place`] in one pass over `sges`: returns
+/// the total length, and puts into `out`, in order, what `make` makes of
+/// each segment's place (region, offset in it, length; `None`: nothing,
+/// as for a zero-length segment a backend skips). `own` reads the facts of
+/// an LMR of the calling backend's own type (a downcast and field reads);
+/// an LMR it does not know (`None`), and every refusal, go through the two
+/// general checks, which name the refusal, so the errors are theirs (`out`
+/// is then filled anew). Each place is checked against its region itself
+/// as [`seg_place`] checks it, whatever `own` said.
+///
+/// # Errors
+/// Those of [`check_local_sges`] and [`seg_place`] (`out` may hold part
+/// of the list then).
+#[inline]
+pub fn check_and_place<'a, A: smallvec::Array>(
+    sges: &[Sge<'a>],
+    (pz_id, need, max_sges): (u64, Access, usize),
+    own: impl Fn(&'a dyn crate::Lmr) -> Option<LmrFacts<'a>>,
+    out: &mut smallvec::SmallVec<A>,
+    make: impl Fn(&'a std::sync::Arc<crate::MemRegion>, u64, u64) -> Option<A::Item>,
+) -> Result<u64> {
+    let mut total = 0u64;
+    let mut general = sges.len() > max_sges;
+    for s in sges {
+        if general {
+            break;
+        }
+        let place = own(s.lmr).and_then(|f| {
+            let at = f.offset.checked_add(s.offset)?;
+            let ok = f.registered
+                && f.pz_id == pz_id
+                && f.access.contains(need)
+                && s.offset.checked_add(s.len).is_some_and(|e| e <= f.len)
+                && at.checked_add(s.len).is_some_and(|e| e <= f.region.len() as u64);
+            ok.then_some((f.region, at, s.len))
+        });
+        match place {
+            Some((r, at, len)) => {
+                total += len;
+                if let Some(x) = make(r, at, len) {
+                    out.push(x);
+                }
+            }
+            None => general = true,
+        }
+    }
+    if general {
+        let total = check_local_sges(sges, pz_id, need, max_sges)?;
+        out.clear();
+        for s in sges {
+            let (r, off) = seg_place(s)?;
+            if let Some(x) = make(r, off, s.len) {
+                out.push(x);
+            }
+        }
+        return Ok(total);
+    }
+    Ok(total)
+}
+
 /// Maps a completion to a `Result`, for [`crate::DtoCompletion::result`]:
 /// success, or an [`Error::Dto`] carrying the completion's own operation,
 /// endpoint, status and byte count (nothing invented).
@@ -138,5 +220,140 @@ impl RemoteTarget {
             Some(end) if end <= self.len => Ok(off),
             _ => Err(Status::OutOfBounds),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Lmr, MemRegion, RmrContext};
+    use std::any::Any;
+    use std::sync::Arc;
+
+    /// An LMR whose facts are plain fields (`len` may claim more than the
+    /// region holds).
+    struct Plain {
+        region: Arc<MemRegion>,
+        offset: u64,
+        len: u64,
+        access: Access,
+        pz: u64,
+        registered: bool,
+    }
+
+    impl Lmr for Plain {
+        fn region(&self) -> &Arc<MemRegion> {
+            &self.region
+        }
+        fn offset(&self) -> u64 {
+            self.offset
+        }
+        fn len(&self) -> u64 {
+            self.len
+        }
+        fn access(&self) -> Access {
+            self.access
+        }
+        fn pz_id(&self) -> u64 {
+            self.pz
+        }
+        fn rmr_context(&self) -> RmrContext {
+            RmrContext::new(1, 0, self.len)
+        }
+        fn is_registered(&self) -> bool {
+            self.registered
+        }
+        fn deregister(&self) -> Result<()> {
+            Ok(())
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    fn facts(l: &dyn Lmr) -> Option<LmrFacts<'_>> {
+        let p = l.as_any().downcast_ref::<Plain>()?;
+        Some(LmrFacts {
+            region: &p.region,
+            offset: p.offset,
+            len: p.len,
+            access: p.access,
+            pz_id: p.pz,
+            registered: p.registered,
+        })
+    }
+
+    /// The two general checks' answer, as `check_and_place` must give it.
+    fn general(sges: &[Sge<'_>], need: Access, max: usize) -> Result<(u64, Vec<(u64, u64)>)> {
+        let total = check_local_sges(sges, 7, need, max)?;
+        let mut v = Vec::new();
+        for s in sges {
+            v.push((seg_place(s)?.1, s.len));
+        }
+        Ok((total, v))
+    }
+
+    fn fused(
+        sges: &[Sge<'_>],
+        need: Access,
+        max: usize,
+        own: bool,
+    ) -> Result<(u64, Vec<(u64, u64)>)> {
+        let mut out: smallvec::SmallVec<[(u64, u64); 4]> = smallvec::SmallVec::new();
+        let total = check_and_place(
+            sges,
+            (7, need, max),
+            |l| if own { facts(l) } else { None },
+            &mut out,
+            |_, off, len| Some((off, len)),
+        )?;
+        Ok((total, out.to_vec()))
+    }
+
+    #[test]
+    fn one_pass_agrees_with_the_general_checks_and_their_errors() {
+        let region = MemRegion::new(4096);
+        let lmr = |offset, len, access, pz, registered| Plain {
+            region: region.clone(),
+            offset,
+            len,
+            access,
+            pz,
+            registered,
+        };
+        let good = lmr(1024, 2048, Access::LOCAL_WRITE, 7, true);
+        let other_pz = lmr(0, 4096, Access::LOCAL_WRITE, 8, true);
+        let read_only = lmr(0, 4096, Access::empty(), 7, true);
+        let gone = lmr(0, 4096, Access::LOCAL_WRITE, 7, false);
+        // Claims 2048 bytes from offset 3072 of a 4096-byte region.
+        let liar = lmr(3072, 2048, Access::LOCAL_WRITE, 7, true);
+        let w = Access::LOCAL_WRITE;
+        let cases: Vec<(Vec<Sge<'_>>, Access, usize)> = vec![
+            (vec![Sge::new(&good, 0, 100), Sge::new(&good, 100, 0), Sge::new(&good, 500, 8)], w, 4),
+            (vec![Sge::new(&good, 2000, 48)], w, 4),
+            (vec![Sge::new(&good, 2000, 49)], w, 4),
+            (vec![Sge::new(&good, u64::MAX, 2)], w, 4),
+            (vec![Sge::new(&good, 0, 8), Sge::new(&other_pz, 0, 8)], w, 4),
+            (vec![Sge::new(&read_only, 0, 8)], w, 4),
+            (vec![Sge::new(&read_only, 0, 8)], Access::empty(), 4),
+            (vec![Sge::new(&gone, 0, 8)], Access::empty(), 4),
+            (vec![Sge::new(&liar, 1000, 100)], w, 4),
+            (vec![Sge::new(&liar, 1100, 100)], w, 4),
+            (vec![Sge::new(&good, 0, 8); 3], w, 2),
+        ];
+        for (i, (sges, need, max)) in cases.iter().enumerate() {
+            let want = format!("{:?}", general(sges, *need, *max));
+            for own in [true, false] {
+                let got = format!("{:?}", fused(sges, *need, *max, own));
+                assert_eq!(got, want, "case {i}, own facts {own}");
+            }
+        }
+        // The fast path took the valid list (places as seg_place gives them).
+        assert_eq!(
+            fused(&cases[0].0, w, 4, true).unwrap(),
+            (108, vec![(1024, 100), (1124, 0), (1524, 8)])
+        );
+        // A lying LMR's segment past its region is refused, facts or not.
+        assert!(matches!(fused(&cases[9].0, w, 4, true), Err(Error::OutOfBounds { .. })));
     }
 }

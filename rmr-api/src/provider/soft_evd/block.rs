@@ -29,9 +29,12 @@ impl SoftEvd {
 
     /// [`SoftEvd::block_until`] from `start` (when the caller began its
     /// wait, if it read the clock), returning also about how long it took.
-    /// Without `start`, the clock is first read when a pass finds nothing
-    /// to do (the wait's start, one pass late): a wait whose event the
-    /// first passes take in reads no clock at all and took no time. The
+    /// Without `start`, a wait on drivers reads the clock first when a pass
+    /// finds nothing to do (the wait's start, one pass late): a wait whose
+    /// event its passes take in without ever finding themselves idle (one
+    /// pass, or many that each moved data) reads no clock at all, and took
+    /// no waiting, which is what the spin it sizes cares about. (An EVD
+    /// with no drivers, or with many, reads it at once.) The
     /// end, with one driver, is the wait's last clock reading when it
     /// neither slept nor moved data for more than one pass since (a
     /// spinning look and the pass that took the event in early: all that
@@ -581,13 +584,18 @@ impl SoftEvd {
     ) -> (Result<Option<Event>>, Duration) {
         let threshold = threshold.max(1);
         let deadline = timeout.map(|t| now + t);
+        let mut again = false;
         loop {
             let done = || {
                 self.queued.load(Ordering::SeqCst) >= threshold
                     || self.pokes.load(Ordering::SeqCst) != seen
             };
-            // (Again after a lost race for the event: timed from `now`.)
+            // Again after a lost race for the event (rare): spinning for what
+            // is left of the spin from `now`, and timed by a fresh reading
+            // (a pass's own figure starts at `now` only on the first).
             let (ok, took) = self.block_until_timed(deadline, spin, &done, Some(now));
+            let took = if again { now.elapsed() } else { took };
+            again = true;
             if let Some(e) = self.pop(threshold) {
                 return (Ok(Some(e)), took);
             }
