@@ -295,8 +295,10 @@ impl SoftEvd {
     /// (with `writes_only`, on the drivers that have frames to send; with
     /// `nowait`, only looks; the drivers in `skip`, by index, not at all
     /// unless that would leave no descriptor). `now`, if the caller just
-    /// read the clock, times the drivers' deadlines (no reading of its own).
-    /// Returns which drivers to drive next.
+    /// read the clock, times how long a blocking poll may sleep until the
+    /// drivers' next deadline (no reading of its own); a look (`nowait`)
+    /// reads a fresh one to tell whether a deadline is due. Returns which
+    /// drivers to drive next.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn poll_once(
         &self,
@@ -405,7 +407,9 @@ impl SoftEvd {
         } else if nowait {
             // Nothing ready and no timer can be due sooner than we look again,
             // unless one already is.
-            let due = until.is_some_and(|u| u <= now.unwrap_or_else(Instant::now));
+            // (A fresh reading: a driver that is due "now" read its deadline
+            // after the caller's clock; a spinning caller's may be a yield old.)
+            let due = until.is_some_and(|u| u <= Instant::now());
             if !due {
                 ready = Ready::Some(Set::none(drivers.len()));
             }
