@@ -111,8 +111,8 @@ pub type Places<'a> = smallvec::SmallVec<[(&'a std::sync::Arc<crate::MemRegion>,
 /// an LMR of the calling backend's own type (a downcast and field reads);
 /// an LMR it does not know (`None`), and every refusal, go through the two
 /// general checks, which name the refusal, so the errors are theirs (`out`
-/// is then filled anew). Each place is checked against its region itself
-/// as [`seg_place`] checks it, whatever `own` said.
+/// is then filled anew: pass it empty). Each place is checked against its
+/// region itself as [`seg_place`] checks it, whatever `own` said.
 ///
 /// # Errors
 /// Those of [`check_local_sges`] and [`seg_place`] (`out` may hold part
@@ -293,6 +293,42 @@ mod tests {
         Ok((total, v))
     }
 
+    /// What the fast path read: LMRs whose facts were taken.
+    static FACTS_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+    /// Another provider's LMR: `facts` knows nothing of it.
+    struct Foreign(Plain);
+
+    impl Lmr for Foreign {
+        fn region(&self) -> &Arc<MemRegion> {
+            self.0.region()
+        }
+        fn offset(&self) -> u64 {
+            self.0.offset()
+        }
+        fn len(&self) -> u64 {
+            self.0.len()
+        }
+        fn access(&self) -> Access {
+            self.0.access()
+        }
+        fn pz_id(&self) -> u64 {
+            self.0.pz_id()
+        }
+        fn rmr_context(&self) -> RmrContext {
+            self.0.rmr_context()
+        }
+        fn is_registered(&self) -> bool {
+            self.0.is_registered()
+        }
+        fn deregister(&self) -> Result<()> {
+            Ok(())
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
     fn fused(
         sges: &[Sge<'_>],
         need: Access,
@@ -303,7 +339,13 @@ mod tests {
         let total = check_and_place(
             sges,
             (7, need, max),
-            |l| if own { facts(l) } else { None },
+            |l| {
+                let f = if own { facts(l) } else { None };
+                if f.is_some() {
+                    FACTS_TAKEN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                f
+            },
             &mut out,
             |_, off, len| Some((off, len)),
         )?;
@@ -327,6 +369,7 @@ mod tests {
         let gone = lmr(0, 4096, Access::LOCAL_WRITE, 7, false);
         // Claims 2048 bytes from offset 3072 of a 4096-byte region.
         let liar = lmr(3072, 2048, Access::LOCAL_WRITE, 7, true);
+        let foreign = Foreign(lmr(0, 4096, Access::LOCAL_WRITE, 7, true));
         let w = Access::LOCAL_WRITE;
         let cases: Vec<(Vec<Sge<'_>>, Access, usize)> = vec![
             (vec![Sge::new(&good, 0, 100), Sge::new(&good, 100, 0), Sge::new(&good, 500, 8)], w, 4),
@@ -340,6 +383,12 @@ mod tests {
             (vec![Sge::new(&liar, 1000, 100)], w, 4),
             (vec![Sge::new(&liar, 1100, 100)], w, 4),
             (vec![Sge::new(&good, 0, 8); 3], w, 2),
+            // Inside the region, though the LMR claims more than it holds.
+            (vec![Sge::new(&liar, 100, 900)], w, 4),
+            // The fast path takes the first, then meets another provider's
+            // LMR: the general checks start the list again.
+            (vec![Sge::new(&good, 0, 8), Sge::new(&foreign, 16, 8)], w, 4),
+            (vec![Sge::new(&foreign, 0, 8), Sge::new(&good, 8, 8)], w, 4),
         ];
         for (i, (sges, need, max)) in cases.iter().enumerate() {
             let want = format!("{:?}", general(sges, *need, *max));
@@ -348,11 +397,16 @@ mod tests {
                 assert_eq!(got, want, "case {i}, own facts {own}");
             }
         }
-        // The fast path took the valid list (places as seg_place gives them).
+        // The fast path took the valid list, reading each LMR's facts once
+        // (places as seg_place gives them).
+        let before = FACTS_TAKEN.load(std::sync::atomic::Ordering::Relaxed);
         assert_eq!(
             fused(&cases[0].0, w, 4, true).unwrap(),
             (108, vec![(1024, 100), (1124, 0), (1524, 8)])
         );
+        assert_eq!(FACTS_TAKEN.load(std::sync::atomic::Ordering::Relaxed) - before, 3);
+        // A list that turns to another provider's LMR midway is placed once.
+        assert_eq!(fused(&cases[12].0, w, 4, true).unwrap(), (16, vec![(1024, 8), (16, 8)]));
         // A lying LMR's segment past its region is refused, facts or not.
         assert!(matches!(fused(&cases[9].0, w, 4, true), Err(Error::OutOfBounds { .. })));
     }

@@ -32,9 +32,10 @@ impl SoftEvd {
     /// Without `start`, a wait on drivers reads the clock first when a pass
     /// finds nothing to do (the wait's start, one pass late): a wait whose
     /// event its passes take in without ever finding themselves idle (one
-    /// pass, or many that each moved data) reads no clock at all, and took
-    /// no waiting, which is what the spin it sizes cares about. (An EVD
-    /// with no drivers, or with many, reads it at once.) The
+    /// pass, or many that each moved data) took no waiting, which is what
+    /// the spin it sizes cares about, and with one driver reads no clock at
+    /// all (with several, one reading as they are left). (An EVD with no
+    /// drivers, or with many, reads it at once.) The
     /// end, with one driver, is the wait's last clock reading when it
     /// neither slept nor moved data for more than one pass since (a
     /// spinning look and the pass that took the event in early: all that
@@ -594,9 +595,10 @@ impl SoftEvd {
                 self.queued.load(Ordering::SeqCst) >= threshold
                     || self.pokes.load(Ordering::SeqCst) != seen
             };
-            // Again after a lost race for the event (rare): spinning for what
-            // is left of the spin from `now`, and timed by a fresh reading
-            // (a pass's own figure starts at `now` only on the first).
+            // Again after a lost race for the event (rare): timed by a fresh
+            // reading (a pass's own figure starts at `now` only on the
+            // first); with drivers it spins for what is left of the spin
+            // from `now`.
             let (ok, took) = self.block_until_timed(deadline, spin, &done, Some(now));
             let took = if again { now.elapsed() } else { took };
             again = true;

@@ -385,16 +385,23 @@ fn a_poll_with_no_drivers_does_not_spin() {
     assert!(timed_out, "nothing was queued");
 }
 
+/// An EVD with one driver reading a pipe, the pipe's write end, and the
+/// driver (the EVD holds it weakly: keep it while the EVD is used).
+fn evd_on_a_pipe() -> (Arc<SoftEvd>, OwnedFd, Arc<dyn Driver>) {
+    let evd = Arc::new(SoftEvd::new(16));
+    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
+    let p = Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
+    let d: Arc<dyn Driver> = p;
+    evd.add_driver(&d);
+    (evd, wr, d)
+}
+
 #[test]
 fn a_waiter_blocked_in_poll_is_seen_by_any_poller_and_woken_by_its_driver() {
     // A poster that skips looking up EVDs to wake while `any_poller` says
     // none is blocked must see a waiter that is: the waiter counts itself
     // before it blocks, and its driver's input still ends its wait.
-    let evd = Arc::new(SoftEvd::new(16));
-    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
-    let p = Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
-    let d: Arc<dyn Driver> = p.clone();
-    evd.add_driver(&d);
+    let (evd, wr, _driver) = evd_on_a_pipe();
     let e = evd.clone();
     // No spin: it blocks in poll on the pipe (a deadline far off, so that
     // a lost wake-up fails the test rather than hangs it).
@@ -415,11 +422,7 @@ fn a_wait_without_a_timeout_times_only_its_idle_part() {
     // An event already queued: taken with no clock read, a wait of no time
     // (the spin it sizes is unchanged by it). (With drivers: an EVD without
     // any waits on its condition variable, timed from its start.)
-    let evd = Arc::new(SoftEvd::new(16));
-    let (rd, wr) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::NONBLOCK).unwrap();
-    let p = Arc::new(PipeDriver { rd, evd: Arc::downgrade(&evd), drives: AtomicUsize::new(0) });
-    let d: Arc<dyn Driver> = p.clone();
-    evd.add_driver(&d);
+    let (evd, wr, _driver) = evd_on_a_pipe();
     evd.push(Event::Software(1));
     let (ok, took) = evd.block_until_timed(None, Duration::ZERO, &|| evd.len() > 0, None);
     assert!(ok);
