@@ -231,7 +231,8 @@ mod tests {
     use std::sync::Arc;
 
     /// An LMR whose facts are plain fields (`len` may claim more than the
-    /// region holds).
+    /// region holds); `foreign`: one `facts` does not know (another
+    /// provider's).
     struct Plain {
         region: Arc<MemRegion>,
         offset: u64,
@@ -239,6 +240,7 @@ mod tests {
         access: Access,
         pz: u64,
         registered: bool,
+        foreign: bool,
     }
 
     impl Lmr for Plain {
@@ -272,7 +274,7 @@ mod tests {
     }
 
     fn facts(l: &dyn Lmr) -> Option<LmrFacts<'_>> {
-        let p = l.as_any().downcast_ref::<Plain>()?;
+        let p = l.as_any().downcast_ref::<Plain>().filter(|p| !p.foreign)?;
         Some(LmrFacts {
             region: &p.region,
             offset: p.offset,
@@ -295,39 +297,6 @@ mod tests {
 
     /// What the fast path read: LMRs whose facts were taken.
     static FACTS_TAKEN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-    /// Another provider's LMR: `facts` knows nothing of it.
-    struct Foreign(Plain);
-
-    impl Lmr for Foreign {
-        fn region(&self) -> &Arc<MemRegion> {
-            self.0.region()
-        }
-        fn offset(&self) -> u64 {
-            self.0.offset()
-        }
-        fn len(&self) -> u64 {
-            self.0.len()
-        }
-        fn access(&self) -> Access {
-            self.0.access()
-        }
-        fn pz_id(&self) -> u64 {
-            self.0.pz_id()
-        }
-        fn rmr_context(&self) -> RmrContext {
-            self.0.rmr_context()
-        }
-        fn is_registered(&self) -> bool {
-            self.0.is_registered()
-        }
-        fn deregister(&self) -> Result<()> {
-            Ok(())
-        }
-        fn as_any(&self) -> &dyn Any {
-            self
-        }
-    }
 
     fn fused(
         sges: &[Sge<'_>],
@@ -362,6 +331,7 @@ mod tests {
             access,
             pz,
             registered,
+            foreign: false,
         };
         let good = lmr(1024, 2048, Access::LOCAL_WRITE, 7, true);
         let other_pz = lmr(0, 4096, Access::LOCAL_WRITE, 8, true);
@@ -369,7 +339,7 @@ mod tests {
         let gone = lmr(0, 4096, Access::LOCAL_WRITE, 7, false);
         // Claims 2048 bytes from offset 3072 of a 4096-byte region.
         let liar = lmr(3072, 2048, Access::LOCAL_WRITE, 7, true);
-        let foreign = Foreign(lmr(0, 4096, Access::LOCAL_WRITE, 7, true));
+        let foreign = Plain { foreign: true, ..lmr(0, 4096, Access::LOCAL_WRITE, 7, true) };
         let w = Access::LOCAL_WRITE;
         let cases: Vec<(Vec<Sge<'_>>, Access, usize)> = vec![
             (vec![Sge::new(&good, 0, 100), Sge::new(&good, 100, 0), Sge::new(&good, 500, 8)], w, 4),
