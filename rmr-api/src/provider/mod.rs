@@ -18,7 +18,9 @@
 //!   (a bad value is a typed error naming the variable), and listed with
 //!   their sources.
 //! - [`check_local_sges`] and [`completion_result`]: the checks and mappings
-//!   every backend does the same way.
+//!   every backend does the same way; [`check_and_place`], the post's
+//!   segment checks and each segment's place ([`seg_place`]) in one pass,
+//!   reading a backend's own LMRs field by field ([`LmrFacts`]).
 //! - [`with_rail_share`] / [`rail_share`]: a layer that opens several IAs as
 //!   rails of one (multirail) tells them how many share the node's
 //!   resources, so their per-connection defaults can be sized for the sum.
