@@ -15,7 +15,7 @@ use crate::domain::IaShared;
 use crate::tx::{Seg, Segs};
 use crate::wire::{self, F_SOLICITED, Header, Op};
 pub(crate) use connect::{handshake_write, tune};
-use rmr_api::provider::{Handover, check_and_place, check_local_sges};
+use rmr_api::provider::{Handover, check_and_place};
 use rmr_api::{
     Access, DtoFlags, DtoOp, Ep, EpAttr, EpEvds, EpId, EpState, Error, Result, RmrContext, Sge,
 };
@@ -74,22 +74,12 @@ impl TcpEp {
         })
     }
 
-    /// The non-empty segments of `local`, each read from its LMR once and
-    /// checked against its region itself (`seg_place`): an LMR's own
-    /// account of its length is not a bound, and a copy past the region
-    /// would end the connection instead of refusing the post.
-    fn segs(&self, local: &[Sge<'_>]) -> Result<Segs> {
-        // A push loop: a collect into a Result costs more than the check.
-        let mut segs = Segs::new();
-        for s in local.iter().filter(|s| s.len > 0) {
-            let (region, off) = rmr_api::provider::seg_place(s)?;
-            segs.push(Seg { region: region.clone(), off, len: s.len });
-        }
-        Ok(segs)
-    }
-
-    /// [`TcpEp::check`] and [`TcpEp::segs`] in one pass
-    /// ([`check_and_place`]), this backend's own LMRs read field by field.
+    /// The local segments of a post, checked (registered, in this EP's PZ,
+    /// holding `need`, in bounds, at most the IA's segments and frame
+    /// payload) and collected, the non-empty ones, in one pass
+    /// ([`check_and_place`]: this backend's own LMRs read field by field,
+    /// each segment checked against its region itself, since `Lmr` is a
+    /// safe trait and its own length is an implementation's word).
     fn checked(&self, local: &[Sge<'_>], need: Access) -> Result<(u64, Segs)> {
         let mut segs = Segs::new();
         let limits = (self.sh.pz_id, need, self.sh.ia.attr.max_sges);
@@ -107,17 +97,6 @@ impl TcpEp {
             )));
         }
         Ok((total, segs))
-    }
-
-    fn check(&self, local: &[Sge<'_>], need: Access) -> Result<u64> {
-        let total = check_local_sges(local, self.sh.pz_id, need, self.sh.ia.attr.max_sges)?;
-        if total > wire::MAX_PAYLOAD {
-            return Err(Error::invalid(format!(
-                "{total} bytes exceed the {} limit",
-                wire::MAX_PAYLOAD
-            )));
-        }
-        Ok(total)
     }
 
     fn remote_hdr(op: Op, remote: &RmrContext, remote_offset: u64, len: u64) -> Result<Header> {
@@ -151,11 +130,11 @@ impl TcpEp {
         if (remote.addr + remote_offset) % 8 != 0 {
             return Err(Error::invalid("atomic target must be 8-byte aligned"));
         }
-        self.check(&[result], Access::LOCAL_WRITE)?;
+        let (_, dest) = self.checked(&[result], Access::LOCAL_WRITE)?;
         let mut h = Self::remote_hdr(op, remote, remote_offset, 8)?;
         (h.arg0, h.arg1) = args;
         let dop = if op == Op::FetchAdd { DtoOp::FetchAdd } else { DtoOp::CmpSwap };
-        let inf = Self::inflight(cookie, dop, flags, 8, self.segs(&[result])?);
+        let inf = Self::inflight(cookie, dop, flags, 8, dest);
         self.sh.post_request(h, Segs::new(), inf, flags)
     }
 }

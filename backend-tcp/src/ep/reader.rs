@@ -527,9 +527,8 @@ impl EpShared {
                 }
             }
         }
-        // By index: a loop that takes the list would move it whole first.
-        for c in &done {
-            self.complete(*c);
+        for c in done {
+            self.complete(c);
         }
     }
 
