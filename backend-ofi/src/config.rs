@@ -32,6 +32,11 @@ pub struct OfiConfig {
     /// (`progress_thread`, `RMR_OFI_PROGRESS_THREAD`; `None`, the default,
     /// runs one for tcp, net and udp).
     pub progress_thread: Option<bool>,
+    /// On the `tcp` provider, an RDMA write of up to this many bytes waits
+    /// in the socket (`TCP_CORK`) for the next operation of another kind,
+    /// so that a write and the send that announces it leave in one
+    /// segment (`cork_max`, `RMR_OFI_CORK_MAX`, default 16 KiB; 0: never).
+    pub cork_max: u64,
 }
 
 impl Default for OfiConfig {
@@ -46,13 +51,14 @@ impl Default for OfiConfig {
             bounce_max: 64 << 10,
             cq_size: 16384,
             progress_thread: None,
+            cork_max: 16 << 10,
         }
     }
 }
 
 /// The knobs [`OfiConfig::from_given`] reads, in the order of
 /// [`OfiConfig::settings`].
-pub const KNOBS: [Knob; 7] = [
+pub const KNOBS: [Knob; 8] = [
     Knob { option: "tx_size", var: "RMR_OFI_TX_SIZE", doc: "transmit queue depth (0: provider's)" },
     Knob { option: "rx_size", var: "RMR_OFI_RX_SIZE", doc: "receive queue depth (0: provider's)" },
     Knob {
@@ -76,6 +82,11 @@ pub const KNOBS: [Knob; 7] = [
         var: "RMR_OFI_PROGRESS_THREAD",
         doc: "a progress thread per CQ (0/1; unset: for tcp, net and udp)",
     },
+    Knob {
+        option: "cork_max",
+        var: "RMR_OFI_CORK_MAX",
+        doc: "tcp provider: writes up to this size leave with what follows (bytes; 0: off)",
+    },
 ];
 
 /// The deepest queue asked for.
@@ -94,6 +105,7 @@ rmr_api::config_builder!(
         bounce_max: u64,
         cq_size: usize,
         progress_thread: Option<bool>,
+        cork_max: u64,
     }
 );
 
@@ -137,6 +149,9 @@ impl OfiConfig {
         if let Some(v) = g.get(&KNOBS[6], switch)? {
             c.progress_thread = Some(v);
         }
+        if let Some(v) = g.get(&KNOBS[7], size)? {
+            c.cork_max = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -171,6 +186,7 @@ impl OfiConfig {
             c.bounce_max.to_string(),
             c.cq_size.to_string(),
             auto(c.progress_thread.map(|p| u8::from(p).to_string()), "auto"),
+            c.cork_max.to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

@@ -66,6 +66,9 @@ pub(crate) struct TxMeta {
     /// An atomic's operand and compare value (libfabric reads them until completion).
     #[allow(dead_code)]
     operand: Option<Box<[u64; 2]>>,
+    /// A small RDMA write that may wait in the socket for what follows
+    /// (see [`crate::cork`]).
+    corkable: bool,
 }
 
 #[derive(Default)]
@@ -76,6 +79,9 @@ pub(crate) struct TxState {
     blind: usize,
     /// Reads and atomics in flight (for a software BARRIER_FENCE).
     reads: usize,
+    /// The connection's socket, where small writes are corked (see
+    /// [`crate::cork`]).
+    pub(crate) cork: Option<crate::cork::Cork>,
 }
 
 pub(crate) struct RxMeta {
@@ -216,8 +222,15 @@ impl EpShared {
                         }
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
+                    if let Some(c) = tx.cork.as_mut().filter(|_| meta.corkable) {
+                        c.before_write(&self.me);
+                    }
                     let ret =
                         post(ep, token(self.tx_idx.load(Ordering::Relaxed), false, seq), flags);
+                    if let Some(c) = tx.cork.as_mut().filter(|_| !meta.corkable) {
+                        // What waited in the socket leaves with this.
+                        c.release(crate::cork::By::Post);
+                    }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
                     if ret == 0 {
                         tx.next_seq += 1;
@@ -255,6 +268,7 @@ impl EpShared {
             keep,
             result: None,
             operand: None,
+            corkable: false,
         }
     }
 
@@ -307,7 +321,9 @@ impl EpShared {
         let call = if read { "fi_readmsg" } else { "fi_writemsg" };
         match imm {
             None => {
-                let meta = self.user_meta(cookie, op, flags, total, keep);
+                let mut meta = self.user_meta(cookie, op, flags, total, keep);
+                meta.corkable =
+                    !read && total <= self.ia.feat.cork_max && self.ia.feat.cork_max > 0;
                 self.post_tx(
                     meta,
                     base,
@@ -320,8 +336,10 @@ impl EpShared {
                 // Write with immediate: the write (suppressed) and then a
                 // zero-length send whose remote CQ data carries the
                 // immediate; FI_ORDER_SAW makes the data visible first.
-                let wmeta =
+                let mut wmeta =
                     self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
+                // The write waits in the socket for its announcing send.
+                wmeta.corkable = total <= self.ia.feat.cork_max && self.ia.feat.cork_max > 0;
                 self.post_tx(
                     wmeta,
                     base,
@@ -405,6 +423,7 @@ impl EpShared {
             keep: SmallVec::from_elem(self.ctl.clone(), 1),
             result: None,
             operand: None,
+            corkable: false,
         };
         self.post_tx(
             meta,

@@ -244,6 +244,10 @@ impl EpShared {
 
     /// Closes the libfabric endpoint; queued receives go back to pending.
     fn close_fid(&self) {
+        // Our descriptor of its socket goes first (what it held, with it).
+        if let Some(mut c) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork.take() {
+            c.unlist(crate::cork::By::Post);
+        }
         let ep = self.fid.write().unwrap_or_else(|e| e.into_inner()).take();
         let addr = std::mem::take(&mut *self.fid_addr.lock().unwrap_or_else(|e| e.into_inner()));
         self.ia.eps.lock().unwrap_or_else(|e| e.into_inner()).remove(&addr);
@@ -404,9 +408,38 @@ impl EpShared {
                 let _ = self.peer.set(p);
             }
         }
+        self.find_cork();
         self.set_state(EpState::Connected);
         self.conn_evd.push(Event::Established { ep: self.id, private_data: pd.clone() });
         self.finish_setup(Ok(pd));
+    }
+
+    /// Finds the connection's socket for corking small writes (the `tcp`
+    /// provider; see [`crate::cork`]).
+    fn find_cork(&self) {
+        if self.ia.feat.cork_max == 0 {
+            return;
+        }
+        let Some(ep) = self.fid.read().unwrap_or_else(|e| e.into_inner()).clone() else { return };
+        let (Some(local), Some(peer)) = (ep.name(), ep.peer()) else { return };
+        let drivers =
+            [&self.req, &self.rcv].iter().filter_map(|e| e.cq_for(&self.pz.domain).ok()).collect();
+        let cork = crate::cork::Cork::find(local, peer, drivers);
+        self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork = cork;
+    }
+
+    /// The `ofi.cork` note: what corking did on this connection, or
+    /// `off` (another provider, `cork_max=0`, or its socket not found).
+    pub(crate) fn cork_note(&self) -> String {
+        let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        tx.cork.as_ref().map_or_else(|| "off".to_string(), |c| c.note())
+    }
+
+    /// Sends what a corked socket holds (see [`crate::cork::uncork_all`]).
+    pub(crate) fn uncork(&self, by: crate::cork::By) {
+        if let Some(c) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork.as_mut() {
+            c.unlist(by);
+        }
     }
 
     /// An EQ error entry for this endpoint.
@@ -569,6 +602,7 @@ impl Ep for OfiEp {
                 ("ofi.virt_addr".into(), f.virt_addr.to_string()),
                 ("ofi.prov_key".into(), f.prov_key.to_string()),
                 ("ofi.msg_order".into(), format!("{:#x}", f.msg_order)),
+                ("ofi.cork".into(), self.sh.cork_note()),
             ],
         }
     }

@@ -50,7 +50,7 @@ const SLICE: Duration = Duration::from_millis(50);
 /// thread that waits on the EVD again within it (the next round trip of a
 /// ping-pong) finds the CQ to itself, with no second thread woken on its
 /// CPU in between.
-const LINGER: Duration = Duration::from_millis(1);
+pub(crate) const LINGER: Duration = Duration::from_millis(1);
 
 /// Stand-back naps (of [`LINGER`]) after which the progress thread sleeps
 /// until the last waiter kicks it on leaving (a long wait).
@@ -273,6 +273,11 @@ impl CqDriver {
                         continue;
                     }
                     self.bg_polling.store(true, Ordering::SeqCst);
+                    // A write corked before this thread announced its
+                    // sleep goes now (one corked after it kicks it awake).
+                    if crate::cork::any() {
+                        crate::cork::uncork_all(crate::cork::By::Progress);
+                    }
                     if self.active.load(Ordering::SeqCst) == 0 {
                         let cq_fd = crate::ffi::borrow_owned_by(fd, self);
                         poll_in(&[cq_fd, self.kick.borrow()], SLICE);
@@ -281,10 +286,31 @@ impl CqDriver {
                     self.kick.reset();
                 }
                 None => {
+                    if crate::cork::any() {
+                        crate::cork::uncork_all(crate::cork::By::Progress);
+                    }
                     poll_in(&[self.kick.borrow()], NAP);
                     self.kick.reset();
                 }
             }
+        }
+    }
+
+    /// Whether a waiter drives this CQ now.
+    pub(crate) fn waited_on(&self) -> bool {
+        self.active.load(Ordering::SeqCst) > 0
+    }
+
+    /// Whether the last waiter left less than [`LINGER`] ago.
+    pub(crate) fn left_lately(&self) -> bool {
+        now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)) < LINGER.as_nanos() as u64
+    }
+
+    /// Wakes the progress thread if it sleeps on the CQ (it then uncorks;
+    /// see `crate::cork`).
+    pub(crate) fn kick_if_sleeping(&self) {
+        if self.bg_polling.load(Ordering::SeqCst) {
+            self.kick.signal();
         }
     }
 
@@ -296,7 +322,20 @@ impl CqDriver {
 
 impl Driver for CqDriver {
     fn drive(&self) -> bool {
+        // A write this process corked goes before the wait goes on (see
+        // `crate::cork`).
+        if crate::cork::any() {
+            crate::cork::uncork_all(crate::cork::By::Waiter);
+        }
         self.read_if_free() == Some(true)
+    }
+
+    fn flush(&self) -> bool {
+        let any = crate::cork::any();
+        if any {
+            crate::cork::uncork_all(crate::cork::By::Waiter);
+        }
+        any
     }
 
     fn wait_on(&self) -> WaitOn<'_> {

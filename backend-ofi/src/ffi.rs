@@ -682,6 +682,11 @@ impl EpH {
         unsafe { sys::rfi_shutdown(self.raw(), 0) };
     }
 
+    /// The local address (fi_getname).
+    pub(crate) fn name(&self) -> Option<SocketAddr> {
+        getname(self.fid())
+    }
+
     pub(crate) fn peer(&self) -> Option<SocketAddr> {
         let mut b = [0u8; 128];
         let mut len = b.len();

@@ -57,6 +57,9 @@ pub(crate) struct Features {
     pub(crate) cq_size: usize,
     /// Whether each CQ gets a progress thread (manual progress; see [`crate::evd`]).
     pub(crate) pump: bool,
+    /// Writes up to this size are corked with what follows (see
+    /// [`crate::cork`]; 0 on providers other than `tcp`).
+    pub(crate) cork_max: u64,
 }
 
 pub(crate) struct IaShared {
@@ -284,6 +287,7 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         bounce_max: cfg.bounce_max,
         cq_size: cfg.cq_size,
         pump: cfg.progress_thread.unwrap_or(matches!(prov.as_str(), "tcp" | "net" | "udp")),
+        cork_max: if prov == "tcp" { cfg.cork_max } else { 0 },
         prov,
     }
 }

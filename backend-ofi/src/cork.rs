@@ -1,0 +1,180 @@
+//! A small RDMA write and what follows it in one TCP segment (the `tcp`
+//! provider).
+//!
+//! libfabric's `tcp` provider hands every operation to the kernel in a
+//! `sendmsg` of its own and honours no `FI_MORE`, so an RDMA write and the
+//! send that tells the peer about it (rmr's write + notify) would cross the
+//! wire as two segments: the peer's kernel and its progress take them in
+//! one at a time, and each side pays a second system call. Here an
+//! endpoint's socket is *corked* (`TCP_CORK`) while a small write is
+//! posted, and uncorked right after the next operation of another kind
+//! (the send), so the two leave together; the provider's frames, their
+//! order and libfabric's view of them are unchanged (the kernel only holds
+//! the bytes until the uncork).
+//!
+//! A cork never outlives the moment someone would wait for it:
+//! - a write is corked only while no thread waits on the endpoint's CQs
+//!   and one left such a wait less than [`crate::evd::LINGER`] ago (the
+//!   thread that posts it is about to post again or to wait);
+//! - every drive of an ofi CQ by a waiter uncorks every corked endpoint of
+//!   the process first (a waiter that posted a lone write sends it as its
+//!   wait begins);
+//! - the CQ's progress thread, which lingers [`crate::evd::LINGER`] after a
+//!   waiter left, uncorks when it wakes, and is woken by the corker if it
+//!   already sleeps on the CQ.
+//!
+//! The socket is found once per connection (`/proc/self/fd`, matched by its
+//! local and peer address) and held as a duplicate descriptor of this
+//! module's own, so that it can never name another file; where it cannot be
+//! found nothing is corked.
+
+use crate::evd::CqDriver;
+use smallvec::SmallVec;
+use std::net::SocketAddr;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Endpoints corked now (a hint for drivers: zero means nothing to do).
+static CORKED: AtomicUsize = AtomicUsize::new(0);
+/// Endpoints that corked since the last [`uncork_all`] (each listed once).
+static LISTED: Mutex<Vec<Weak<crate::ep::EpShared>>> = Mutex::new(Vec::new());
+
+/// Who sent what a corked socket held.
+#[derive(Clone, Copy)]
+pub(crate) enum By {
+    /// The post of an operation of another kind (the send after a write).
+    Post,
+    /// A thread that began to wait on (or drove) an ofi CQ.
+    Waiter,
+    /// A CQ's progress thread.
+    Progress,
+}
+
+/// One connection's socket, as the transmit state holds it (all under the
+/// endpoint's transmit lock).
+pub(crate) struct Cork {
+    fd: OwnedFd,
+    /// Whether the socket is corked now.
+    on: bool,
+    /// Whether the endpoint is in [`LISTED`].
+    listed: bool,
+    /// The endpoint's CQ drivers (transmit, receive): who waits, who left.
+    drivers: SmallVec<[Arc<CqDriver>; 2]>,
+    /// Corks so far, and uncorks by [`By::Post`], [`By::Waiter`] and
+    /// [`By::Progress`] (the endpoint's `ofi.cork` note).
+    counts: [u64; 4],
+}
+
+impl Cork {
+    /// The socket of the connection from `local` to `peer`, if this process
+    /// holds it.
+    pub(crate) fn find(
+        local: SocketAddr,
+        peer: SocketAddr,
+        drivers: SmallVec<[Arc<CqDriver>; 2]>,
+    ) -> Option<Cork> {
+        let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        // The newest connection's descriptor is most likely among the highest.
+        fds.sort_unstable_by(|a, b| b.cmp(a));
+        for n in fds {
+            let is_socket = std::fs::read_link(format!("/proc/self/fd/{n}"))
+                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"));
+            if !is_socket {
+                continue;
+            }
+            // SAFETY: fcntl on any integer is memory-safe: on a number that
+            // was closed meanwhile it fails, on one reused it duplicates
+            // another file, which the address check below rejects.
+            let dup = unsafe { libc::fcntl(n, libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                continue;
+            }
+            // SAFETY: `dup` is a descriptor fcntl just created for us alone.
+            let fd = unsafe { OwnedFd::from_raw_fd(dup) };
+            let named = |a: Option<rustix::net::SocketAddrAny>| {
+                a.and_then(|a| SocketAddr::try_from(a).ok())
+            };
+            if named(rustix::net::getsockname(&fd).ok()) == Some(local)
+                && named(rustix::net::getpeername(&fd).ok().flatten()) == Some(peer)
+            {
+                return Some(Cork { fd, on: false, listed: false, drivers, counts: [0; 4] });
+            }
+        }
+        None
+    }
+
+    /// Whether a write posted now may wait in the socket for what follows:
+    /// nobody waits on the endpoint's CQs, and someone left such a wait
+    /// within [`crate::evd::LINGER`].
+    fn worth_it(&self) -> bool {
+        self.drivers.iter().all(|d| !d.waited_on()) && self.drivers.iter().any(|d| d.left_lately())
+    }
+
+    /// Before a small write is posted: corks the socket if that pays.
+    pub(crate) fn before_write(&mut self, ep: &Weak<crate::ep::EpShared>) {
+        if self.on || !self.worth_it() {
+            return;
+        }
+        if rustix::net::sockopt::set_tcp_cork(&self.fd, true).is_err() {
+            return;
+        }
+        self.on = true;
+        self.counts[0] += 1;
+        CORKED.fetch_add(1, Ordering::SeqCst);
+        if !self.listed {
+            self.listed = true;
+            LISTED.lock().unwrap_or_else(|e| e.into_inner()).push(ep.clone());
+        }
+        // A progress thread that went to sleep on its CQ before this cork
+        // would not see it for a long while: wake it (it uncorks).
+        for d in &self.drivers {
+            d.kick_if_sleeping();
+        }
+    }
+
+    /// After an operation of another kind was posted (`by` [`By::Post`])
+    /// or when someone drives: sends what the socket holds.
+    pub(crate) fn release(&mut self, by: By) {
+        if self.on {
+            self.on = false;
+            self.counts[1 + by as usize] += 1;
+            CORKED.fetch_sub(1, Ordering::SeqCst);
+            // An error here (the connection broke) leaves nothing to send.
+            let _ = rustix::net::sockopt::set_tcp_cork(&self.fd, false);
+        }
+    }
+
+    /// Releases the socket and notes the endpoint off the list (which
+    /// [`uncork_all`] took it from, or its socket is about to close).
+    pub(crate) fn unlist(&mut self, by: By) {
+        self.release(by);
+        self.listed = false;
+    }
+
+    /// The endpoint's `ofi.cork` note: writes corked, then sent by a post,
+    /// by a waiter, by the progress thread.
+    pub(crate) fn note(&self) -> String {
+        let [c, p, w, g] = self.counts;
+        format!("corked {c}, sent by a post {p}, by a waiter {w}, by the progress thread {g}")
+    }
+}
+
+/// Whether some endpoint of the process is corked now.
+pub(crate) fn any() -> bool {
+    CORKED.load(Ordering::SeqCst) > 0
+}
+
+/// Uncorks every corked endpoint of the process (what a drive, a flush
+/// and the progress thread call when [`any`] says so).
+pub(crate) fn uncork_all(by: By) {
+    let eps = std::mem::take(&mut *LISTED.lock().unwrap_or_else(|e| e.into_inner()));
+    for ep in eps {
+        if let Some(ep) = ep.upgrade() {
+            ep.uncork(by);
+        }
+    }
+}

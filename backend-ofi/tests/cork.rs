@@ -1,0 +1,256 @@
+//! Small RDMA writes corked with what follows them on libfabric's `tcp`
+//! provider (backend-ofi's `cork` module), over real endpoints on loopback:
+//! - in a write + send ping-pong every write is visible before its send
+//!   arrives, and writes were corked and sent by the send after them;
+//! - a lone corked write whose poster then sleeps reaches its target, sent
+//!   by a progress thread (not by the kernel's 200 ms cork ceiling);
+//! - a lone corked write whose poster then waits on its EVD reaches its
+//!   target, sent as the wait began or by a progress thread;
+//! - the `sockets` provider and `cork_max=0` never cork.
+
+use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, Event, Ia, Lmr, MemRegion, Psp, Pz, Sge};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+struct Side {
+    ia: Arc<dyn Ia>,
+    pz: Arc<dyn Pz>,
+    pevd: Arc<dyn rmr_api::Evd>,
+    psp: Arc<dyn Psp>,
+}
+
+type EpAndEvd = (Arc<dyn Ep>, Arc<dyn rmr_api::Evd>);
+
+fn side(spec: &str) -> Side {
+    backend_ofi::register();
+    let ia = rmr_api::open(spec).unwrap();
+    let (pz, pevd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
+    let psp = ia.create_psp(0, &pevd).unwrap();
+    Side { ia, pz, pevd, psp }
+}
+
+impl Side {
+    fn ep(&self) -> EpAndEvd {
+        let evd = self.ia.create_evd().unwrap();
+        (self.ia.create_ep(&self.pz, &EpEvds::single(&evd)).unwrap(), evd)
+    }
+
+    /// A connected pair: a fresh EP here connected to one accepted here.
+    fn pair(&self) -> [EpAndEvd; 2] {
+        let (a, aevd) = self.ep();
+        let (addr, svc) = (self.psp.address(), self.psp.service());
+        std::thread::scope(|s| {
+            let a2 = a.clone();
+            let h = s.spawn(move || a2.connect(&addr, svc, b"", WAIT).unwrap());
+            let (b, bevd) = self.ep();
+            match self.pevd.wait(Some(WAIT), 1).expect("a connection request") {
+                Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
+                other => panic!("unexpected {other:?}"),
+            }
+            h.join().unwrap();
+            [(a, aevd), (b, bevd)]
+        })
+    }
+}
+
+/// The EP's cork counts: corked, sent by a post, by a waiter, by the
+/// progress thread; `None` when it corks nothing.
+fn counts(ep: &Arc<dyn Ep>) -> Option<[u64; 4]> {
+    let note = ep.attr().note("ofi.cork").expect("an ofi.cork note").to_string();
+    if note == "off" {
+        return None;
+    }
+    let n: Vec<u64> = note
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    assert_eq!(n.len(), 4, "note {note:?}");
+    Some([n[0], n[1], n[2], n[3]])
+}
+
+/// One end of the ping-pong: its EP, EVD, the region peers write into
+/// (word 0) and its send/receive buffers.
+struct End {
+    ep: Arc<dyn Ep>,
+    evd: Arc<dyn rmr_api::Evd>,
+    target: Arc<MemRegion>,
+    tl: Arc<dyn Lmr>,
+    src: Arc<MemRegion>,
+    sl: Arc<dyn Lmr>,
+}
+
+fn end(s: &Side, (ep, evd): EpAndEvd) -> End {
+    let target = MemRegion::new(64);
+    let tl = s.pz.register_all(&target, Access::REMOTE_WRITE | Access::LOCAL_WRITE).unwrap();
+    let src = MemRegion::new(64);
+    let sl = s.pz.register_all(&src, Access::LOCAL_WRITE).unwrap();
+    End { ep, evd, target, tl, src, sl }
+}
+
+impl End {
+    fn post_recv(&self) {
+        self.ep.post_recv(&[Sge::new(&*self.sl, 32, 8)], Cookie(1), DtoFlags::empty()).unwrap();
+    }
+
+    /// Writes `v` into the peer's word 0 (suppressed), with a send after
+    /// it when `notify`.
+    fn write(&self, peer: &rmr_api::RmrContext, v: u64, notify: bool) {
+        self.src.store_u64(0, v).unwrap();
+        let sge = [Sge::new(&*self.sl, 0, 8)];
+        self.ep.post_rdma_write(&sge, peer.at(0), Cookie(2), DtoFlags::SUPPRESS).unwrap();
+        if notify {
+            self.ep.post_send(&sge, Cookie(3), DtoFlags::SUPPRESS).unwrap();
+        }
+    }
+
+    /// Waits for the next receive; returns its 8 bytes.
+    fn recv(&self) -> u64 {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.evd.wait(Some(left), 1).expect("an event") {
+                Event::Dto(c) if c.cookie == Cookie(1) => {
+                    c.result().unwrap();
+                    return self.src.load_u64(32).unwrap();
+                }
+                Event::Dto(c) => c.result().unwrap(),
+                Event::Established { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+
+    /// Polls word 0 (no drive of any CQ) until it reads `v`.
+    fn sees(&self, v: u64) {
+        let deadline = Instant::now() + WAIT;
+        while self.target.load_u64(0).unwrap() != v {
+            assert!(Instant::now() < deadline, "the write of {v} never landed");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+}
+
+/// A round trip A -> B -> A of write + notify: B checks the write landed
+/// before its notify, and so does A.
+fn round(a: &End, b: &End, i: u64) {
+    let (actx, bctx) = (a.tl.rmr_context(), b.tl.rmr_context());
+    a.post_recv();
+    b.post_recv();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert_eq!(b.recv(), 2 * i, "B's notify");
+            assert_eq!(b.target.load_u64(0).unwrap(), 2 * i, "A's write before its notify");
+            b.write(&actx, 2 * i + 1, true);
+        });
+        a.write(&bctx, 2 * i, true);
+        assert_eq!(a.recv(), 2 * i + 1, "A's notify");
+        assert_eq!(a.target.load_u64(0).unwrap(), 2 * i + 1, "B's write before its notify");
+    });
+}
+
+#[test]
+fn writes_corked_before_their_sends_land_first_and_leave_with_them() {
+    let s = side("ofi:tcp:127.0.0.1");
+    let [pa, pb] = s.pair();
+    let (a, b) = (end(&s, pa), end(&s, pb));
+    assert_eq!(counts(&a.ep), Some([0; 4]), "a tcp connection corks");
+    for i in 0..300 {
+        round(&a, &b, i);
+    }
+    let [corked, by_post, by_waiter, by_progress] = counts(&a.ep).unwrap();
+    println!(
+        "A: corked {corked}, by a post {by_post}, by a waiter {by_waiter}, by progress {by_progress}"
+    );
+    // Each of A's writes follows a wait it just left: nearly all are
+    // corked (a round whose post came more than a millisecond after the
+    // wait is not), and the send right after sends them.
+    assert!(corked >= 1 && by_post >= 1, "A corked {corked}, sent by a post {by_post}");
+    assert!(by_post + by_waiter + by_progress <= corked);
+    assert!(corked - (by_post + by_waiter + by_progress) <= 1, "at most one cork open");
+    assert!(counts(&b.ep).unwrap()[0] >= 1, "B corks too");
+}
+
+/// Rounds until A's next lone write is corked; returns that write's value.
+fn corked_lone_write(a: &End, b: &End) -> u64 {
+    let bctx = b.tl.rmr_context();
+    for i in 0..50 {
+        round(a, b, i);
+        let before = counts(&a.ep).unwrap()[0];
+        let v = 1_000_000 + i;
+        a.write(&bctx, v, false);
+        if counts(&a.ep).unwrap()[0] > before {
+            return v;
+        }
+        b.sees(v);
+    }
+    panic!("no lone write was corked in 50 tries");
+}
+
+/// Set in the child process that runs the progress-thread test alone
+/// (any drive of an ofi CQ in the process sends what is corked, so the
+/// other tests of this file must not run beside it).
+const ALONE: &str = "RMR_TEST_OFI_CORK_ALONE";
+
+#[test]
+fn a_lone_corked_write_is_sent_by_a_progress_thread_while_its_poster_sleeps() {
+    let name = "a_lone_corked_write_is_sent_by_a_progress_thread_while_its_poster_sleeps";
+    if std::env::var_os(ALONE).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads", "1"])
+            .env(ALONE, "1")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        println!("{text}");
+        assert!(out.status.success() && text.contains("1 passed"), "the child run failed");
+        return;
+    }
+    let s = side("ofi:tcp:127.0.0.1");
+    let [pa, pb] = s.pair();
+    let (a, b) = (end(&s, pa), end(&s, pb));
+    let before = counts(&a.ep).unwrap();
+    let v = corked_lone_write(&a, &b);
+    // A sleeps; B only loads its memory: a progress thread must send it.
+    b.sees(v);
+    let after = counts(&a.ep).unwrap();
+    assert!(after[3] > before[3], "sent by a progress thread: {before:?} -> {after:?}");
+}
+
+#[test]
+fn a_lone_corked_write_goes_when_its_poster_waits() {
+    let s = side("ofi:tcp:127.0.0.1");
+    let [pa, pb] = s.pair();
+    let (a, b) = (end(&s, pa), end(&s, pb));
+    let v = corked_lone_write(&a, &b);
+    let before = counts(&a.ep).unwrap();
+    a.post_recv();
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            b.sees(v);
+            b.write(&a.tl.rmr_context(), v, true);
+        });
+        // A waits for B's answer, which B sends only once A's write landed.
+        assert_eq!(a.recv(), v);
+    });
+    let after = counts(&a.ep).unwrap();
+    let sent = |c: [u64; 4]| c[2] + c[3];
+    assert!(sent(after) > sent(before), "sent by the wait or a progress thread: {after:?}");
+}
+
+#[test]
+fn the_sockets_provider_and_cork_max_0_never_cork() {
+    for spec in ["ofi:sockets:127.0.0.1", "ofi:tcp:127.0.0.1;cork_max=0"] {
+        let s = side(spec);
+        let [pa, pb] = s.pair();
+        let (a, b) = (end(&s, pa), end(&s, pb));
+        for i in 0..20 {
+            round(&a, &b, i);
+        }
+        assert_eq!(counts(&a.ep), None, "{spec}");
+        assert_eq!(counts(&b.ep), None, "{spec}");
+    }
+}
