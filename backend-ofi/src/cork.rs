@@ -4,24 +4,31 @@
 //! libfabric's `tcp` provider hands every operation to the kernel in a
 //! `sendmsg` of its own and honours no `FI_MORE`, so an RDMA write and the
 //! send that tells the peer about it (rmr's write + notify) would cross the
-//! wire as two segments: the peer's kernel and its progress take them in
-//! one at a time, and each side pays a second system call. Here an
-//! endpoint's socket is *corked* (`TCP_CORK`) while a small write is
-//! posted, and uncorked right after the next operation of another kind
-//! (the send), so the two leave together; the provider's frames, their
+//! wire as two segments, each transmitted, received and taken in by the
+//! peer's progress on its own. Here an endpoint's socket is *corked*
+//! (`TCP_CORK`) while a small write is posted, and uncorked right after
+//! the next operation of another kind (the send), so the two leave as one
+//! segment; the sender still makes both `sendmsg` calls (the first only
+//! queues), plus the two `setsockopt` calls. The provider's frames, their
 //! order and libfabric's view of them are unchanged (the kernel only holds
 //! the bytes until the uncork).
 //!
 //! A cork never outlives the moment someone would wait for it:
 //! - a write is corked only while no thread waits on the endpoint's CQs
 //!   and one left such a wait less than [`crate::evd::LINGER`] ago (the
-//!   thread that posts it is about to post again or to wait);
+//!   thread that posts it is about to post again or to wait), and only on
+//!   an IA whose CQs have progress threads; a waiter that entered
+//!   meanwhile is seen after the cork is published, which is then undone;
 //! - every drive of an ofi CQ by a waiter uncorks every corked endpoint of
 //!   the process first (a waiter that posted a lone write sends it as its
-//!   wait begins);
-//! - the CQ's progress thread, which lingers [`crate::evd::LINGER`] after a
-//!   waiter left, uncorks when it wakes, and is woken by the corker if it
-//!   already sleeps on the CQ.
+//!   wait begins; a waiter on another EVD may so send a write before the
+//!   send it waited for, which costs only the coalescing);
+//! - the CQ's progress thread uncorks each time it wakes (it lingers
+//!   [`crate::evd::LINGER`] after a waiter left), and is woken by the
+//!   corker if it already sleeps on the CQ.
+//!
+//! Locks: an endpoint's transmit lock, then [`LISTED`]'s; [`uncork_all`]
+//! lets go of [`LISTED`] before it takes any transmit lock.
 //!
 //! The socket is found once per connection (`/proc/self/fd`, matched by its
 //! local and peer address) and held as a duplicate descriptor of this
@@ -124,10 +131,18 @@ impl Cork {
         }
         self.on = true;
         self.counts[0] += 1;
-        CORKED.fetch_add(1, Ordering::SeqCst);
+        // Listed before counted: whoever sees the count finds the entry.
         if !self.listed {
             self.listed = true;
             LISTED.lock().unwrap_or_else(|e| e.into_inner()).push(ep.clone());
+        }
+        CORKED.fetch_add(1, Ordering::SeqCst);
+        // A waiter that entered since `worth_it` may have driven before the
+        // count above, seen nothing and gone to sleep: with the count
+        // published (SeqCst, as its entry), one of the two sees the other.
+        if self.drivers.iter().any(|d| d.waited_on()) {
+            self.release(By::Waiter);
+            return;
         }
         // A progress thread that went to sleep on its CQ before this cork
         // would not see it for a long while: wake it (it uncorks).
@@ -148,6 +163,16 @@ impl Cork {
         }
     }
 
+    /// Releases the socket uncounted (before the post is retried, or as
+    /// the connection closes).
+    pub(crate) fn reset(&mut self) {
+        if self.on {
+            self.on = false;
+            CORKED.fetch_sub(1, Ordering::SeqCst);
+            let _ = rustix::net::sockopt::set_tcp_cork(&self.fd, false);
+        }
+    }
+
     /// Releases the socket and notes the endpoint off the list (which
     /// [`uncork_all`] took it from, or its socket is about to close).
     pub(crate) fn unlist(&mut self, by: By) {
@@ -160,6 +185,12 @@ impl Cork {
     pub(crate) fn note(&self) -> String {
         let [c, p, w, g] = self.counts;
         format!("corked {c}, sent by a post {p}, by a waiter {w}, by the progress thread {g}")
+    }
+}
+
+impl Drop for Cork {
+    fn drop(&mut self) {
+        self.reset();
     }
 }
 

@@ -227,9 +227,14 @@ impl EpShared {
                     }
                     let ret =
                         post(ep, token(self.tx_idx.load(Ordering::Relaxed), false, seq), flags);
-                    if let Some(c) = tx.cork.as_mut().filter(|_| !meta.corkable) {
-                        // What waited in the socket leaves with this.
-                        c.release(crate::cork::By::Post);
+                    if let Some(c) = tx.cork.as_mut() {
+                        if !meta.corkable {
+                            // What waited in the socket leaves with this.
+                            c.release(crate::cork::By::Post);
+                        } else if ret != 0 {
+                            // Not posted: nothing to wait for.
+                            c.reset();
+                        }
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
                     if ret == 0 {

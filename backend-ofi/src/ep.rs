@@ -244,11 +244,10 @@ impl EpShared {
 
     /// Closes the libfabric endpoint; queued receives go back to pending.
     fn close_fid(&self) {
-        // Our descriptor of its socket goes first (what it held, with it).
-        if let Some(mut c) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork.take() {
-            c.unlist(crate::cork::By::Post);
-        }
         let ep = self.fid.write().unwrap_or_else(|e| e.into_inner()).take();
+        // Our descriptor of its socket goes first (what it held, with it);
+        // `find_cork` stores one only while this endpoint is open.
+        drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork.take());
         let addr = std::mem::take(&mut *self.fid_addr.lock().unwrap_or_else(|e| e.into_inner()));
         self.ia.eps.lock().unwrap_or_else(|e| e.into_inner()).remove(&addr);
         if let Some(ep) = ep {
@@ -425,7 +424,12 @@ impl EpShared {
         let drivers =
             [&self.req, &self.rcv].iter().filter_map(|e| e.cq_for(&self.pz.domain).ok()).collect();
         let cork = crate::cork::Cork::find(local, peer, drivers);
-        self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork = cork;
+        // Stored only if the endpoint it was found for is still open (a
+        // `close_fid` meanwhile takes the fid before the cork).
+        let open = self.fid.read().unwrap_or_else(|e| e.into_inner());
+        if open.as_ref().is_some_and(|e| Arc::ptr_eq(e, &ep)) {
+            self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork = cork;
+        }
     }
 
     /// The `ofi.cork` note: what corking did on this connection, or

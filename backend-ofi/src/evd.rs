@@ -235,6 +235,10 @@ impl CqDriver {
     fn pump(&self) {
         let mut standing = 0u32;
         while !self.stop.load(Ordering::Acquire) {
+            // Each wake-up sends what a lone write left corked.
+            if crate::cork::any() {
+                crate::cork::uncork_all(crate::cork::By::Progress);
+            }
             if self.active.load(Ordering::SeqCst) > 0 {
                 // A waiter drives: stand back. Short naps first (the waiter
                 // may leave for good); after a while, sleep until the last

@@ -269,6 +269,7 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         "tcp" | "sockets" | "net" => 256,
         _ => 56,
     };
+    let pump = cfg.progress_thread.unwrap_or(matches!(prov.as_str(), "tcp" | "net" | "udp"));
     Features {
         mr_local: mr & (sys::FI_MR_LOCAL as u64) != 0,
         virt_addr: mr & (sys::FI_MR_VIRT_ADDR as u64) != 0,
@@ -286,8 +287,9 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         delivery_complete: cfg.delivery_complete,
         bounce_max: cfg.bounce_max,
         cq_size: cfg.cq_size,
-        pump: cfg.progress_thread.unwrap_or(matches!(prov.as_str(), "tcp" | "net" | "udp")),
-        cork_max: if prov == "tcp" { cfg.cork_max } else { 0 },
+        pump,
+        // Only where progress threads send what a lone write left corked.
+        cork_max: if prov == "tcp" && pump { cfg.cork_max } else { 0 },
         prov,
     }
 }

@@ -12,13 +12,15 @@
 //!
 //! `cargo run --release -p rmr-bench --example rtcost -- SPEC [N]`
 //! (SPEC as in rmr's endpoint specs: `tcp:127.0.0.1`,
-//! `multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned`, `shm:rtcost`).
+//! `multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned`, `shm:rtcost`,
+//! `ofi:tcp:127.0.0.1`).
 
 use rmr_api::provider::conformance::{Pair, Target, write_send_ping_pong};
 
 fn register() {
     backend_tcp::register();
     backend_shm::register();
+    backend_ofi::register();
     multirail::register();
 }
 
