@@ -32,9 +32,10 @@ pub struct OfiConfig {
     /// (`progress_thread`, `RMR_OFI_PROGRESS_THREAD`; `None`, the default,
     /// runs one for tcp, net and udp).
     pub progress_thread: Option<bool>,
-    /// On the `tcp` provider, an RDMA write of up to this many bytes waits
-    /// in the socket (`TCP_CORK`) for the next operation of another kind,
-    /// so that a write and the send that announces it leave in one
+    /// On the `tcp` provider, an RDMA write of up to this many bytes (and
+    /// small enough to share one TCP segment with the send after it)
+    /// waits in the socket (`TCP_CORK`) for the next operation of another
+    /// kind, so that a write and the send that announces it leave in one
     /// segment (`cork_max`, `RMR_OFI_CORK_MAX`, default 16 KiB; 0: never).
     pub cork_max: u64,
 }

@@ -71,7 +71,22 @@ pub(crate) struct Cork {
     /// Corks so far, and uncorks by [`By::Post`], [`By::Waiter`] and
     /// [`By::Progress`] (the endpoint's `ofi.cork` note).
     counts: [u64; 4],
+    /// The connection's segment size (`TCP_MAXSEG`): what is corked stays
+    /// within one segment.
+    seg: u64,
+    /// The largest write corked: `cork_max`, and room left in the segment
+    /// for the operation after it ([`ROOM`]).
+    max: u64,
+    /// Bytes corked now (payloads and an estimate of their frames' headers).
+    held: u64,
 }
+
+/// A frame's header and what else the provider adds, as counted in
+/// [`Cork::held`] (libfabric 1.17's `tcp` headers are 40-56 bytes).
+const FRAME: u64 = 64;
+/// Room kept in the segment for the operation after a corked write (the
+/// send that announces it).
+const ROOM: u64 = 256;
 
 impl Cork {
     /// The socket of the connection from `local` to `peer`, if this process
@@ -80,6 +95,7 @@ impl Cork {
         local: SocketAddr,
         peer: SocketAddr,
         drivers: SmallVec<[Arc<CqDriver>; 2]>,
+        cork_max: u64,
     ) -> Option<Cork> {
         let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
             .ok()?
@@ -108,7 +124,18 @@ impl Cork {
             if named(rustix::net::getsockname(&fd).ok()) == Some(local)
                 && named(rustix::net::getpeername(&fd).ok().flatten()) == Some(peer)
             {
-                return Some(Cork { fd, on: false, listed: false, drivers, counts: [0; 4] });
+                let seg = segment(&fd)?;
+                let max = cork_max.min(seg.saturating_sub(ROOM + 2 * FRAME));
+                return Some(Cork {
+                    fd,
+                    on: false,
+                    listed: false,
+                    drivers,
+                    counts: [0; 4],
+                    seg,
+                    max,
+                    held: 0,
+                });
             }
         }
         None
@@ -121,8 +148,45 @@ impl Cork {
         self.drivers.iter().all(|d| !d.waited_on()) && self.drivers.iter().any(|d| d.left_lately())
     }
 
-    /// Before a small write is posted: corks the socket if that pays.
-    pub(crate) fn before_write(&mut self, ep: &Weak<crate::ep::EpShared>) {
+    /// Before an operation with `bytes` of payload is posted (`write`: an
+    /// RDMA write without immediate): what is corked goes now if the
+    /// operation would not fit beside it in the segment (corked data that
+    /// spills into a second segment is sent late on a shaped link); a small
+    /// write is corked if that pays. Returns whether the socket is to be
+    /// released after the post (the operation leaves with what is held).
+    pub(crate) fn before_post(
+        &mut self,
+        bytes: u64,
+        write: bool,
+        ep: &Weak<crate::ep::EpShared>,
+    ) -> bool {
+        let frame = bytes.saturating_add(FRAME);
+        if self.on && self.held.saturating_add(frame) > self.seg {
+            self.release(By::Post);
+        }
+        if write && bytes <= self.max {
+            self.cork(ep);
+            if self.on {
+                self.held += frame;
+            }
+            return false;
+        }
+        self.on
+    }
+
+    /// After the post [`Cork::before_post`] prepared: sends what is
+    /// corked if it said so, and takes back a cork for a write that was
+    /// not posted.
+    pub(crate) fn after_post(&mut self, release: bool, posted: bool) {
+        if release {
+            self.release(By::Post);
+        } else if !posted {
+            self.reset();
+        }
+    }
+
+    /// Corks the socket if that pays.
+    fn cork(&mut self, ep: &Weak<crate::ep::EpShared>) {
         if self.on || !self.worth_it() {
             return;
         }
@@ -156,6 +220,7 @@ impl Cork {
     pub(crate) fn release(&mut self, by: By) {
         if self.on {
             self.on = false;
+            self.held = 0;
             self.counts[1 + by as usize] += 1;
             CORKED.fetch_sub(1, Ordering::SeqCst);
             // An error here (the connection broke) leaves nothing to send.
@@ -168,6 +233,7 @@ impl Cork {
     pub(crate) fn reset(&mut self) {
         if self.on {
             self.on = false;
+            self.held = 0;
             CORKED.fetch_sub(1, Ordering::SeqCst);
             let _ = rustix::net::sockopt::set_tcp_cork(&self.fd, false);
         }
@@ -181,11 +247,34 @@ impl Cork {
     }
 
     /// The endpoint's `ofi.cork` note: writes corked, then sent by a post,
-    /// by a waiter, by the progress thread.
+    /// by a waiter, by the progress thread; the largest write corked.
     pub(crate) fn note(&self) -> String {
         let [c, p, w, g] = self.counts;
-        format!("corked {c}, sent by a post {p}, by a waiter {w}, by the progress thread {g}")
+        format!(
+            "corked {c}, sent by a post {p}, by a waiter {w}, by the progress thread {g}; \
+             writes up to {} bytes",
+            self.max
+        )
     }
+}
+
+/// The connection's segment size (`TCP_MAXSEG`).
+fn segment(fd: &OwnedFd) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: `v` and `len` are valid for writes of the sizes given, and
+    // `fd` is open for the call.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_MAXSEG,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0 && v > 0).then_some(v as u64)
 }
 
 impl Drop for Cork {

@@ -66,8 +66,8 @@ pub(crate) struct TxMeta {
     /// An atomic's operand and compare value (libfabric reads them until completion).
     #[allow(dead_code)]
     operand: Option<Box<[u64; 2]>>,
-    /// A small RDMA write that may wait in the socket for what follows
-    /// (see [`crate::cork`]).
+    /// An RDMA write (without immediate) that, if small, may wait in the
+    /// socket for what follows (see [`crate::cork`]).
     corkable: bool,
 }
 
@@ -222,19 +222,14 @@ impl EpShared {
                         }
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
-                    if let Some(c) = tx.cork.as_mut().filter(|_| meta.corkable) {
-                        c.before_write(&self.me);
-                    }
+                    let release = match tx.cork.as_mut() {
+                        Some(c) => c.before_post(meta.bytes, meta.corkable, &self.me),
+                        None => false,
+                    };
                     let ret =
                         post(ep, token(self.tx_idx.load(Ordering::Relaxed), false, seq), flags);
                     if let Some(c) = tx.cork.as_mut() {
-                        if !meta.corkable {
-                            // What waited in the socket leaves with this.
-                            c.release(crate::cork::By::Post);
-                        } else if ret != 0 {
-                            // Not posted: nothing to wait for.
-                            c.reset();
-                        }
+                        c.after_post(release, ret == 0);
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
                     if ret == 0 {
@@ -327,8 +322,7 @@ impl EpShared {
         match imm {
             None => {
                 let mut meta = self.user_meta(cookie, op, flags, total, keep);
-                meta.corkable =
-                    !read && total <= self.ia.feat.cork_max && self.ia.feat.cork_max > 0;
+                meta.corkable = !read;
                 self.post_tx(
                     meta,
                     base,
@@ -344,7 +338,7 @@ impl EpShared {
                 let mut wmeta =
                     self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
                 // The write waits in the socket for its announcing send.
-                wmeta.corkable = total <= self.ia.feat.cork_max && self.ia.feat.cork_max > 0;
+                wmeta.corkable = true;
                 self.post_tx(
                     wmeta,
                     base,

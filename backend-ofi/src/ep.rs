@@ -423,7 +423,7 @@ impl EpShared {
         let (Some(local), Some(peer)) = (ep.name(), ep.peer()) else { return };
         let drivers =
             [&self.req, &self.rcv].iter().filter_map(|e| e.cq_for(&self.pz.domain).ok()).collect();
-        let cork = crate::cork::Cork::find(local, peer, drivers);
+        let cork = crate::cork::Cork::find(local, peer, drivers, self.ia.feat.cork_max);
         // Stored only if the endpoint it was found for is still open (a
         // `close_fid` meanwhile takes the fid before the cork).
         let open = self.fid.read().unwrap_or_else(|e| e.into_inner());

@@ -6,6 +6,8 @@
 //!   by a progress thread (not by the kernel's 200 ms cork ceiling);
 //! - a lone corked write whose poster then waits on its EVD is sent as the
 //!   wait begins;
+//! - on a link with an Ethernet MTU (a namespace whose loopback has MTU
+//!   1500) only writes that fit one segment with their send are corked;
 //! - the `sockets` provider and `cork_max=0` never cork.
 
 use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, Event, Ia, Lmr, MemRegion, Psp, Pz, Sge};
@@ -55,9 +57,10 @@ impl Side {
     }
 }
 
-/// The EP's cork counts: corked, sent by a post, by a waiter, by the
-/// progress thread; `None` when it corks nothing.
-fn counts(ep: &Arc<dyn Ep>) -> Option<[u64; 4]> {
+/// The numbers of the EP's cork note: corked, sent by a post, by a
+/// waiter, by the progress thread, the largest write corked; `None` when
+/// it corks nothing.
+fn note(ep: &Arc<dyn Ep>) -> Option<[u64; 5]> {
     let note = ep.attr().note("ofi.cork").expect("an ofi.cork note").to_string();
     if note == "off" {
         return None;
@@ -67,9 +70,18 @@ fn counts(ep: &Arc<dyn Ep>) -> Option<[u64; 4]> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect();
-    assert_eq!(n.len(), 4, "note {note:?}");
-    Some([n[0], n[1], n[2], n[3]])
+    assert_eq!(n.len(), 5, "note {note:?}");
+    Some([n[0], n[1], n[2], n[3], n[4]])
 }
+
+/// The EP's cork counts: corked, sent by a post, by a waiter, by the
+/// progress thread; `None` when it corks nothing.
+fn counts(ep: &Arc<dyn Ep>) -> Option<[u64; 4]> {
+    note(ep).map(|n| [n[0], n[1], n[2], n[3]])
+}
+
+/// Where receives land in an end's `src` region (past any write's source).
+const RECV_AT: u64 = 12 << 10;
 
 /// One end of the ping-pong: its EP, EVD, the region peers write into
 /// (word 0) and its send/receive buffers.
@@ -83,25 +95,27 @@ struct End {
 }
 
 fn end(s: &Side, (ep, evd): EpAndEvd) -> End {
-    let target = MemRegion::new(64);
+    let target = MemRegion::new(8 << 10);
     let tl = s.pz.register_all(&target, Access::REMOTE_WRITE | Access::LOCAL_WRITE).unwrap();
-    let src = MemRegion::new(64);
+    let src = MemRegion::new(16 << 10);
     let sl = s.pz.register_all(&src, Access::LOCAL_WRITE).unwrap();
     End { ep, evd, target, tl, src, sl }
 }
 
 impl End {
     fn post_recv(&self) {
-        self.ep.post_recv(&[Sge::new(&*self.sl, 32, 8)], Cookie(1), DtoFlags::empty()).unwrap();
+        let sge = [Sge::new(&*self.sl, RECV_AT, 8)];
+        self.ep.post_recv(&sge, Cookie(1), DtoFlags::empty()).unwrap();
     }
 
-    /// Writes `v` into the peer's word 0 (suppressed), with a send after
-    /// it when `notify`.
-    fn write(&self, peer: &rmr_api::RmrContext, v: u64, notify: bool) {
+    /// Writes `len` bytes starting with `v` into the peer's word 0
+    /// (suppressed), with a send of `v` after it when `notify`.
+    fn write(&self, peer: &rmr_api::RmrContext, v: u64, notify: bool, len: u64) {
         self.src.store_u64(0, v).unwrap();
-        let sge = [Sge::new(&*self.sl, 0, 8)];
+        let sge = [Sge::new(&*self.sl, 0, len)];
         self.ep.post_rdma_write(&sge, peer.at(0), Cookie(2), DtoFlags::SUPPRESS).unwrap();
         if notify {
+            let sge = [Sge::new(&*self.sl, 0, 8)];
             self.ep.post_send(&sge, Cookie(3), DtoFlags::SUPPRESS).unwrap();
         }
     }
@@ -114,7 +128,7 @@ impl End {
             match self.evd.wait(Some(left), 1).expect("an event") {
                 Event::Dto(c) if c.cookie == Cookie(1) => {
                     c.result().unwrap();
-                    return self.src.load_u64(32).unwrap();
+                    return self.src.load_u64(RECV_AT).unwrap();
                 }
                 Event::Dto(c) => c.result().unwrap(),
                 Event::Established { .. } => {}
@@ -133,9 +147,9 @@ impl End {
     }
 }
 
-/// A round trip A -> B -> A of write + notify: B checks the write landed
-/// before its notify, and so does A.
-fn round(a: &End, b: &End, i: u64) {
+/// A round trip A -> B -> A of write (`len` bytes) + notify: B checks the
+/// write landed before its notify, and so does A.
+fn round_of(a: &End, b: &End, i: u64, len: u64) {
     let (actx, bctx) = (a.tl.rmr_context(), b.tl.rmr_context());
     a.post_recv();
     b.post_recv();
@@ -143,9 +157,9 @@ fn round(a: &End, b: &End, i: u64) {
         s.spawn(|| {
             assert_eq!(b.recv(), 2 * i, "B's notify");
             assert_eq!(b.target.load_u64(0).unwrap(), 2 * i, "A's write before its notify");
-            b.write(&actx, 2 * i + 1, true);
+            b.write(&actx, 2 * i + 1, true, len);
         });
-        a.write(&bctx, 2 * i, true);
+        a.write(&bctx, 2 * i, true, len);
         assert_eq!(a.recv(), 2 * i + 1, "A's notify");
         assert_eq!(a.target.load_u64(0).unwrap(), 2 * i + 1, "B's write before its notify");
     });
@@ -173,6 +187,11 @@ fn writes_corked_before_their_sends_land_first_and_leave_with_them() {
     assert!(counts(&b.ep).unwrap()[0] >= 1, "B corks too");
 }
 
+/// [`round_of`] with 8-byte writes.
+fn round(a: &End, b: &End, i: u64) {
+    round_of(a, b, i, 8);
+}
+
 /// Rounds until A's next lone write is corked; returns that write's value
 /// and A's counts just before it (nothing of A's was corked then: the
 /// round ended in A's wait).
@@ -182,7 +201,7 @@ fn corked_lone_write(a: &End, b: &End, from: u64) -> (u64, [u64; 4]) {
         round(a, b, i);
         let before = counts(&a.ep).unwrap();
         let v = 1_000_000 + i;
-        a.write(&bctx, v, false);
+        a.write(&bctx, v, false, 8);
         if counts(&a.ep).unwrap()[0] > before[0] {
             return (v, before);
         }
@@ -199,10 +218,24 @@ const ALONE: &str = "RMR_TEST_OFI_CORK_ALONE";
 /// Outside the child: runs test `name` in a child process of its own and
 /// checks that it passed; returns whether it did so (the caller returns).
 fn ran_alone(name: &str) -> bool {
+    ran_alone_in(name, None)
+}
+
+/// [`ran_alone`], the child in network namespace `ns` if given.
+fn ran_alone_in(name: &str, ns: Option<&str>) -> bool {
     if std::env::var_os(ALONE).is_some() {
         return false;
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = match ns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&exe);
+            c
+        }
+        None => std::process::Command::new(&exe),
+    };
+    let out = cmd
         .args([name, "--exact", "--nocapture", "--test-threads", "1"])
         .env(ALONE, "1")
         .output()
@@ -247,7 +280,7 @@ fn a_lone_corked_write_is_sent_as_its_poster_begins_to_wait() {
         std::thread::scope(|sc| {
             sc.spawn(|| {
                 b.sees(v);
-                b.write(&a.tl.rmr_context(), v, true);
+                b.write(&a.tl.rmr_context(), v, true, 8);
             });
             // A waits for B's answer, which B sends only once A's write landed.
             assert_eq!(a.recv(), v);
@@ -259,6 +292,59 @@ fn a_lone_corked_write_is_sent_as_its_poster_begins_to_wait() {
         assert_eq!(after[3], before[3] + 1, "neither the wait nor a progress thread: {after:?}");
     }
     panic!("a progress thread sent the lone write every time");
+}
+
+/// A network namespace of its own whose loopback has an Ethernet link's
+/// MTU (1500 bytes); removed when dropped.
+struct Ns(String);
+
+impl Ns {
+    fn new() -> Option<Ns> {
+        if !rustix::process::geteuid().is_root() {
+            println!("SKIPPED: a network namespace needs root");
+            return None;
+        }
+        let ns = Ns(format!("rmrcork{}", std::process::id()));
+        let ip = |args: &[&str]| {
+            let st = std::process::Command::new("ip").args(args).status().unwrap();
+            assert!(st.success(), "ip {args:?}");
+        };
+        ip(&["netns", "add", &ns.0]);
+        ip(&["netns", "exec", &ns.0, "ip", "link", "set", "lo", "mtu", "1500", "up"]);
+        Some(ns)
+    }
+}
+
+impl Drop for Ns {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn on_an_ethernet_mtu_only_writes_that_share_one_segment_with_their_send_are_corked() {
+    let name = "on_an_ethernet_mtu_only_writes_that_share_one_segment_with_their_send_are_corked";
+    if std::env::var_os(ALONE).is_none() {
+        if let Some(ns) = Ns::new() {
+            ran_alone_in(name, Some(&ns.0));
+        }
+        return;
+    }
+    let s = side("ofi:tcp:127.0.0.1");
+    let [pa, pb] = s.pair();
+    let (a, b) = (end(&s, pa), end(&s, pb));
+    // Corked data that spills into a second segment is sent late on a
+    // shaped link: the largest write corked leaves room in one segment.
+    let max = note(&a.ep).unwrap()[4];
+    assert!(max > 0 && max + 256 < 1448, "writes up to {max} bytes corked at MTU 1500");
+    for i in 0..20 {
+        round_of(&a, &b, i, 4096);
+    }
+    assert_eq!(counts(&a.ep).unwrap()[0], 0, "a 4 KiB write is never corked here");
+    for i in 20..120 {
+        round_of(&a, &b, i, 8);
+    }
+    assert!(counts(&a.ep).unwrap()[0] >= 1, "8-byte writes are corked");
 }
 
 #[test]
