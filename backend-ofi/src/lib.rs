@@ -110,6 +110,7 @@ mod lmr;
 mod msg;
 mod psp;
 mod pz;
+mod sockaddr;
 
 pub use config::{KNOBS, OfiConfig, OfiConfigBuilder};
 pub use ep::OfiEp;
