@@ -36,7 +36,8 @@ pub struct OfiConfig {
     /// small enough to share one TCP segment with the send after it)
     /// waits in the socket (`TCP_CORK`) for the next operation of another
     /// kind, so that a write and the send that announces it leave in one
-    /// segment (`cork_max`, `RMR_OFI_CORK_MAX`, default 16 KiB; 0: never).
+    /// segment (`cork_max`, `RMR_OFI_CORK_MAX`, default 16 KiB; 0: never;
+    /// nothing is corked without the CQs' progress threads).
     pub cork_max: u64,
 }
 

@@ -9,20 +9,28 @@
 //! (`TCP_CORK`) while a small write is posted, and uncorked right after
 //! the next operation of another kind (the send), so the two leave as one
 //! segment; the sender still makes both `sendmsg` calls (the first only
-//! queues), plus the two `setsockopt` calls. The provider's frames, their
+//! queues), plus the two `setsockopt` calls. What is corked stays within
+//! one TCP segment (`TCP_MAXSEG`): a write is corked only if it leaves
+//! room for the send after it, and an operation that would not fit beside
+//! what is corked sends that first (on a shaped link, corked data that
+//! spilled into a second segment was sent tens of microseconds late).
+//! Bytes the provider itself writes while the socket is corked (a read's
+//! response, an acknowledgement) are not counted; they can still push
+//! corked data past one segment until the next uncork. The provider's frames, their
 //! order and libfabric's view of them are unchanged (the kernel only holds
 //! the bytes until the uncork).
 //!
 //! A cork never outlives the moment someone would wait for it:
 //! - a write is corked only while no thread waits on the endpoint's CQs
 //!   and one left such a wait less than [`crate::evd::LINGER`] ago (the
-//!   thread that posts it is about to post again or to wait), and only on
-//!   an IA whose CQs have progress threads; a waiter that entered
+//!   thread that posts it is about to post again or to wait), and only
+//!   while the CQs' progress threads run; a waiter that entered
 //!   meanwhile is seen after the cork is published, which is then undone;
-//! - every drive of an ofi CQ by a waiter uncorks every corked endpoint of
-//!   the process first (a waiter that posted a lone write sends it as its
-//!   wait begins; a waiter on another EVD may so send a write before the
-//!   send it waited for, which costs only the coalescing);
+//! - a thread entering a wait on an ofi CQ, and every drive of one,
+//!   uncorks every corked endpoint of the process first (a waiter that
+//!   posted a lone write sends it as its wait begins; a waiter on another
+//!   EVD may so send a write before the send it waited for, which costs
+//!   only the coalescing);
 //! - the CQ's progress thread uncorks each time it wakes (it lingers
 //!   [`crate::evd::LINGER`] after a waiter left), and is woken by the
 //!   corker if it already sleeps on the CQ.
@@ -44,7 +52,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// Endpoints corked now (a hint for drivers: zero means nothing to do).
 static CORKED: AtomicUsize = AtomicUsize::new(0);
-/// Endpoints that corked since the last [`uncork_all`] (each listed once).
+/// Endpoints that corked since the last [`uncork_all`] (each listed once
+/// per opening of its connection).
 static LISTED: Mutex<Vec<Weak<crate::ep::EpShared>>> = Mutex::new(Vec::new());
 
 /// Who sent what a corked socket held.
@@ -68,9 +77,10 @@ pub(crate) struct Cork {
     listed: bool,
     /// The endpoint's CQ drivers (transmit, receive): who waits, who left.
     drivers: SmallVec<[Arc<CqDriver>; 2]>,
-    /// Corks so far, and uncorks by [`By::Post`], [`By::Waiter`] and
-    /// [`By::Progress`] (the endpoint's `ofi.cork` note).
-    counts: [u64; 4],
+    /// Corks so far; uncorks by [`By::Post`], [`By::Waiter`] and
+    /// [`By::Progress`]; and of the first, those before a post that would
+    /// not have fit in the segment (the endpoint's `ofi.cork` note).
+    counts: [u64; 5],
     /// The connection's segment size (`TCP_MAXSEG`): what is corked stays
     /// within one segment.
     seg: u64,
@@ -131,7 +141,7 @@ impl Cork {
                     on: false,
                     listed: false,
                     drivers,
-                    counts: [0; 4],
+                    counts: [0; 5],
                     seg,
                     max,
                     held: 0,
@@ -142,10 +152,11 @@ impl Cork {
     }
 
     /// Whether a write posted now may wait in the socket for what follows:
-    /// nobody waits on the endpoint's CQs, and someone left such a wait
-    /// within [`crate::evd::LINGER`].
+    /// nobody waits on the endpoint's CQs, their progress threads run, and
+    /// someone left such a wait within [`crate::evd::LINGER`].
     fn worth_it(&self) -> bool {
-        self.drivers.iter().all(|d| !d.waited_on()) && self.drivers.iter().any(|d| d.left_lately())
+        self.drivers.iter().all(|d| !d.waited_on() && d.pumping())
+            && self.drivers.iter().any(|d| d.left_lately())
     }
 
     /// Before an operation with `bytes` of payload is posted (`write`: an
@@ -162,6 +173,7 @@ impl Cork {
     ) -> bool {
         let frame = bytes.saturating_add(FRAME);
         if self.on && self.held.saturating_add(frame) > self.seg {
+            self.counts[4] += 1;
             self.release(By::Post);
         }
         if write && bytes <= self.max {
@@ -178,10 +190,9 @@ impl Cork {
     /// corked if it said so, and takes back a cork for a write that was
     /// not posted.
     pub(crate) fn after_post(&mut self, release: bool, posted: bool) {
-        if release {
+        if release || !posted {
+            // A write that was not posted has nothing to wait for.
             self.release(By::Post);
-        } else if !posted {
-            self.reset();
         }
     }
 
@@ -228,9 +239,8 @@ impl Cork {
         }
     }
 
-    /// Releases the socket uncounted (before the post is retried, or as
-    /// the connection closes).
-    pub(crate) fn reset(&mut self) {
+    /// Releases the socket uncounted (as the connection closes).
+    fn reset(&mut self) {
         if self.on {
             self.on = false;
             self.held = 0;
@@ -246,13 +256,14 @@ impl Cork {
         self.listed = false;
     }
 
-    /// The endpoint's `ofi.cork` note: writes corked, then sent by a post,
-    /// by a waiter, by the progress thread; the largest write corked.
+    /// The endpoint's `ofi.cork` note: writes corked, then sent by a post
+    /// (of which before a post, not to spill a segment), by a waiter, by
+    /// the progress thread; the largest write corked.
     pub(crate) fn note(&self) -> String {
-        let [c, p, w, g] = self.counts;
+        let [c, p, w, g, x] = self.counts;
         format!(
-            "corked {c}, sent by a post {p}, by a waiter {w}, by the progress thread {g}; \
-             writes up to {} bytes",
+            "corked {c}, sent by a post {p} (before it, not to spill a segment: {x}), \
+             by a waiter {w}, by the progress thread {g}; writes up to {} bytes",
             self.max
         )
     }

@@ -69,6 +69,9 @@ pub(crate) struct TxMeta {
     /// An RDMA write (without immediate) that, if small, may wait in the
     /// socket for what follows (see [`crate::cork`]).
     corkable: bool,
+    /// Payload bytes the operation puts on the wire (a read's or an
+    /// immediate's request frame carries none).
+    wire: u64,
 }
 
 #[derive(Default)]
@@ -223,7 +226,7 @@ impl EpShared {
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
                     let release = match tx.cork.as_mut() {
-                        Some(c) => c.before_post(meta.bytes, meta.corkable, &self.me),
+                        Some(c) => c.before_post(meta.wire, meta.corkable, &self.me),
                         None => false,
                     };
                     let ret =
@@ -269,6 +272,11 @@ impl EpShared {
             result: None,
             operand: None,
             corkable: false,
+            wire: if matches!(op, DtoOp::RdmaRead | DtoOp::FetchAdd | DtoOp::CmpSwap) {
+                0
+            } else {
+                bytes
+            },
         }
     }
 
@@ -348,7 +356,8 @@ impl EpShared {
                 )?;
                 let data =
                     (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
-                let smeta = self.user_meta(cookie, op, flags, total, keep);
+                let mut smeta = self.user_meta(cookie, op, flags, total, keep);
+                smeta.wire = 0;
                 self.post_tx(
                     smeta,
                     sys::FI_REMOTE_CQ_DATA as u64,
@@ -423,6 +432,7 @@ impl EpShared {
             result: None,
             operand: None,
             corkable: false,
+            wire: 8,
         };
         self.post_tx(
             meta,

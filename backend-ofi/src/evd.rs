@@ -305,6 +305,11 @@ impl CqDriver {
         self.active.load(Ordering::SeqCst) > 0
     }
 
+    /// Whether the CQ's progress thread runs (started, not stopped).
+    pub(crate) fn pumping(&self) -> bool {
+        self.pump_started.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire)
+    }
+
     /// Whether the last waiter left less than [`LINGER`] ago.
     pub(crate) fn left_lately(&self) -> bool {
         now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)) < LINGER.as_nanos() as u64
@@ -366,6 +371,12 @@ impl Driver for CqDriver {
 
     fn enter(&self) {
         self.active.fetch_add(1, Ordering::SeqCst);
+        // A waiter may sleep without a drive first (its drivers were idle):
+        // what a post corked goes now (pairs with the corker's look at
+        // `active` after publishing, see `crate::cork`).
+        if crate::cork::any() {
+            crate::cork::uncork_all(crate::cork::By::Waiter);
+        }
         if self.bg_polling.load(Ordering::SeqCst) {
             // The progress thread sleeps on the CQ's fd: it would race this
             // waiter for every completion. Send it to stand back.

@@ -58,7 +58,8 @@ pub(crate) struct Features {
     /// Whether each CQ gets a progress thread (manual progress; see [`crate::evd`]).
     pub(crate) pump: bool,
     /// Writes up to this size are corked with what follows (see
-    /// [`crate::cork`]; 0 on providers other than `tcp`).
+    /// [`crate::cork`]; 0 on providers other than `tcp` and without
+    /// progress threads).
     pub(crate) cork_max: u64,
 }
 
