@@ -61,7 +61,7 @@ static LISTED: Mutex<Vec<Weak<crate::ep::EpShared>>> = Mutex::new(Vec::new());
 pub(crate) enum By {
     /// The post of an operation of another kind (the send after a write).
     Post,
-    /// A thread that began to wait on (or drove) an ofi CQ.
+    /// A thread that began to wait on, drove or flushed an ofi CQ.
     Waiter,
     /// A CQ's progress thread.
     Progress,
@@ -161,9 +161,10 @@ impl Cork {
 
     /// Before an operation with `bytes` of payload is posted (`write`: an
     /// RDMA write without immediate): what is corked goes now if the
-    /// operation would not fit beside it in the segment (corked data that
-    /// spills into a second segment is sent late on a shaped link); a small
-    /// write is corked if that pays. Returns whether the socket is to be
+    /// operation would not fit beside it in the segment (for a write to be
+    /// corked: beside it and the send after it; corked data that spills
+    /// into a second segment is sent late on a shaped link); a small write
+    /// is corked if that pays. Returns whether the socket is to be
     /// released after the post (the operation leaves with what is held).
     pub(crate) fn before_post(
         &mut self,
@@ -172,11 +173,13 @@ impl Cork {
         ep: &Weak<crate::ep::EpShared>,
     ) -> bool {
         let frame = bytes.saturating_add(FRAME);
-        if self.on && self.held.saturating_add(frame) > self.seg {
+        let corks = write && bytes <= self.max;
+        let need = if corks { frame + ROOM + FRAME } else { frame };
+        if self.on && self.held.saturating_add(need) > self.seg {
             self.counts[4] += 1;
             self.release(By::Post);
         }
-        if write && bytes <= self.max {
+        if corks {
             self.cork(ep);
             if self.on {
                 self.held += frame;
@@ -226,8 +229,9 @@ impl Cork {
         }
     }
 
-    /// After an operation of another kind was posted (`by` [`By::Post`])
-    /// or when someone drives: sends what the socket holds.
+    /// After an operation of another kind was posted, or a write was not
+    /// (`by` [`By::Post`]), or when someone waits or drives: sends what
+    /// the socket holds.
     pub(crate) fn release(&mut self, by: By) {
         if self.on {
             self.on = false;
@@ -299,8 +303,9 @@ pub(crate) fn any() -> bool {
     CORKED.load(Ordering::SeqCst) > 0
 }
 
-/// Uncorks every corked endpoint of the process (what a drive, a flush
-/// and the progress thread call when [`any`] says so).
+/// Uncorks every corked endpoint of the process (what a thread entering
+/// a wait, a drive, a flush and the progress thread call when [`any`]
+/// says so).
 pub(crate) fn uncork_all(by: By) {
     let eps = std::mem::take(&mut *LISTED.lock().unwrap_or_else(|e| e.into_inner()));
     for ep in eps {

@@ -70,7 +70,7 @@ pub(crate) struct TxMeta {
     /// socket for what follows (see [`crate::cork`]).
     corkable: bool,
     /// Payload bytes the operation puts on the wire (a read's or an
-    /// immediate's request frame carries none).
+    /// immediate's request frame carries none, an atomic's its operands).
     wire: u64,
 }
 
@@ -272,10 +272,11 @@ impl EpShared {
             result: None,
             operand: None,
             corkable: false,
-            wire: if matches!(op, DtoOp::RdmaRead | DtoOp::FetchAdd | DtoOp::CmpSwap) {
-                0
-            } else {
-                bytes
+            wire: match op {
+                DtoOp::RdmaRead => 0,
+                DtoOp::FetchAdd => 8,
+                DtoOp::CmpSwap => 16,
+                _ => bytes,
             },
         }
     }

@@ -433,7 +433,8 @@ impl EpShared {
     }
 
     /// The `ofi.cork` note: what corking did on this connection, or
-    /// `off` (another provider, `cork_max=0`, or its socket not found).
+    /// `off` (another provider, `cork_max=0`, no progress threads, its
+    /// socket not found, or the connection closed).
     pub(crate) fn cork_note(&self) -> String {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         tx.cork.as_ref().map_or_else(|| "off".to_string(), |c| c.note())

@@ -195,7 +195,7 @@ fn writes_corked_before_their_sends_land_first_and_leave_with_them() {
     // corked (a round whose post came more than a millisecond after the
     // wait is not), and the send right after sends them.
     assert!(corked >= 1 && by_post >= 1, "A corked {corked}, sent by a post {by_post}");
-    // A's last wait sent whatever was corked: every cork was undone.
+    // Each of A's corks was undone (by the send after it, or a wait).
     assert_eq!(by_post + by_waiter + by_progress, corked, "a cork left on");
     assert_eq!(spilled(&a.ep), 0, "an 8-byte write and its send share a segment");
     assert!(counts(&b.ep).unwrap()[0] >= 1, "B corks too");
@@ -386,9 +386,13 @@ fn on_an_ethernet_mtu_only_writes_that_share_one_segment_with_their_send_are_cor
     assert_eq!(corked(&a.ep), 0, "writes over {max} bytes are never corked here");
     for i in 200..300 {
         round_of(&a, &b, i, 8);
-        round_of(&a, &b, 1000 + i, max);
     }
-    assert!(corked(&a.ep) >= 2, "8-byte and {max}-byte writes are corked");
+    let before = corked(&a.ep);
+    assert!(before >= 1, "8-byte writes are corked");
+    for i in 300..400 {
+        round_of(&a, &b, i, max);
+    }
+    assert!(corked(&a.ep) > before, "{max}-byte writes are corked");
     // A write with immediate is announced by a send of its own: one
     // segment with the write too, never sent ahead of it.
     let before = corked(&a.ep);
