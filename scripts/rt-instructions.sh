@@ -12,7 +12,8 @@
 # instead of spinning (RMR_EVD_SPIN_US=0), so the count is the work a round
 # trip takes, not how long someone spun: repeated runs agree within 1%. The
 # shm row is the same pattern between two shm IAs of one process (rings;
-# no system call on the data path, so it counts all the work). A
+# no system call on the data path, so it counts all the work); the ofi
+# row counts libfabric's own user-space code with rmr's. A
 # count does not swing with the host the way the latency rows do, so it
 # tells what the multirail layer itself adds to a small message. Writes
 # JSON lines to OUT.
@@ -40,7 +41,8 @@ for spec in \
   "multirail:tcp:127.0.0.1;engine=pinned" \
   "multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=pinned" \
   "multirail:tcp:127.0.0.1,tcp:127.0.0.2;engine=inline" \
-  "shm:rtcost"; do
+  "shm:rtcost" \
+  "ofi:tcp:127.0.0.1"; do
   lo=$(count "$spec" "$LO")
   hi=$(count "$spec" "$HI")
   # A count of 0 means the collected function was not found (renamed?).
