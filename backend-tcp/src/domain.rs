@@ -15,36 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// A registered region as the receive path sees it.
-pub(crate) struct LmrInner {
-    pub(crate) key: u64,
-    pub(crate) region: Arc<MemRegion>,
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
-    pub(crate) access: Access,
-    pub(crate) pz_id: u64,
-    pub(crate) registered: AtomicBool,
-}
-
-impl LmrInner {
-    /// The target-side check of a remote access: right, PZ and bounds.
-    /// Returns the offset within the region.
-    pub(crate) fn check_remote(
-        &self,
-        pz_id: u64,
-        need: Access,
-        addr: u64,
-        len: u64,
-    ) -> std::result::Result<u64, rmr_api::Status> {
-        let t = rmr_api::provider::RemoteTarget {
-            registered: self.registered.load(Ordering::Acquire),
-            pz_id: self.pz_id,
-            access: self.access,
-            base: self.region.addr() + self.offset,
-            len: self.len,
-        };
-        Ok(self.offset + t.check(pz_id, need, addr, len)?)
-    }
-}
+pub(crate) use rmr_api::provider::LmrRecord as LmrInner;
 
 /// Key -> region, per IA.
 #[derive(Default)]
@@ -161,15 +132,7 @@ impl TcpLmr {
     /// What a post reads from this LMR, field by field (see
     /// [`rmr_api::provider::check_and_place`]).
     pub(crate) fn facts(&self) -> rmr_api::provider::LmrFacts<'_> {
-        let i = &self.inner;
-        rmr_api::provider::LmrFacts {
-            region: &i.region,
-            offset: i.offset,
-            len: i.len,
-            access: i.access,
-            pz_id: i.pz_id,
-            registered: i.registered.load(Ordering::Acquire),
-        }
+        self.inner.facts()
     }
 }
 

@@ -100,6 +100,67 @@ pub struct LmrFacts<'a> {
     pub registered: bool,
 }
 
+/// A backend's record of one registered region, as its posts and its
+/// target-side checks read it (the tcp and shm backends keep one per LMR,
+/// shared with their key tables).
+#[derive(Debug)]
+pub struct LmrRecord {
+    /// The key peers name the region by.
+    pub key: u64,
+    /// The registered memory.
+    pub region: std::sync::Arc<crate::MemRegion>,
+    /// First registered byte within the region.
+    pub offset: u64,
+    /// Registered length.
+    pub len: u64,
+    /// Access rights.
+    pub access: Access,
+    /// The protection zone's id.
+    pub pz_id: u64,
+    /// Not deregistered (cleared as the LMR goes).
+    pub registered: std::sync::atomic::AtomicBool,
+}
+
+impl LmrRecord {
+    /// What a post reads from the region, field by field (see
+    /// [`check_and_place`]).
+    #[inline]
+    pub fn facts(&self) -> LmrFacts<'_> {
+        LmrFacts {
+            region: &self.region,
+            offset: self.offset,
+            len: self.len,
+            access: self.access,
+            pz_id: self.pz_id,
+            registered: self.registered.load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    /// The target-side check of a remote access of `len` bytes at `addr`
+    /// from protection zone `pz_id` needing `need` (see [`RemoteTarget`]).
+    /// Returns the offset within the region.
+    ///
+    /// # Errors
+    /// The status [`RemoteTarget::check`] gives.
+    #[inline]
+    pub fn check_remote(
+        &self,
+        pz_id: u64,
+        need: Access,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<u64, crate::Status> {
+        let t = RemoteTarget {
+            registered: self.registered.load(std::sync::atomic::Ordering::Acquire),
+            pz_id: self.pz_id,
+            access: self.access,
+            base: self.region.addr() + self.offset,
+            len: self.len,
+        };
+        Ok(self.offset + t.check(pz_id, need, addr, len)?)
+    }
+}
+
 /// Where a local segment's bytes lie: its region, the offset in it, its
 /// length (see [`seg_place`]).
 pub type Places<'a> = smallvec::SmallVec<[(&'a std::sync::Arc<crate::MemRegion>, u64, u64); 4]>;

@@ -48,7 +48,8 @@ pub use crate::conformance_suite;
 pub use crate::memory::{copy_from_mapped, copy_in, copy_out, copy_to_mapped, place};
 pub use crate::registry::{Provider, provider, register, split_spec};
 pub use checks::{
-    LmrFacts, Places, RemoteTarget, check_and_place, check_local_sges, completion_result, seg_place,
+    LmrFacts, LmrRecord, Places, RemoteTarget, check_and_place, check_local_sges,
+    completion_result, seg_place,
 };
 pub use cpus::{SHORT_SLICE_NS, cpus_idle, online_cpus, short_slices, yield_to_helper};
 pub use driver::{Driver, Interest, WaitOn, doorbell_deferred, with_deferred_doorbell};
