@@ -39,6 +39,14 @@ pub struct OfiConfig {
     /// segment (`cork_max`, `RMR_OFI_CORK_MAX`, default 16 KiB; 0: never;
     /// nothing is corked without the CQs' progress threads).
     pub cork_max: u64,
+    /// Completion queues wait on a poll set (`FI_WAIT_POLLFD`) rather than
+    /// an epoll fd, where the provider has one: each `fi_cq_read`'s
+    /// progress pass is then a `poll(2)`, which costs less than
+    /// `epoll_wait` (`poll_set`, `RMR_OFI_POLL_SET`; `None`, the default,
+    /// on tcp). A poll of every connection's socket per pass grows with
+    /// the connections a CQ carries (the provider's pass walks them all
+    /// either way).
+    pub poll_set: Option<bool>,
 }
 
 impl Default for OfiConfig {
@@ -54,13 +62,14 @@ impl Default for OfiConfig {
             cq_size: 16384,
             progress_thread: None,
             cork_max: 16 << 10,
+            poll_set: None,
         }
     }
 }
 
 /// The knobs [`OfiConfig::from_given`] reads, in the order of
 /// [`OfiConfig::settings`].
-pub const KNOBS: [Knob; 8] = [
+pub const KNOBS: [Knob; 9] = [
     Knob { option: "tx_size", var: "RMR_OFI_TX_SIZE", doc: "transmit queue depth (0: provider's)" },
     Knob { option: "rx_size", var: "RMR_OFI_RX_SIZE", doc: "receive queue depth (0: provider's)" },
     Knob {
@@ -89,6 +98,11 @@ pub const KNOBS: [Knob; 8] = [
         var: "RMR_OFI_CORK_MAX",
         doc: "tcp provider: writes up to this size leave with what follows (bytes; 0: off)",
     },
+    Knob {
+        option: "poll_set",
+        var: "RMR_OFI_POLL_SET",
+        doc: "CQs wait on a poll set, not an epoll fd (0/1; unset: on tcp)",
+    },
 ];
 
 /// The deepest queue asked for.
@@ -108,6 +122,7 @@ rmr_api::config_builder!(
         cq_size: usize,
         progress_thread: Option<bool>,
         cork_max: u64,
+        poll_set: Option<bool>,
     }
 );
 
@@ -154,6 +169,9 @@ impl OfiConfig {
         if let Some(v) = g.get(&KNOBS[7], size)? {
             c.cork_max = v;
         }
+        if let Some(v) = g.get(&KNOBS[8], switch)? {
+            c.poll_set = Some(v);
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -189,6 +207,7 @@ impl OfiConfig {
             c.cq_size.to_string(),
             auto(c.progress_thread.map(|p| u8::from(p).to_string()), "auto"),
             c.cork_max.to_string(),
+            auto(c.poll_set.map(|p| u8::from(p).to_string()), "auto"),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

@@ -79,21 +79,32 @@ impl Cq {
 
 #[cfg(test)]
 mod tests {
-    use crate::ffi::Cq;
+    use crate::ffi::{Cq, CqWait};
     use crate::ia::OfiIa;
 
     #[test]
-    fn only_an_fd_wait_cq_reports_a_wait_fd_and_an_empty_read_reads_nothing() {
+    fn each_wait_object_reports_only_its_own_and_an_empty_read_reads_nothing() {
         // The real tcp provider on loopback.
         let ia = OfiIa::open("tcp:127.0.0.1").expect("libfabric's tcp provider");
         let dom = &ia.sh.default_domain;
-        let polled = Cq::open(dom, 64, false).expect("a CQ without a wait object");
+        let polled = Cq::open(dom, 64, CqWait::None).expect("a CQ without a wait object");
         // FI_GETWAIT on it would write a provider-specific struct, not an int:
         // the handle must not ask.
         assert_eq!(polled.wait_fd(), None);
-        let waited = Cq::open(dom, 64, true).expect("an FI_WAIT_FD CQ");
+        let waited = Cq::open(dom, 64, CqWait::Fd).expect("an FI_WAIT_FD CQ");
         assert!(waited.wait_fd().is_some_and(|fd| fd >= 0), "tcp's CQ has a wait fd");
+        // A poll set is asked of a poll-set CQ only: FI_GETWAIT writes a
+        // struct fi_wait_pollfd there, and the set holds at least its own
+        // signal (entry 0) once a progress pass (a read) has run.
+        let set = Cq::open(dom, 64, CqWait::PollSet).expect("an FI_WAIT_POLLFD CQ");
+        assert_eq!(set.wait_fd(), None);
+        let mut buf = Vec::new();
+        assert_eq!(waited.poll_set(&mut buf), None);
         let mut out = Vec::new();
+        assert_eq!(set.read(&mut out).expect("read"), 0);
+        assert!(set.poll_set(&mut buf).is_some(), "tcp's poll-set CQ gives its set");
+        assert!(buf.len() >= 2, "the set's signal and the CQ's: {}", buf.len());
+        assert!(buf.iter().all(|p| p.fd >= 0));
         assert_eq!(polled.read(&mut out).expect("read"), 0);
         assert_eq!(waited.read(&mut out).expect("read"), 0);
         assert!(out.is_empty());

@@ -408,6 +408,10 @@ impl EpShared {
             }
         }
         self.find_cork();
+        // The connection's socket joins the CQs' poll sets at their next
+        // progress pass: sleepers there look again (see `crate::waitset`).
+        self.req.wake_sleepers();
+        self.rcv.wake_sleepers();
         self.set_state(EpState::Connected);
         self.conn_evd.push(Event::Established { ep: self.id, private_data: pd.clone() });
         self.finish_setup(Ok(pd));
@@ -608,6 +612,7 @@ impl Ep for OfiEp {
                 ("ofi.prov_key".into(), f.prov_key.to_string()),
                 ("ofi.msg_order".into(), format!("{:#x}", f.msg_order)),
                 ("ofi.cork".into(), self.sh.cork_note()),
+                ("ofi.cq_wait".into(), self.sh.rcv.sleep_note(&self.sh.pz.domain).into()),
             ],
         }
     }

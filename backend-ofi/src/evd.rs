@@ -8,9 +8,12 @@
 //! non-blocking `fi_cq_read` on its own thread, translates the entries and
 //! queues them, so a completion reaches the waiter with no hand-off between
 //! threads. When nothing is there it sleeps in `poll(2)` on the CQs' wait
-//! fds (`FI_WAIT_FD`) after `fi_trywait` said it may (libfabric's rule: no
-//! completion is missed between the last read and the sleep), beside the
-//! queue's own eventfd (pushes from other threads wake it).
+//! objects after `fi_trywait` said it may (libfabric's rule: no completion
+//! is missed between the last read and the sleep), beside the queue's own
+//! eventfd (pushes from other threads wake it). A CQ's wait object is a
+//! poll set (`FI_WAIT_POLLFD`, slept on through a mirror of it, see
+//! [`crate::waitset`]) where the IA asks for one (the default on `tcp`),
+//! else an fd (`FI_WAIT_FD`).
 //!
 //! One thread reads a CQ at a time (`reader`, only ever *tried*, never held
 //! across a blocking call), so events keep the CQ's order.
@@ -30,8 +33,9 @@
 //! used like any other.
 
 use crate::cq::Cqe;
-use crate::ffi::{Cq, Domain, EventFd, Fabric};
+use crate::ffi::{Cq, CqWait, Domain, EventFd, Fabric};
 use crate::ia::IaShared;
+use crate::waitset::PollSet;
 use rmr_api::provider::clock::now_ns;
 use rmr_api::provider::{Driver, Interest, SoftEvd, WaitOn};
 use rmr_api::{Evd, Event, Result};
@@ -97,6 +101,26 @@ pub mod hooks {
         std::sync::OnceLock::new();
 }
 
+/// What a thread waiting on a CQ sleeps on.
+enum Sleep {
+    /// The CQ's wait fd (`FI_WAIT_FD`).
+    Fd(RawFd),
+    /// A mirror of the CQ's poll set (`FI_WAIT_POLLFD`, see [`crate::waitset`]).
+    Set(PollSet),
+    /// Nothing (no wait object, or `fi_trywait` unsupported): naps of [`NAP`].
+    Nap,
+}
+
+/// Where a thread that found a CQ idle goes next.
+enum Slumber<'a> {
+    /// Sleep on this descriptor (`fi_trywait` allowed it).
+    On(BorrowedFd<'a>),
+    /// Entries or progress are pending: read the CQ again at once.
+    Busy,
+    /// Nap for [`NAP`] (nothing to sleep on).
+    Nap,
+}
+
 /// Runs [`hooks::AFTER_TRYWAIT`], if a test set one; always true.
 fn after_trywait() -> bool {
     if let Some(h) = hooks::AFTER_TRYWAIT.get() {
@@ -109,8 +133,8 @@ fn after_trywait() -> bool {
 pub(crate) struct CqDriver {
     cq: Arc<Cq>,
     fabric: Arc<Fabric>,
-    /// The CQ's wait fd, when it has one and `fi_trywait` works on it.
-    fd: Option<RawFd>,
+    /// What a thread sleeps on when the CQ is idle.
+    sleep: Sleep,
     /// Entries read and not yet translated, and the endpoints the CQ's
     /// tokens name; held only while reading (or attaching an endpoint).
     reader: Mutex<Reader>,
@@ -269,27 +293,30 @@ impl CqDriver {
             if self.read_if_free() == Some(true) {
                 continue;
             }
-            match self.fd {
-                Some(fd) => {
-                    if self.fabric.trywait(&self.cq) != 0 {
-                        // Progress is pending inside the provider: read again.
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    self.bg_polling.store(true, Ordering::SeqCst);
+            // Announced before the look at the CQ (`fi_trywait`, and the
+            // poll set mirrored after it): a connection that joins the set
+            // later kicks this thread (`EvdShared::wake_sleepers`).
+            self.bg_polling.store(true, Ordering::SeqCst);
+            match self.slumber() {
+                Slumber::Busy => {
+                    // Progress is pending inside the provider: read again.
+                    self.bg_polling.store(false, Ordering::SeqCst);
+                    std::thread::yield_now();
+                }
+                Slumber::On(cq_fd) => {
                     // A write corked before this thread announced its
                     // sleep goes now (one corked after it kicks it awake).
                     if crate::cork::any() {
                         crate::cork::uncork_all(crate::cork::By::Progress);
                     }
                     if self.active.load(Ordering::SeqCst) == 0 {
-                        let cq_fd = crate::ffi::borrow_owned_by(fd, self);
                         poll_in(&[cq_fd, self.kick.borrow()], SLICE);
                     }
                     self.bg_polling.store(false, Ordering::SeqCst);
                     self.kick.reset();
                 }
-                None => {
+                Slumber::Nap => {
+                    self.bg_polling.store(false, Ordering::SeqCst);
                     if crate::cork::any() {
                         crate::cork::uncork_all(crate::cork::By::Progress);
                     }
@@ -297,6 +324,31 @@ impl CqDriver {
                     self.kick.reset();
                 }
             }
+        }
+    }
+
+    /// After a read found the CQ idle: where to go next. Asks `fi_trywait`
+    /// and, on a poll set, brings its mirror up to date.
+    fn slumber(&self) -> Slumber<'_> {
+        if matches!(self.sleep, Sleep::Nap) {
+            return Slumber::Nap;
+        }
+        if self.fabric.trywait(&self.cq) != 0 || !after_trywait() {
+            return Slumber::Busy;
+        }
+        match &self.sleep {
+            Sleep::Fd(fd) => Slumber::On(crate::ffi::borrow_owned_by(*fd, self)),
+            Sleep::Set(set) if set.sync(&self.cq) => Slumber::On(set.fd()),
+            _ => Slumber::Nap,
+        }
+    }
+
+    /// A connection joined the CQ (its socket enters a poll set at the next
+    /// progress pass): the progress thread, if it sleeps on the CQ, looks
+    /// again (see [`crate::waitset`]).
+    fn set_changed(&self) {
+        if matches!(self.sleep, Sleep::Set(_)) {
+            self.kick_if_sleeping();
         }
     }
 
@@ -348,18 +400,14 @@ impl Driver for CqDriver {
     }
 
     fn wait_on(&self) -> WaitOn<'_> {
-        match self.fd {
+        match self.slumber() {
             // Nothing left in the CQ and no progress pending: sleep on its fd.
-            Some(fd) if self.fabric.trywait(&self.cq) == 0 && after_trywait() => WaitOn {
-                fd: Some((
-                    crate::ffi::borrow_owned_by(fd, self),
-                    Interest { read: true, write: false },
-                )),
-                deadline: None,
-            },
+            Slumber::On(fd) => {
+                WaitOn { fd: Some((fd, Interest { read: true, write: false })), deadline: None }
+            }
             // Entries or progress pending: drive again at once.
-            Some(_) => WaitOn { fd: None, deadline: Some(Instant::now()) },
-            None => WaitOn { fd: None, deadline: Some(Instant::now() + NAP) },
+            Slumber::Busy => WaitOn { fd: None, deadline: Some(Instant::now()) },
+            Slumber::Nap => WaitOn { fd: None, deadline: Some(Instant::now() + NAP) },
         }
     }
 
@@ -405,6 +453,8 @@ pub(crate) struct EvdShared {
     cq_size: usize,
     /// CQs need a progress thread (manual progress).
     pump: bool,
+    /// CQs wait on a poll set (`FI_WAIT_POLLFD`) where the provider has one.
+    poll_set: bool,
     /// An application asked for the wait fd: every push rings `efd`, and
     /// every CQ has a progress thread (nobody drives while it polls).
     observed: AtomicBool,
@@ -419,6 +469,7 @@ impl EvdShared {
             cqs: RwLock::new(Vec::new()),
             cq_size: ia.feat.cq_size,
             pump: ia.feat.pump,
+            poll_set: ia.feat.poll_set,
             observed: AtomicBool::new(false),
             efd: EventFd::new()?,
         });
@@ -433,18 +484,11 @@ impl EvdShared {
     /// Opens a CQ in `domain` (with an fd wait object where the provider has
     /// one) and makes it one of the EVD's drivers.
     fn add_cq(self: &Arc<Self>, domain: &Arc<Domain>) -> Result<Arc<CqDriver>> {
-        let (cq, fd) = match Cq::open(domain, self.cq_size, true) {
-            Ok(cq) => {
-                let fd = cq.wait_fd();
-                let ok = fd.is_some() && self.fabric.trywait(&cq) != -(ofi_sys::FI_ENOSYS as i32);
-                (cq, if ok { fd } else { None })
-            }
-            Err(_) => (Cq::open(domain, self.cq_size, false)?, None),
-        };
+        let (cq, sleep) = self.open_cq(domain)?;
         let d = Arc::new(CqDriver {
             cq,
             fabric: self.fabric.clone(),
-            fd,
+            sleep,
             reader: Mutex::new(Reader { buf: Vec::with_capacity(64), eps: Vec::new() }),
             evd: Arc::downgrade(self),
             active: AtomicUsize::new(0),
@@ -462,6 +506,52 @@ impl EvdShared {
             d.start_pump();
         }
         Ok(d)
+    }
+
+    /// Opens a CQ in `domain` with what its waiters will sleep on: a poll
+    /// set where the IA asks for one and the provider has it, else the
+    /// provider's wait fd, else nothing (naps).
+    fn open_cq(&self, domain: &Arc<Domain>) -> Result<(Arc<Cq>, Sleep)> {
+        let usable = |cq: &Cq| self.fabric.trywait(cq) != -(ofi_sys::FI_ENOSYS as i32);
+        if self.poll_set {
+            if let Ok(cq) = Cq::open(domain, self.cq_size, CqWait::PollSet) {
+                if let Ok(set) = PollSet::new() {
+                    if usable(&cq) && set.sync(&cq) {
+                        return Ok((cq, Sleep::Set(set)));
+                    }
+                }
+            }
+        }
+        Ok(match Cq::open(domain, self.cq_size, CqWait::Fd) {
+            Ok(cq) => {
+                let fd = cq.wait_fd().filter(|_| usable(&cq));
+                (cq, fd.map_or(Sleep::Nap, Sleep::Fd))
+            }
+            Err(_) => (Cq::open(domain, self.cq_size, CqWait::None)?, Sleep::Nap),
+        })
+    }
+
+    /// A connection of this EVD's endpoints is up: its socket joins the
+    /// CQs' poll sets at their next progress pass, so whoever sleeps on
+    /// them looks again (see [`crate::waitset`]).
+    pub(crate) fn wake_sleepers(&self) {
+        for d in self.drivers() {
+            d.set_changed();
+        }
+        self.q.wake();
+    }
+
+    /// What a waiter sleeps on at this EVD's CQ in `domain` (the
+    /// `ofi.cq_wait` note): `poll set`, `fd` or `naps`; `none` before the
+    /// CQ exists.
+    pub(crate) fn sleep_note(&self, domain: &Arc<Domain>) -> &'static str {
+        let d = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain));
+        match d.as_deref().map(|d| &d.sleep) {
+            Some(Sleep::Set(_)) => "poll set",
+            Some(Sleep::Fd(_)) => "fd",
+            Some(Sleep::Nap) => "naps",
+            None => "none",
+        }
     }
 
     /// Starts the CQs' progress threads, where the provider needs them.
@@ -545,12 +635,15 @@ impl EvdShared {
         if moved || block.is_zero() {
             return moved;
         }
-        let fds: Vec<RawFd> =
-            drivers.iter().filter_map(|d| d.fd.filter(|_| d.fabric.trywait(&d.cq) == 0)).collect();
+        let fds: Vec<BorrowedFd<'_>> = drivers
+            .iter()
+            .map_while(|d| match d.slumber() {
+                Slumber::On(fd) => Some(fd),
+                _ => None,
+            })
+            .collect();
         if fds.len() == drivers.len() {
-            let b: Vec<BorrowedFd<'_>> =
-                fds.iter().map(|&fd| crate::ffi::borrow_owned_by(fd, self)).collect();
-            poll_in(&b, block);
+            poll_in(&fds, block);
         } else {
             std::thread::sleep(block.min(NAP));
         }

@@ -285,7 +285,7 @@ handle!(
 );
 handle!(
     /// A completion queue (`fi_cq_open`).
-    Cq, sys::fid_cq, "cq" { domain: Arc<Domain>, fd_wait: bool }
+    Cq, sys::fid_cq, "cq" { domain: Arc<Domain>, wait: CqWait }
 );
 handle!(
     /// A passive endpoint (`fi_passive_ep`).
@@ -476,13 +476,16 @@ impl Cq {
         &self.domain
     }
 
-    /// Opens a CQ whose wait object is an fd (`wait_fd`) or none at all
-    /// (read by polling only).
-    pub(crate) fn open(domain: &Arc<Domain>, size: usize, wait_fd: bool) -> Result<Arc<Cq>> {
+    /// Opens a CQ with the wait object `wait`.
+    pub(crate) fn open(domain: &Arc<Domain>, size: usize, wait: CqWait) -> Result<Arc<Cq>> {
         let mut attr = sys::fi_cq_attr {
             size,
             format: sys::FI_CQ_FORMAT_DATA,
-            wait_obj: if wait_fd { sys::FI_WAIT_FD } else { sys::FI_WAIT_NONE },
+            wait_obj: match wait {
+                CqWait::None => sys::FI_WAIT_NONE,
+                CqWait::Fd => sys::FI_WAIT_FD,
+                CqWait::PollSet => sys::FI_WAIT_POLLFD,
+            },
             wait_cond: sys::FI_CQ_COND_NONE,
             ..Default::default()
         };
@@ -493,13 +496,13 @@ impl Cq {
         Ok(Arc::new(Cq {
             ptr: NonNull::new(cq).expect("fi_cq_open set the cq"),
             domain: domain.clone(),
-            fd_wait: wait_fd,
+            wait,
         }))
     }
 
     /// The wait fd (FI_GETWAIT), when the CQ has one.
     pub(crate) fn wait_fd(&self) -> Option<i32> {
-        if !self.fd_wait {
+        if self.wait != CqWait::Fd {
             // FI_GETWAIT writes a wait-object-specific struct (a pollfd set
             // for FI_WAIT_POLLFD): only an FI_WAIT_FD CQ's is one int.
             return None;
@@ -507,6 +510,47 @@ impl Cq {
         // SAFETY: this CQ was opened with FI_WAIT_FD.
         unsafe { fd_wait_of(self.fid()) }
     }
+
+    /// An `FI_WAIT_POLLFD` CQ's poll set (`FI_GETWAIT`) copied into `buf`
+    /// (which grows to fit): its change index, or `None` for another wait
+    /// object or when libfabric refuses.
+    pub(crate) fn poll_set(&self, buf: &mut Vec<sys::pollfd>) -> Option<u64> {
+        if self.wait != CqWait::PollSet {
+            return None;
+        }
+        for _ in 0..4 {
+            let room = buf.capacity();
+            let mut p = sys::fi_wait_pollfd { change_index: 0, nfds: room, fd: buf.as_mut_ptr() };
+            // SAFETY: on an FI_WAIT_POLLFD CQ FI_GETWAIT reads and writes a
+            // fi_wait_pollfd and copies the set into `fd` only when `nfds`
+            // (the room there, buf's capacity) holds it all.
+            let ret = unsafe {
+                sys::rfi_control(self.fid(), sys::FI_GETWAIT as i32, (&raw mut p).cast())
+            };
+            if ret == 0 && p.nfds <= room {
+                // SAFETY: libfabric wrote `p.nfds` entries, within the capacity.
+                unsafe { buf.set_len(p.nfds) };
+                return Some(p.change_index);
+            }
+            if ret != -(sys::FI_ETOOSMALL as i32) {
+                return None;
+            }
+            buf.clear();
+            buf.reserve(p.nfds + 8);
+        }
+        None
+    }
+}
+
+/// What a CQ's waiters sleep on (its `wait_obj`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CqWait {
+    /// Nothing: read by polling only (`FI_WAIT_NONE`).
+    None,
+    /// One fd (`FI_WAIT_FD`; an epoll set on Linux).
+    Fd,
+    /// A set of fds (`FI_WAIT_POLLFD`; see [`crate::waitset`]).
+    PollSet,
 }
 
 /// The wait fd of an EQ or CQ (`FI_GETWAIT`), when libfabric gives one.

@@ -57,6 +57,8 @@ pub(crate) struct Features {
     pub(crate) cq_size: usize,
     /// Whether each CQ gets a progress thread (manual progress; see [`crate::evd`]).
     pub(crate) pump: bool,
+    /// CQs wait on a poll set (`FI_WAIT_POLLFD`; see [`crate::waitset`]).
+    pub(crate) poll_set: bool,
     /// Writes up to this size are corked with what follows (see
     /// [`crate::cork`]; 0 on providers other than `tcp` and without
     /// progress threads).
@@ -289,6 +291,7 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         bounce_max: cfg.bounce_max,
         cq_size: cfg.cq_size,
         pump,
+        poll_set: cfg.poll_set.unwrap_or(prov == "tcp"),
         // Only where progress threads send what a lone write left corked.
         cork_max: if prov == "tcp" && pump { cfg.cork_max } else { 0 },
         prov,

@@ -62,7 +62,8 @@
 //! Every object is `Send + Sync`; domains are opened `FI_THREAD_SAFE`. Posts
 //! on one EP are serialised (their order is the wire order). A thread waiting
 //! on an EVD reads its CQs itself (one reader at a time, so events keep the
-//! CQ's order) and sleeps on their wait fds after `fi_trywait`; see
+//! CQ's order) and sleeps on their wait objects (a poll set on `tcp`,
+//! else an fd) after `fi_trywait`; see
 //! [`OfiEvd`]. Each IA runs one thread
 //! waiting on its event queue that handles connection events; the provider
 //! may run progress threads of its own (`FI_PROGRESS_AUTO`).
@@ -111,6 +112,7 @@ mod msg;
 mod psp;
 mod pz;
 mod sockaddr;
+mod waitset;
 
 pub use config::{KNOBS, OfiConfig, OfiConfigBuilder};
 pub use ep::OfiEp;

@@ -1,0 +1,102 @@
+//! CQs on a poll set (`FI_WAIT_POLLFD`, the `tcp` provider's default): a
+//! thread that sleeps on the mirror of the set must wake for a connection
+//! whose socket joined the set after it fell asleep. The server endpoint's
+//! completions all go to one EVD (one CQ: no other CQ's progress pass
+//! reads its socket) and its connection events to another, so nothing but
+//! the data (and the backend's wake-up when the connection came up) can
+//! wake the thread that waits on it, asleep before the client connects.
+
+use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_waiter_asleep_before_a_connection_gets_its_first_message() {
+    backend_ofi::register();
+    for prov in ["tcp", "sockets"] {
+        joined_while_asleep(prov);
+    }
+}
+
+fn joined_while_asleep(prov: &str) {
+    let spec = format!("ofi:{prov}:127.0.0.1");
+    let (server, client) = (rmr_api::open(&spec).unwrap(), rmr_api::open(&spec).unwrap());
+    let (spz, cpz) = (server.create_pz().unwrap(), client.create_pz().unwrap());
+    let (pevd, rx, conn) =
+        (server.create_evd().unwrap(), server.create_evd().unwrap(), server.create_evd().unwrap());
+    // One CQ carries the endpoint: no other CQ's progress pass reads its socket.
+    let evds = EpEvds { request: rx.clone(), recv: rx.clone(), conn: conn.clone() };
+    let b = server.create_ep(&spz, &evds).unwrap();
+    let cevd = client.create_evd().unwrap();
+    let a = client.create_ep(&cpz, &EpEvds::single(&cevd)).unwrap();
+    let psp = server.create_psp(0, &pevd).unwrap();
+    let dst = MemRegion::new(64);
+    let dl = spz.register_all(&dst, Access::LOCAL_WRITE).unwrap();
+    b.post_recv(&[Sge::whole(&*dl)], Cookie(7), DtoFlags::empty()).unwrap();
+    let src = MemRegion::from_bytes(b"first words");
+    let sl = cpz.register_all(&src, Access::empty()).unwrap();
+    let (addr, svc) = (psp.address(), psp.service());
+
+    std::thread::scope(|s| {
+        // The waiter: asleep on the receive EVD long before the connection.
+        let waiter = s.spawn(|| {
+            let started = Instant::now();
+            let ev = rx.wait(Some(Duration::from_secs(20)), 1);
+            (ev, started.elapsed(), cpu_time())
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
+        match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
+            Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
+            e => panic!("{prov}: {e:?}"),
+        }
+        h.join().unwrap();
+        assert!(matches!(
+            conn.wait(Some(Duration::from_secs(10)), 1),
+            Ok(Event::Established { .. })
+        ));
+        if prov == "tcp" {
+            assert_eq!(
+                b.attr().note("ofi.cq_wait"),
+                Some("poll set"),
+                "tcp's CQs wait on a poll set"
+            );
+        }
+        let sent_at = Instant::now();
+        a.post_send(&[Sge::whole(&*sl)], Cookie(1), DtoFlags::empty()).unwrap();
+        let (ev, waited, cpu) = waiter.join().unwrap();
+        // Asleep, not spinning: the poll set's own signal (raised by every
+        // change to the set, cleared only by a wait inside libfabric) is
+        // not slept on, and the waiter's spin is microseconds long.
+        assert!(
+            cpu < waited / 4,
+            "{prov}: the waiter used {cpu:?} of CPU in a wait of {waited:?}: it did not sleep"
+        );
+        match ev {
+            Ok(Event::Dto(c)) => {
+                assert_eq!(c.cookie, Cookie(7));
+                c.result().unwrap();
+                assert_eq!(c.bytes, 11);
+            }
+            other => panic!(
+                "{prov}: the first message of a connection made while the waiter slept \
+                 never woke it ({other:?} after {waited:?}, {:?} after the send)",
+                sent_at.elapsed()
+            ),
+        }
+        // Its wait ends at the latest with a last look at the deadline
+        // (20 s): a waiter that slept through the message gets it only then.
+        assert!(
+            sent_at.elapsed() < Duration::from_secs(5),
+            "{prov}: the message woke the waiter only at its deadline ({waited:?})"
+        );
+        let mut got = [0u8; 11];
+        dst.read(0, &mut got).unwrap();
+        assert_eq!(&got, b"first words");
+    });
+}
+
+/// CPU time the calling thread has used.
+fn cpu_time() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(t.tv_sec as u64, t.tv_nsec as u32)
+}
