@@ -5,14 +5,17 @@
 # ofi:tcp half round trip (send only, 8 B and 4 KiB write+notify; 5000
 # round trips; means) and RDMA-write bandwidth (64 KiB, 1 MiB), which build
 # goes first alternating: on loopback, then on one shaped 1 Gbit/s lab
-# rail, where each round also runs the tcp backend (new build) and
+# rail; on both each round also runs the tcp backend (new build) and
 # `fi_pingpong -p tcp -e msg` at 8, 128 and 4096 bytes, the floors of
-# [ofi-fast]. Servers on CPU 1, clients on CPU 0. Prints one line per
+# [ofi-fast]. With OLD_ENV="VAR=VALUE ..." the "old" side is this build
+# run with those variables on both ends (a setting's A/B; REV unused).
+# Servers on CPU 1, clients on CPU 0. Prints one line per
 # figure (round, who, test, size, value) and then the medians, the
 # medians of the rounds' new/old ratios, and new against fi_pingpong and
 # the tcp backend. Cleans up its servers and namespaces (the old build's
 # worktree stays, for the next run).
 #   scripts/bench-ofi-ab.sh [REV] [ROUNDS]
+#   OLD_ENV=RMR_OFI_POLL_SET=0 scripts/bench-ofi-ab.sh - [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REV=${1:-HEAD~1}; ROUNDS=${2:-7}; P=rmroa
@@ -22,6 +25,7 @@ command -v fi_pingpong >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=nonin
 cleanup() {
   pkill -f "rmr-bench server --backend ofi:tcp --rails 127.0.0.1 --port 76[05]0" 2>/dev/null || true
   pkill -f "rmr-bench server .*--rails 198.18.0.2 --port 7[67][05]0" 2>/dev/null || true
+  pkill -f "rmr-bench server --rails 127.0.0.1 --port 7700" 2>/dev/null || true
   pkill -f "fi_pingpong -p tcp -e msg -I 3000" 2>/dev/null || true
   scripts/lab.sh down $P >/dev/null 2>&1 || true
   rm -f "$OUT"
@@ -29,15 +33,23 @@ cleanup() {
 trap cleanup EXIT
 cargo build --release -q -p rmr-bench
 NEW_B=$PWD/target/release/rmr-bench
-if [ ! -d "$OLD" ]; then git worktree add -f --detach "$OLD" "$REV" >/dev/null; else git -C "$OLD" checkout -q --detach "$REV"; fi
-(cd "$OLD" && CARGO_TARGET_DIR=$OLD/target cargo build --release -q -p rmr-bench)
-OLD_B=$OLD/target/release/rmr-bench
+if [ -n "${OLD_ENV:-}" ]; then
+  OLD_B=$NEW_B
+else
+  if [ ! -d "$OLD" ]; then git worktree add -f --detach "$OLD" "$REV" >/dev/null; else git -C "$OLD" checkout -q --detach "$REV"; fi
+  (cd "$OLD" && CARGO_TARGET_DIR=$OLD/target cargo build --release -q -p rmr-bench)
+  OLD_B=$OLD/target/release/rmr-bench
+fi
+# The variables each side runs with (`env` alone: none).
+read -r -a OLD_RUN <<< "env ${OLD_ENV:-}"
+NEW_RUN=(env)
 
 # client BIN NS-PREFIX ADDR PORT TEST SIZES TAG [ARGS...]: one line per size.
 client() {
   local b=$1 ns=$2 addr=$3 port=$4 test=$5 sizes=$6 tag=$7; shift 7
   local it=(); [ "$test" = lat ] && it=(--iters 5000)
-  taskset -c 0 $ns "$b" client --json --backend ofi:tcp --rails "$addr" --port "$port" \
+  local run=("${NEW_RUN[@]}"); [ "$port" = 7600 ] && run=("${OLD_RUN[@]}")
+  taskset -c 0 $ns "${run[@]}" "$b" client --json --backend ofi:tcp --rails "$addr" --port "$port" \
     --test "$test" --sizes "$sizes" "${it[@]}" "$@" 2>/dev/null | grep -v '"meta"' |
     python3 -c "
 import json, sys
@@ -45,44 +57,46 @@ for l in sys.stdin:
     d = json.loads(l)
     print('$tag', '$test', d['size'], d.get('lat_mean_us', d.get('mbps')))"
 }
-fipp() { # size tag
-  taskset -c 1 ip netns exec $P-b fi_pingpong -p tcp -e msg -I 3000 -S "$1" -B 9248 >/dev/null 2>&1 &
+fipp() { # size tag ns-a ns-b addr
+  taskset -c 1 $4 fi_pingpong -p tcp -e msg -I 3000 -S "$1" -B 9248 >/dev/null 2>&1 &
   sleep 0.4
-  taskset -c 0 ip netns exec $P-a fi_pingpong -p tcp -e msg -I 3000 -S "$1" -P 9248 198.18.0.2 2>/dev/null |
+  taskset -c 0 $3 fi_pingpong -p tcp -e msg -I 3000 -S "$1" -P 9248 "$5" 2>/dev/null |
     awk -v s="$1" -v t="$2" '/usec\/xfer/ { h = 1; next } h && NF >= 7 { h = 0; print t, "fipp", "lat", s, $7 }'
   wait "$!" 2>/dev/null || true
 }
-rounds() { # link ns-prefix addr
-  local link=$1 ns=$2 addr=$3 r b port who
+rounds() { # link ns-prefix addr ns-prefix-of-the-server
+  local link=$1 ns=$2 addr=$3 nsb=$4 r b port who
   for r in $(seq "$ROUNDS"); do
     for w in 0 1; do
       if [ $(((r + w) % 2)) = 1 ]; then b=$OLD_B; port=7600; who=old; else b=$NEW_B; port=7650; who=new; fi
       client "$b" "$ns" "$addr" $port lat 0,8,4K "$link $r $who"
       client "$b" "$ns" "$addr" $port bw 64K,1M "$link $r $who"
     done
-    if [ "$link" = lab ]; then
+    if true; then
       taskset -c 0 $ns "$NEW_B" client --json --rails "$addr" --port 7700 --test lat --sizes 0,8,4K \
         --iters 5000 2>/dev/null | grep -v '"meta"' | python3 -c "
 import json, sys
 for l in sys.stdin:
     d = json.loads(l)
-    print('lab $r tcp lat', d['size'], d['lat_mean_us'])"
-      for s in 8 128 4096; do fipp $s "lab $r"; done
+    print('$link $r tcp lat', d['size'], d['lat_mean_us'])"
+      for s in 8 128 4096; do fipp $s "$link $r" "$ns" "$nsb" "$addr"; done
     fi
   done
 }
 {
-  taskset -c 1 "$OLD_B" server --backend ofi:tcp --rails 127.0.0.1 --port 7600 --idle 900 >/dev/null 2>&1 &
+  taskset -c 1 "${OLD_RUN[@]}" "$OLD_B" server --backend ofi:tcp --rails 127.0.0.1 --port 7600 --idle 900 >/dev/null 2>&1 &
   taskset -c 1 "$NEW_B" server --backend ofi:tcp --rails 127.0.0.1 --port 7650 --idle 900 >/dev/null 2>&1 &
+  taskset -c 1 "$NEW_B" server --rails 127.0.0.1 --port 7700 --idle 900 >/dev/null 2>&1 &
   sleep 1
-  rounds loopback "" 127.0.0.1
+  rounds loopback "" 127.0.0.1 ""
   pkill -f "rmr-bench server --backend ofi:tcp --rails 127.0.0.1 --port 76[05]0" 2>/dev/null || true
+  pkill -f "rmr-bench server --rails 127.0.0.1 --port 7700" 2>/dev/null || true
   scripts/lab.sh pair $P 1gbit >/dev/null
-  taskset -c 1 ip netns exec $P-b "$OLD_B" server --backend ofi:tcp --rails 198.18.0.2 --port 7600 --idle 900 >/dev/null 2>&1 &
+  taskset -c 1 ip netns exec $P-b "${OLD_RUN[@]}" "$OLD_B" server --backend ofi:tcp --rails 198.18.0.2 --port 7600 --idle 900 >/dev/null 2>&1 &
   taskset -c 1 ip netns exec $P-b "$NEW_B" server --backend ofi:tcp --rails 198.18.0.2 --port 7650 --idle 900 >/dev/null 2>&1 &
   taskset -c 1 ip netns exec $P-b "$NEW_B" server --rails 198.18.0.2 --port 7700 --idle 900 >/dev/null 2>&1 &
   sleep 1
-  rounds lab "ip netns exec $P-a" 198.18.0.2
+  rounds lab "ip netns exec $P-a" 198.18.0.2 "ip netns exec $P-b"
 } | tee "$OUT"
 python3 - "$OUT" <<'PY'
 import collections, statistics as st, sys
@@ -100,9 +114,11 @@ def ratio(a, b):
 for link, test, size in sorted({k[:3] for k in d if k[3] in ("old", "new")}):
     o, n = (link, test, size, "old"), (link, test, size, "new")
     print(f"{link} {test} {size}: old {med(o):.2f} new {med(n):.2f} new/old {ratio(n, o)}")
-for size, fs in ((8, 8), (4096, 4096), (0, 128)):
-    n = ("lab", "lat", size, "new")
-    if n in d:
-        print(f"lab lat {size}: new/fi_pingpong({fs}) {ratio(n, ('lab', 'lat', fs, 'fipp'))}; "
-              f"new/tcp backend {ratio(n, ('lab', 'lat', size, 'tcp'))}")
+for link in ("loopback", "lab"):
+    for size, fs in ((8, 8), (4096, 4096), (0, 128)):
+        for who in ("old", "new"):
+            n = (link, "lat", size, who)
+            if n in d:
+                print(f"{link} lat {size}: {who}/fi_pingpong({fs}) {ratio(n, (link, 'lat', fs, 'fipp'))}; "
+                      f"{who}/tcp backend {ratio(n, (link, 'lat', size, 'tcp'))}")
 PY

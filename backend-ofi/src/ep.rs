@@ -612,7 +612,7 @@ impl Ep for OfiEp {
                 ("ofi.prov_key".into(), f.prov_key.to_string()),
                 ("ofi.msg_order".into(), format!("{:#x}", f.msg_order)),
                 ("ofi.cork".into(), self.sh.cork_note()),
-                ("ofi.cq_wait".into(), self.sh.rcv.sleep_note(&self.sh.pz.domain).into()),
+                ("ofi.cq_wait".into(), self.sh.rcv.sleep_note(&self.sh.pz.domain)),
             ],
         }
     }

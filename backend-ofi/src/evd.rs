@@ -330,26 +330,35 @@ impl CqDriver {
     /// After a read found the CQ idle: where to go next. Asks `fi_trywait`
     /// and, on a poll set, brings its mirror up to date.
     fn slumber(&self) -> Slumber<'_> {
-        if matches!(self.sleep, Sleep::Nap) {
-            return Slumber::Nap;
-        }
-        if self.fabric.trywait(&self.cq) != 0 || !after_trywait() {
-            return Slumber::Busy;
-        }
         match &self.sleep {
-            Sleep::Fd(fd) => Slumber::On(crate::ffi::borrow_owned_by(*fd, self)),
-            Sleep::Set(set) if set.sync(&self.cq) => Slumber::On(set.fd()),
-            _ => Slumber::Nap,
+            Sleep::Nap => Slumber::Nap,
+            Sleep::Fd(fd) => {
+                if self.fabric.trywait(&self.cq) != 0 || !after_trywait() {
+                    return Slumber::Busy;
+                }
+                Slumber::On(crate::ffi::borrow_owned_by(*fd, self))
+            }
+            Sleep::Set(set) => {
+                // No progress pass while the set is copied (see
+                // `Cq::poll_set`): every read of the CQ holds the reader.
+                let Ok(_reading) = self.reader.try_lock() else { return Slumber::Busy };
+                if self.fabric.trywait(&self.cq) != 0 || !after_trywait() {
+                    return Slumber::Busy;
+                }
+                if set.sync(&self.cq) { Slumber::On(set.fd()) } else { Slumber::Nap }
+            }
         }
     }
 
     /// A connection joined the CQ (its socket enters a poll set at the next
     /// progress pass): the progress thread, if it sleeps on the CQ, looks
-    /// again (see [`crate::waitset`]).
-    fn set_changed(&self) {
-        if matches!(self.sleep, Sleep::Set(_)) {
+    /// again (see [`crate::waitset`]). Whether the CQ has a poll set.
+    fn set_changed(&self) -> bool {
+        let set = matches!(self.sleep, Sleep::Set(_));
+        if set {
             self.kick_if_sleeping();
         }
+        set
     }
 
     /// Whether a waiter drives this CQ now.
@@ -516,7 +525,10 @@ impl EvdShared {
         if self.poll_set {
             if let Ok(cq) = Cq::open(domain, self.cq_size, CqWait::PollSet) {
                 if let Ok(set) = PollSet::new() {
-                    if usable(&cq) && set.sync(&cq) {
+                    // Usable when a look after `fi_trywait` finds the CQ's
+                    // own signal in the set (libfabric's 1.17 `tcp`; its
+                    // successor's passes never process the CQ's set).
+                    if usable(&cq) && set.sync(&cq) && set.watched() > 0 {
                         return Ok((cq, Sleep::Set(set)));
                     }
                 }
@@ -535,22 +547,28 @@ impl EvdShared {
     /// CQs' poll sets at their next progress pass, so whoever sleeps on
     /// them looks again (see [`crate::waitset`]).
     pub(crate) fn wake_sleepers(&self) {
+        let mut any = false;
         for d in self.drivers() {
-            d.set_changed();
+            any |= d.set_changed();
         }
-        self.q.wake();
+        if any {
+            self.q.wake();
+        }
     }
 
     /// What a waiter sleeps on at this EVD's CQ in `domain` (the
-    /// `ofi.cq_wait` note): `poll set`, `fd` or `naps`; `none` before the
-    /// CQ exists.
-    pub(crate) fn sleep_note(&self, domain: &Arc<Domain>) -> &'static str {
+    /// `ofi.cq_wait` note): `poll set` (with the looks at it that failed,
+    /// if any), `fd` or `naps`; `none` before the CQ exists.
+    pub(crate) fn sleep_note(&self, domain: &Arc<Domain>) -> String {
         let d = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain));
         match d.as_deref().map(|d| &d.sleep) {
-            Some(Sleep::Set(_)) => "poll set",
-            Some(Sleep::Fd(_)) => "fd",
-            Some(Sleep::Nap) => "naps",
-            None => "none",
+            Some(Sleep::Set(s)) if s.failures() > 0 => {
+                format!("poll set ({} looks at it failed: naps)", s.failures())
+            }
+            Some(Sleep::Set(_)) => "poll set".into(),
+            Some(Sleep::Fd(_)) => "fd".into(),
+            Some(Sleep::Nap) => "naps".into(),
+            None => "none".into(),
         }
     }
 

@@ -513,30 +513,32 @@ impl Cq {
 
     /// An `FI_WAIT_POLLFD` CQ's poll set (`FI_GETWAIT`) copied into `buf`
     /// (which grows to fit): its change index, or `None` for another wait
-    /// object or when libfabric refuses.
+    /// object or when libfabric refuses. The caller keeps the CQ's progress
+    /// passes out meanwhile (libfabric sizes and makes the copy under a
+    /// lock that a pass adding to the set does not take).
     pub(crate) fn poll_set(&self, buf: &mut Vec<sys::pollfd>) -> Option<u64> {
         if self.wait != CqWait::PollSet {
             return None;
         }
+        let mut room = buf.len().max(16);
         for _ in 0..4 {
-            let room = buf.capacity();
+            buf.clear();
+            buf.resize(room, sys::pollfd { fd: -1, events: 0, revents: 0 });
             let mut p = sys::fi_wait_pollfd { change_index: 0, nfds: room, fd: buf.as_mut_ptr() };
             // SAFETY: on an FI_WAIT_POLLFD CQ FI_GETWAIT reads and writes a
             // fi_wait_pollfd and copies the set into `fd` only when `nfds`
-            // (the room there, buf's capacity) holds it all.
+            // (`room` initialised entries of `buf`) holds it all.
             let ret = unsafe {
                 sys::rfi_control(self.fid(), sys::FI_GETWAIT as i32, (&raw mut p).cast())
             };
             if ret == 0 && p.nfds <= room {
-                // SAFETY: libfabric wrote `p.nfds` entries, within the capacity.
-                unsafe { buf.set_len(p.nfds) };
+                buf.truncate(p.nfds);
                 return Some(p.change_index);
             }
             if ret != -(sys::FI_ETOOSMALL as i32) {
                 return None;
             }
-            buf.clear();
-            buf.reserve(p.nfds + 8);
+            room = p.nfds + 16;
         }
         None
     }

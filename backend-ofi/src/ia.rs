@@ -291,7 +291,9 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         bounce_max: cfg.bounce_max,
         cq_size: cfg.cq_size,
         pump,
-        poll_set: cfg.poll_set.unwrap_or(prov == "tcp"),
+        // libfabric 1.17's `tcp` looks at a CQ's poll set in each progress
+        // pass; its successor (1.18's `xnet`) at a set of its own.
+        poll_set: cfg.poll_set.unwrap_or(prov == "tcp" && crate::libfabric_version() < (1, 18)),
         // Only where progress threads send what a lone write left corked.
         cork_max: if prov == "tcp" && pump { cfg.cork_max } else { 0 },
         prov,

@@ -36,11 +36,14 @@ use ofi_sys as sys;
 use rmr_api::{Error, Result};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// An epoll set mirroring a CQ's poll set (see the module's docs).
 pub(crate) struct PollSet {
     epoll: OwnedFd,
     state: Mutex<State>,
+    /// Looks at the set that failed (the sleeper napped instead).
+    failed: AtomicU64,
 }
 
 struct State {
@@ -62,7 +65,8 @@ impl PollSet {
             .map_err(|e| Error::io("epoll_create1", e.into()))?;
         Ok(PollSet {
             epoll,
-            state: Mutex::new(State { change: None, fds: Vec::new(), buf: Vec::with_capacity(16) }),
+            state: Mutex::new(State { change: None, fds: Vec::new(), buf: Vec::new() }),
+            failed: AtomicU64::new(0),
         })
     }
 
@@ -71,12 +75,27 @@ impl PollSet {
         self.epoll.as_fd()
     }
 
+    /// Fds mirrored now (the set's own signal left out).
+    pub(crate) fn watched(&self) -> usize {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).fds.len()
+    }
+
+    /// Looks at the set that failed so far (each made its caller nap).
+    pub(crate) fn failures(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
     /// Brings the mirror up to date with `cq`'s poll set; false when the
-    /// set cannot be read (the caller naps instead of sleeping on it).
+    /// set cannot be read (the caller naps instead of sleeping on it). The
+    /// caller keeps `cq`'s progress passes out meanwhile (see
+    /// [`Cq::poll_set`]).
     pub(crate) fn sync(&self, cq: &Cq) -> bool {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let State { change, fds, buf } = &mut *s;
-        let Some(index) = cq.poll_set(buf) else { return false };
+        let Some(index) = cq.poll_set(buf) else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            return false;
+        };
         // Entry 0 is the set's own signal (see the module's docs).
         let mut now: Vec<(RawFd, u32)> = buf
             .iter()

@@ -17,6 +17,25 @@ fn a_waiter_asleep_before_a_connection_gets_its_first_message() {
     }
 }
 
+#[test]
+fn the_setting_and_the_provider_choose_what_cqs_wait_on() {
+    backend_ofi::register();
+    let (major, minor) = backend_ofi::libfabric_version();
+    let tcp_default = if (major, minor) < (1, 18) { "poll set" } else { "fd" };
+    for (spec, want) in [
+        ("ofi:tcp:127.0.0.1", tcp_default),
+        ("ofi:tcp:127.0.0.1;poll_set=0", "fd"),
+        // The sockets provider has no poll set: the fd, whatever is asked.
+        ("ofi:sockets:127.0.0.1", "fd"),
+        ("ofi:sockets:127.0.0.1;poll_set=1", "fd"),
+    ] {
+        let ia = rmr_api::open(spec).unwrap();
+        let (pz, evd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
+        let ep = ia.create_ep(&pz, &EpEvds::single(&evd)).unwrap();
+        assert_eq!(ep.attr().note("ofi.cq_wait"), Some(want), "{spec}");
+    }
+}
+
 fn joined_while_asleep(prov: &str) {
     let spec = format!("ofi:{prov}:127.0.0.1");
     let (server, client) = (rmr_api::open(&spec).unwrap(), rmr_api::open(&spec).unwrap());
