@@ -10,13 +10,14 @@
 //! shuts down. A shutdown without the mark is a broken connection.
 
 use crate::dto::{RxState, TxState};
-use crate::evd::EvdShared;
+use crate::evd::{CqDriver, EvdShared};
 use crate::ffi::{Cq, EpH, Info, Mr};
 use crate::ia::{CM_HDR, IaShared};
 use crate::pz::PzShared;
 use ofi_sys as sys;
 use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, MemRegion, Result, Sge};
+use smallvec::SmallVec;
 use std::any::Any;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
@@ -104,6 +105,8 @@ pub(crate) struct EpShared {
     /// [`crate::evd::CqDriver::attach`]).
     pub(crate) tx_idx: AtomicU32,
     pub(crate) rx_idx: AtomicU32,
+    /// The CQs its latest opening is bound to (transmit, receive).
+    bound: Mutex<Option<[Arc<CqDriver>; 2]>>,
     /// Receive bounce buffers for reuse (see `take_bounce`).
     pub(crate) bounces: Mutex<Vec<Vec<u8>>>,
     pub(crate) ia: Arc<IaShared>,
@@ -150,6 +153,7 @@ impl EpShared {
             id: EpId::fresh(),
             tx_idx: AtomicU32::new(0),
             rx_idx: AtomicU32::new(0),
+            bound: Mutex::new(None),
             bounces: Mutex::new(Vec::new()),
             ia: ia.clone(),
             pz: pz.clone(),
@@ -215,10 +219,14 @@ impl EpShared {
         // slots of its last opening route nothing from now on, so a late
         // completion of that opening (a receive cancelled when it closed)
         // cannot retire a receive posted again under the same sequence.
-        rq.detach(&self.me);
-        rc.detach(&self.me);
+        let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        for d in bound.iter().flatten().chain([&rq, &rc]) {
+            d.detach(&self.me);
+        }
         self.tx_idx.store(rq.attach(self.me.clone())?, Ordering::Relaxed);
         self.rx_idx.store(rc.attach(self.me.clone())?, Ordering::Relaxed);
+        *bound = Some([rq.clone(), rc.clone()]);
+        drop(bound);
         self.req.start_pump();
         self.rcv.start_pump();
         if Arc::ptr_eq(&rq, &rc) {
@@ -425,14 +433,28 @@ impl EpShared {
         }
         let Some(ep) = self.fid.read().unwrap_or_else(|e| e.into_inner()).clone() else { return };
         let (Some(local), Some(peer)) = (ep.name(), ep.peer()) else { return };
-        let drivers =
-            [&self.req, &self.rcv].iter().filter_map(|e| e.cq_for(&self.pz.domain).ok()).collect();
+        let Some(drivers) = self.bound_cqs() else { return };
         let cork = crate::cork::Cork::find(local, peer, drivers, self.ia.feat.cork_max);
         // Stored only if the endpoint it was found for is still open (a
         // `close_fid` meanwhile takes the fid before the cork).
         let open = self.fid.read().unwrap_or_else(|e| e.into_inner());
         if open.as_ref().is_some_and(|e| Arc::ptr_eq(e, &ep)) {
             self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork = cork;
+        }
+    }
+
+    /// The CQs the endpoint's latest opening is bound to (transmit, receive).
+    pub(crate) fn bound_cqs(&self) -> Option<SmallVec<[Arc<CqDriver>; 2]>> {
+        let b = self.bound.lock().unwrap_or_else(|e| e.into_inner());
+        b.as_ref().map(|b| b.iter().cloned().collect())
+    }
+
+    /// The `ofi.cq_wait` note: what a waiter sleeps on at the endpoint's
+    /// receive CQ (see `CqDriver::sleep_note`).
+    pub(crate) fn cq_wait_note(&self) -> String {
+        match self.bound_cqs() {
+            Some(b) => b[1].sleep_note(),
+            None => self.rcv.sleep_note(&self.pz.domain),
         }
     }
 
@@ -612,7 +634,7 @@ impl Ep for OfiEp {
                 ("ofi.prov_key".into(), f.prov_key.to_string()),
                 ("ofi.msg_order".into(), format!("{:#x}", f.msg_order)),
                 ("ofi.cork".into(), self.sh.cork_note()),
-                ("ofi.cq_wait".into(), self.sh.rcv.sleep_note(&self.sh.pz.domain)),
+                ("ofi.cq_wait".into(), self.sh.cq_wait_note()),
             ],
         }
     }

@@ -33,32 +33,26 @@
 //! used like any other.
 
 use crate::cq::Cqe;
-use crate::ffi::{Cq, CqWait, Domain, EventFd, Fabric};
+use crate::ffi::{Cq, Domain, EventFd, Fabric};
+use sleep::{Sleep, Slumber};
+
+mod sleep;
 use crate::ia::IaShared;
-use crate::waitset::PollSet;
 use rmr_api::provider::clock::now_ns;
 use rmr_api::provider::{Driver, Interest, SoftEvd, WaitOn};
 use rmr_api::{Evd, Event, Result};
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use std::any::Any;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::BorrowedFd;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
-
-/// Longest single sleep of a progress thread (its stop flag is checked at
-/// least this often).
-const SLICE: Duration = Duration::from_millis(50);
 
 /// How long the progress thread stays back after the last waiter left: a
 /// thread that waits on the EVD again within it (the next round trip of a
 /// ping-pong) finds the CQ to itself, with no second thread woken on its
 /// CPU in between.
 pub(crate) const LINGER: Duration = Duration::from_millis(1);
-
-/// Stand-back naps (of [`LINGER`]) after which the progress thread sleeps
-/// until the last waiter kicks it on leaving (a long wait).
-const DEEP_AFTER: u32 = 8;
 
 /// The longest a progress wait sleeps before it looks at its condition
 /// again (see [`OfiEvd`]'s `progress_until`).
@@ -99,26 +93,6 @@ pub mod hooks {
     /// that window (the race `fi_trywait` exists for).
     pub static AFTER_TRYWAIT: std::sync::OnceLock<Box<dyn Fn() + Send + Sync>> =
         std::sync::OnceLock::new();
-}
-
-/// What a thread waiting on a CQ sleeps on.
-enum Sleep {
-    /// The CQ's wait fd (`FI_WAIT_FD`).
-    Fd(RawFd),
-    /// A mirror of the CQ's poll set (`FI_WAIT_POLLFD`, see [`crate::waitset`]).
-    Set(PollSet),
-    /// Nothing (no wait object, or `fi_trywait` unsupported): naps of [`NAP`].
-    Nap,
-}
-
-/// Where a thread that found a CQ idle goes next.
-enum Slumber<'a> {
-    /// Sleep on this descriptor (`fi_trywait` allowed it).
-    On(BorrowedFd<'a>),
-    /// Entries or progress are pending: read the CQ again at once.
-    Busy,
-    /// Nap for [`NAP`] (nothing to sleep on).
-    Nap,
 }
 
 /// Runs [`hooks::AFTER_TRYWAIT`], if a test set one; always true.
@@ -231,134 +205,6 @@ impl CqDriver {
             ep.teardown(Some(why));
         }
         moved
-    }
-
-    /// Starts the progress thread (once).
-    fn start_pump(self: &Arc<Self>) {
-        if self.pump_started.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let me = self.clone();
-        let spawned = std::thread::Builder::new()
-            .name("rmr-ofi-progress".into())
-            .stack_size(256 << 10)
-            .spawn(move || {
-                // Its work comes in bursts of microseconds, often on a CPU
-                // an application thread computes on.
-                rmr_api::provider::short_slices();
-                me.pump()
-            });
-        if spawned.is_err() {
-            self.pump_started.store(false, Ordering::Release);
-        }
-    }
-
-    /// The progress thread: reads the CQ while no waiter does, sleeping in
-    /// `poll` on its wait fd (after `fi_trywait`) and on the kick eventfd;
-    /// never holds the reader lock while it sleeps.
-    fn pump(&self) {
-        let mut standing = 0u32;
-        while !self.stop.load(Ordering::Acquire) {
-            // Each wake-up sends what a lone write left corked.
-            if crate::cork::any() {
-                crate::cork::uncork_all(crate::cork::By::Progress);
-            }
-            if self.active.load(Ordering::SeqCst) > 0 {
-                // A waiter drives: stand back. Short naps first (the waiter
-                // may leave for good); after a while, sleep until the last
-                // waiter kicks on leaving (announced first, then re-checked).
-                standing = standing.saturating_add(1);
-                if standing > DEEP_AFTER {
-                    self.deep.store(true, Ordering::SeqCst);
-                    if self.active.load(Ordering::SeqCst) > 0 {
-                        poll_in(&[self.kick.borrow()], SLICE);
-                    }
-                } else {
-                    poll_in(&[self.kick.borrow()], LINGER);
-                }
-                self.kick.reset();
-                continue;
-            }
-            standing = 0;
-            self.deep.store(false, Ordering::SeqCst);
-            let since =
-                Duration::from_nanos(now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)));
-            if since < LINGER {
-                // The last waiter just left: it (or the next) is likely back
-                // at once.
-                poll_in(&[self.kick.borrow()], LINGER - since);
-                self.kick.reset();
-                continue;
-            }
-            if self.read_if_free() == Some(true) {
-                continue;
-            }
-            // Announced before the look at the CQ (`fi_trywait`, and the
-            // poll set mirrored after it): a connection that joins the set
-            // later kicks this thread (`EvdShared::wake_sleepers`).
-            self.bg_polling.store(true, Ordering::SeqCst);
-            match self.slumber() {
-                Slumber::Busy => {
-                    // Progress is pending inside the provider: read again.
-                    self.bg_polling.store(false, Ordering::SeqCst);
-                    std::thread::yield_now();
-                }
-                Slumber::On(cq_fd) => {
-                    // A write corked before this thread announced its
-                    // sleep goes now (one corked after it kicks it awake).
-                    if crate::cork::any() {
-                        crate::cork::uncork_all(crate::cork::By::Progress);
-                    }
-                    if self.active.load(Ordering::SeqCst) == 0 {
-                        poll_in(&[cq_fd, self.kick.borrow()], SLICE);
-                    }
-                    self.bg_polling.store(false, Ordering::SeqCst);
-                    self.kick.reset();
-                }
-                Slumber::Nap => {
-                    self.bg_polling.store(false, Ordering::SeqCst);
-                    if crate::cork::any() {
-                        crate::cork::uncork_all(crate::cork::By::Progress);
-                    }
-                    poll_in(&[self.kick.borrow()], NAP);
-                    self.kick.reset();
-                }
-            }
-        }
-    }
-
-    /// After a read found the CQ idle: where to go next. Asks `fi_trywait`
-    /// and, on a poll set, brings its mirror up to date.
-    fn slumber(&self) -> Slumber<'_> {
-        match &self.sleep {
-            Sleep::Nap => Slumber::Nap,
-            Sleep::Fd(fd) => {
-                if self.fabric.trywait(&self.cq) != 0 || !after_trywait() {
-                    return Slumber::Busy;
-                }
-                Slumber::On(crate::ffi::borrow_owned_by(*fd, self))
-            }
-            Sleep::Set(set) => {
-                // No progress pass while the set is copied (see
-                // `Cq::poll_set`): every read of the CQ holds the reader.
-                let Ok(_reading) = self.reader.try_lock() else { return Slumber::Busy };
-                if self.fabric.trywait(&self.cq) != 0 || !after_trywait() {
-                    return Slumber::Busy;
-                }
-                if set.sync(&self.cq) { Slumber::On(set.fd()) } else { Slumber::Nap }
-            }
-        }
-    }
-
-    /// A connection joined the CQ (its socket enters a poll set at the next
-    /// progress pass): the progress thread, if it sleeps on the CQ, looks
-    /// again (see [`crate::waitset`]). Whether the CQ has a poll set.
-    fn set_changed(&self) -> bool {
-        let set = matches!(self.sleep, Sleep::Set(_));
-        if set {
-            self.kick_if_sleeping();
-        }
-        set
     }
 
     /// Whether a waiter drives this CQ now.
@@ -482,7 +328,7 @@ impl EvdShared {
             observed: AtomicBool::new(false),
             efd: EventFd::new()?,
         });
-        sh.add_cq(&ia.default_domain)?;
+        sh.add_cq(&ia.default_domain, true)?;
         Ok(sh)
     }
 
@@ -492,8 +338,9 @@ impl EvdShared {
 
     /// Opens a CQ in `domain` (with an fd wait object where the provider has
     /// one) and makes it one of the EVD's drivers.
-    fn add_cq(self: &Arc<Self>, domain: &Arc<Domain>) -> Result<Arc<CqDriver>> {
-        let (cq, sleep) = self.open_cq(domain)?;
+    fn add_cq(self: &Arc<Self>, domain: &Arc<Domain>, first: bool) -> Result<Arc<CqDriver>> {
+        // A poll set for the domain's first CQ only (see `CqDriver::has_room`).
+        let (cq, sleep) = self.open_cq(domain, self.poll_set && first)?;
         let d = Arc::new(CqDriver {
             cq,
             fabric: self.fabric.clone(),
@@ -517,32 +364,6 @@ impl EvdShared {
         Ok(d)
     }
 
-    /// Opens a CQ in `domain` with what its waiters will sleep on: a poll
-    /// set where the IA asks for one and the provider has it, else the
-    /// provider's wait fd, else nothing (naps).
-    fn open_cq(&self, domain: &Arc<Domain>) -> Result<(Arc<Cq>, Sleep)> {
-        let usable = |cq: &Cq| self.fabric.trywait(cq) != -(ofi_sys::FI_ENOSYS as i32);
-        if self.poll_set {
-            if let Ok(cq) = Cq::open(domain, self.cq_size, CqWait::PollSet) {
-                if let Ok(set) = PollSet::new() {
-                    // Usable when a look after `fi_trywait` finds the CQ's
-                    // own signal in the set (libfabric's 1.17 `tcp`; its
-                    // successor's passes never process the CQ's set).
-                    if usable(&cq) && set.sync(&cq) && set.watched() > 0 {
-                        return Ok((cq, Sleep::Set(set)));
-                    }
-                }
-            }
-        }
-        Ok(match Cq::open(domain, self.cq_size, CqWait::Fd) {
-            Ok(cq) => {
-                let fd = cq.wait_fd().filter(|_| usable(&cq));
-                (cq, fd.map_or(Sleep::Nap, Sleep::Fd))
-            }
-            Err(_) => (Cq::open(domain, self.cq_size, CqWait::None)?, Sleep::Nap),
-        })
-    }
-
     /// A connection of this EVD's endpoints is up: its socket joins the
     /// CQs' poll sets at their next progress pass, so whoever sleeps on
     /// them looks again (see [`crate::waitset`]).
@@ -556,22 +377,6 @@ impl EvdShared {
         }
     }
 
-    /// What a waiter sleeps on at this EVD's CQ in `domain` (the
-    /// `ofi.cq_wait` note): `poll set` (with the looks at it that failed,
-    /// if any), `fd` or `naps`; `none` before the CQ exists.
-    pub(crate) fn sleep_note(&self, domain: &Arc<Domain>) -> String {
-        let d = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain));
-        match d.as_deref().map(|d| &d.sleep) {
-            Some(Sleep::Set(s)) if s.failures() > 0 => {
-                format!("poll set ({} looks at it failed: naps)", s.failures())
-            }
-            Some(Sleep::Set(_)) => "poll set".into(),
-            Some(Sleep::Fd(_)) => "fd".into(),
-            Some(Sleep::Nap) => "naps".into(),
-            None => "none".into(),
-        }
-    }
-
     /// Starts the CQs' progress threads, where the provider needs them.
     pub(crate) fn start_pump(&self) {
         if self.pump {
@@ -581,20 +386,32 @@ impl EvdShared {
         }
     }
 
-    /// The CQ driver of this EVD in `domain`, its CQ opened on first use.
+    /// A CQ driver of this EVD in `domain` with room for another endpoint
+    /// (see `CqDriver::has_room`), its CQ opened when there is none.
     pub(crate) fn cq_for(self: &Arc<Self>, domain: &Arc<Domain>) -> Result<Arc<CqDriver>> {
-        if let Some(d) = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain)) {
+        let fits = |d: &Arc<CqDriver>| Arc::ptr_eq(d.cq.domain(), domain) && d.has_room();
+        if let Some(d) = self.drivers().into_iter().find(fits) {
             return Ok(d);
         }
         let _one_at_a_time = OPENING.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain)) {
-            return Ok(d);
+        let drivers = self.drivers();
+        if let Some(d) = drivers.iter().find(|d| fits(d)) {
+            return Ok(d.clone());
         }
-        let d = self.add_cq(domain)?;
+        let first = !drivers.iter().any(|d| Arc::ptr_eq(d.cq.domain(), domain));
+        let d = self.add_cq(domain, first)?;
         if self.pump {
             d.start_pump();
         }
         Ok(d)
+    }
+
+    /// What a waiter sleeps on at this EVD's first CQ in `domain` (the
+    /// `ofi.cq_wait` note of an endpoint not yet bound to one); `none`
+    /// before that CQ exists.
+    pub(crate) fn sleep_note(&self, domain: &Arc<Domain>) -> String {
+        let d = self.drivers().into_iter().find(|d| Arc::ptr_eq(d.cq.domain(), domain));
+        d.map_or_else(|| "none".into(), |d| d.sleep_note())
     }
 
     /// Queues an event from outside the CQ path (waiters wake through the
@@ -688,8 +505,8 @@ impl EvdShared {
     }
 }
 
-/// Serialises opening a CQ for a new domain (two endpoints of one EVD set
-/// up at once must not open two).
+/// Serialises opening a CQ (two endpoints of one EVD set up at once must
+/// not open two).
 static OPENING: Mutex<()> = Mutex::new(());
 
 /// An event dispatcher of the libfabric backend: a [`SoftEvd`] driven

@@ -85,8 +85,8 @@
 //! [`OfiConfig`], from the spec's options
 //! (`ofi:tcp:127.0.0.1;cq_size=4096`) over `RMR_OFI_DELIVERY_COMPLETE`,
 //! `RMR_OFI_BOUNCE_MAX`, `RMR_OFI_CQ_SIZE`, `RMR_OFI_TX_SIZE`,
-//! `RMR_OFI_RX_SIZE`, `RMR_OFI_CM_DATA`, `RMR_OFI_PROGRESS_THREAD` and
-//! `RMR_OFI_CORK_MAX` ([`KNOBS`]), plus `RMR_EVD_SPIN_US` and libfabric's own `FI_*`
+//! `RMR_OFI_RX_SIZE`, `RMR_OFI_CM_DATA`, `RMR_OFI_PROGRESS_THREAD`,
+//! `RMR_OFI_CORK_MAX` and `RMR_OFI_POLL_SET` ([`KNOBS`]), plus `RMR_EVD_SPIN_US` and libfabric's own `FI_*`
 //! variables. A value that does not parse makes `open` fail with
 //! `Error::BadSetting` naming it; `rmr-bench info 'ofi:tcp:127.0.0.1'`
 //! lists them with their sources. Diagnostics

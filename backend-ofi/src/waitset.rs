@@ -1,12 +1,15 @@
 //! A CQ's poll set (`FI_WAIT_POLLFD`) as one descriptor to sleep on.
 //!
-//! Why a poll set: libfabric's `tcp` provider makes a progress pass on
-//! every `fi_cq_read`, and the pass looks at the CQ's wait object with a
-//! zero timeout. For an `FI_WAIT_FD` CQ that is `epoll_wait` on an epoll
+//! Why a poll set: libfabric 1.17's `tcp` provider makes a progress pass
+//! on every `fi_cq_read`, and the pass looks at the CQ's wait object with
+//! a zero timeout. For an `FI_WAIT_FD` CQ that is `epoll_wait` on an epoll
 //! set; for an `FI_WAIT_POLLFD` CQ it is a `poll(2)` of the set, which
 //! costs the kernel less: a waiter that spins on the CQ (a ping-pong) gets
 //! the next message sooner (BENCHMARKS.md, "The ofi backend's CQs on a
-//! poll set").
+//! poll set"). Its successor (libfabric 1.18's `xnet`) polls a set of its
+//! own and never processes the CQ's: the IA asks for a poll set only on
+//! libfabric before 1.18, and a CQ whose set does not hold the CQ's own
+//! signal after a `fi_trywait` is opened again with an fd.
 //!
 //! A waiter that sleeps needs the set as one descriptor (the software EVD
 //! polls one per driver, beside its own eventfd): a [`PollSet`] keeps an
@@ -15,8 +18,8 @@
 //! on the CQ, after `fi_trywait` allowed it. Only sleeps use the mirror;
 //! the provider's progress passes never see it.
 //!
-//! Two rules of libfabric's poll sets (its `util` code, 1.17 to the newest
-//! source), which the mirror follows:
+//! Two rules of libfabric 1.17's poll sets (its `util` code; the first
+//! still holds in the newest source), which the mirror follows:
 //! - The set's first entry is the set's own signal: raised when fds are
 //!   queued to be added or removed and when an fd's events change, and
 //!   cleared only by a blocking wait inside libfabric, which nothing here
@@ -25,8 +28,8 @@
 //!   raises on the CQ's wait signal, another entry, which is kept: a
 //!   completion, or a transmit that now waits for room in the socket (the
 //!   sleeper's next mirror then watches the socket for writing).
-//! - Fds queued for adding join the set at the next progress pass (a
-//!   `fi_trywait` makes one). A connection's socket is queued before its
+//! - Fds queued for adding join the set at the next progress pass (on
+//!   `tcp` a `fi_trywait` makes one). A connection's socket is queued before its
 //!   endpoint reports `FI_CONNECTED`, and then the backend wakes whoever
 //!   sleeps on the endpoint's CQs (`EvdShared::wake_sleepers`): they drive
 //!   the CQ once and mirror the set again before they sleep.

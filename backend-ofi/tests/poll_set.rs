@@ -36,6 +36,66 @@ fn the_setting_and_the_provider_choose_what_cqs_wait_on() {
     }
 }
 
+#[test]
+fn a_poll_set_carries_sixteen_endpoints_and_the_next_go_to_an_fd() {
+    backend_ofi::register();
+    if backend_ofi::libfabric_version() >= (1, 18) {
+        eprintln!("skipped: libfabric >= 1.18 has no poll-set CQs here");
+        return;
+    }
+    let spec = "ofi:tcp:127.0.0.1";
+    let (server, client) = (rmr_api::open(spec).unwrap(), rmr_api::open(spec).unwrap());
+    let (spz, cpz) = (server.create_pz().unwrap(), client.create_pz().unwrap());
+    let (pevd, sevd, cevd) =
+        (server.create_evd().unwrap(), server.create_evd().unwrap(), client.create_evd().unwrap());
+    let psp = server.create_psp(0, &pevd).unwrap();
+    let (addr, svc) = (psp.address(), psp.service());
+    let mut pairs = Vec::new();
+    for _ in 0..18 {
+        let a = client.create_ep(&cpz, &EpEvds::single(&cevd)).unwrap();
+        let b = server.create_ep(&spz, &EpEvds::single(&sevd)).unwrap();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
+            match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
+                Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
+                e => panic!("{e:?}"),
+            }
+            h.join().unwrap();
+        });
+        pairs.push((a, b));
+    }
+    for evd in [&sevd, &cevd] {
+        for _ in 0..18 {
+            assert!(matches!(
+                evd.wait(Some(Duration::from_secs(10)), 1),
+                Ok(Event::Established { .. })
+            ));
+        }
+    }
+    let notes: Vec<_> =
+        pairs.iter().map(|(_, b)| b.attr().note("ofi.cq_wait").unwrap().to_string()).collect();
+    assert!(notes[..16].iter().all(|n| n == "poll set"), "{notes:?}");
+    assert!(notes[16..].iter().all(|n| n == "fd"), "{notes:?}");
+    // Both CQs of the one EVD deliver: a message on the first and the last pair.
+    let dst = MemRegion::new(64);
+    let dl = spz.register_all(&dst, Access::LOCAL_WRITE).unwrap();
+    let src = MemRegion::from_bytes(b"hello");
+    let sl = cpz.register_all(&src, Access::empty()).unwrap();
+    for i in [0, 17] {
+        let (a, b) = &pairs[i];
+        b.post_recv(&[Sge::whole(&*dl)], Cookie(i as u64), DtoFlags::empty()).unwrap();
+        a.post_send(&[Sge::whole(&*sl)], Cookie(100), DtoFlags::SUPPRESS).unwrap();
+        match sevd.wait(Some(Duration::from_secs(10)), 1) {
+            Ok(Event::Dto(c)) => {
+                assert_eq!(c.cookie, Cookie(i as u64));
+                c.result().unwrap();
+                assert_eq!(c.bytes, 5);
+            }
+            other => panic!("pair {i}: {other:?}"),
+        }
+    }
+}
+
 fn joined_while_asleep(prov: &str) {
     let spec = format!("ofi:{prov}:127.0.0.1");
     let (server, client) = (rmr_api::open(&spec).unwrap(), rmr_api::open(&spec).unwrap());

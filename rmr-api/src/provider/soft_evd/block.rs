@@ -380,8 +380,18 @@ impl SoftEvd {
         };
         let ts =
             left.map(|l| Timespec { tv_sec: l.as_secs() as _, tv_nsec: l.subsec_nanos() as _ });
+        // A driver's look before a sleep may itself make progress that
+        // queues no event (libfabric's `fi_trywait` runs a progress pass,
+        // which may place an RDMA write a `progress_until` waits for): the
+        // condition is looked at once more (this waiter announced itself
+        // before the look, so what comes later wakes it).
+        let again = !nowait && waiters.is_some() && done();
         // A look with nothing to look at needs no system call.
-        let n = if nowait && fds.is_empty() { 0 } else { poll(&mut fds, ts.as_ref()).unwrap_or(0) };
+        let n = if (nowait && fds.is_empty()) || again {
+            0
+        } else {
+            poll(&mut fds, ts.as_ref()).unwrap_or(0)
+        };
         crate::stages::stamp(if n > 0 {
             crate::stages::Stage::PollReady
         } else {

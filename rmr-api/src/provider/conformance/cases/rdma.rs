@@ -226,9 +226,17 @@ pub fn progress_until_sees_a_written_flag(t: &Target) {
                 p.a.post_rdma_write(&[value.sge()], ctx.at(0), Cookie(round), F0).unwrap();
                 expect_ok(&p.evd_a, round);
             });
+            let began = std::time::Instant::now();
             assert!(
                 p.evd_b.progress_until(Some(WAIT), None, &seen),
                 "round {round}: the flag did not land within {WAIT:?}"
+            );
+            // A wait that slept through the flag sees it only in its last
+            // look, at the deadline.
+            assert!(
+                began.elapsed() < WAIT / 2,
+                "round {round}: the flag was seen only after {:?}",
+                began.elapsed()
             );
             assert!(seen(), "round {round}: progress_until returned before the flag landed");
             // The write completes once the target acknowledges it: the
