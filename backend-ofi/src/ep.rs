@@ -213,16 +213,24 @@ impl EpShared {
     /// each so that their completions find it by index.
     fn cqs(&self) -> Result<Vec<(Arc<Cq>, u64)>> {
         let txf = (sys::FI_TRANSMIT as u64) | sys::FI_SELECTIVE_COMPLETION;
-        let rq = self.req.cq_for(&self.pz.domain)?;
-        let rc = self.rcv.cq_for(&self.pz.domain)?;
         // An endpoint opened again (a connect after a failed one): the
         // slots of its last opening route nothing from now on, so a late
         // completion of that opening (a receive cancelled when it closed)
         // cannot retire a receive posted again under the same sequence.
+        // (Freed first: they do not count against a CQ's room.)
         let mut bound = self.bound.lock().unwrap_or_else(|e| e.into_inner());
-        for d in bound.iter().flatten().chain([&rq, &rc]) {
+        for d in bound.iter().flatten() {
             d.detach(&self.me);
         }
+        let rq = self.req.cq_for(&self.pz.domain)?;
+        // One EVD for both: one CQ for both (its order is theirs).
+        let rc = if Arc::ptr_eq(&self.req, &self.rcv) {
+            rq.clone()
+        } else {
+            self.rcv.cq_for(&self.pz.domain)?
+        };
+        rq.detach(&self.me);
+        rc.detach(&self.me);
         self.tx_idx.store(rq.attach(self.me.clone())?, Ordering::Relaxed);
         self.rx_idx.store(rc.attach(self.me.clone())?, Ordering::Relaxed);
         *bound = Some([rq.clone(), rc.clone()]);

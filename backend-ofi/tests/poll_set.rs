@@ -43,7 +43,7 @@ fn a_poll_set_carries_sixteen_endpoints_and_the_next_go_to_an_fd() {
         eprintln!("skipped: libfabric >= 1.18 has no poll-set CQs here");
         return;
     }
-    let spec = "ofi:tcp:127.0.0.1";
+    let spec = "ofi:tcp:127.0.0.1;poll_set=1";
     let (server, client) = (rmr_api::open(spec).unwrap(), rmr_api::open(spec).unwrap());
     let (spz, cpz) = (server.create_pz().unwrap(), client.create_pz().unwrap());
     let (pevd, sevd, cevd) =
@@ -96,8 +96,84 @@ fn a_poll_set_carries_sixteen_endpoints_and_the_next_go_to_an_fd() {
     }
 }
 
+#[test]
+fn a_waiter_drives_a_cq_its_evd_opened_while_it_waited() {
+    backend_ofi::register();
+    if backend_ofi::libfabric_version() >= (1, 18) {
+        eprintln!("skipped: libfabric >= 1.18 has no poll-set CQs here");
+        return;
+    }
+    // No progress threads on the server: only the waiter reads its CQs.
+    let server = rmr_api::open("ofi:tcp:127.0.0.1;poll_set=1;progress_thread=0").unwrap();
+    let client = rmr_api::open("ofi:tcp:127.0.0.1;poll_set=1").unwrap();
+    let (spz, cpz) = (server.create_pz().unwrap(), client.create_pz().unwrap());
+    let (pevd, rx, conn, cevd) = (
+        server.create_evd().unwrap(),
+        server.create_evd().unwrap(),
+        server.create_evd().unwrap(),
+        client.create_evd().unwrap(),
+    );
+    let psp = server.create_psp(0, &pevd).unwrap();
+    let (addr, svc) = (psp.address(), psp.service());
+    let evds = EpEvds { request: rx.clone(), recv: rx.clone(), conn: conn.clone() };
+    let dst = MemRegion::new(64);
+    let dl = spz.register_all(&dst, Access::LOCAL_WRITE).unwrap();
+    let src = MemRegion::from_bytes(b"seventeenth");
+    let sl = cpz.register_all(&src, Access::empty()).unwrap();
+    let connect = |b: &std::sync::Arc<dyn rmr_api::Ep>| {
+        let a = client.create_ep(&cpz, &EpEvds::single(&cevd)).unwrap();
+        std::thread::scope(|s| {
+            let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
+            match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
+                Event::ConnectionRequest(cr) => cr.accept(b, b"").unwrap(),
+                e => panic!("{e:?}"),
+            }
+            h.join().unwrap();
+        });
+        a
+    };
+    // Sixteen endpoints fill the poll-set CQ.
+    let mut pairs = Vec::new();
+    for _ in 0..16 {
+        let b = server.create_ep(&spz, &evds).unwrap();
+        pairs.push((connect(&b), b));
+    }
+    std::thread::scope(|s| {
+        // Asleep on the receive EVD, over its one CQ, before the next
+        // endpoint makes the EVD open a second.
+        let waiter = s.spawn(|| rx.wait(Some(Duration::from_secs(20)), 1));
+        std::thread::sleep(Duration::from_millis(200));
+        let b = server.create_ep(&spz, &evds).unwrap();
+        b.post_recv(&[Sge::whole(&*dl)], Cookie(17), DtoFlags::empty()).unwrap();
+        let a = connect(&b);
+        assert_eq!(b.attr().note("ofi.cq_wait"), Some("fd"), "the EVD's second CQ");
+        let sent = Instant::now();
+        a.post_send(&[Sge::whole(&*sl)], Cookie(1), DtoFlags::SUPPRESS).unwrap();
+        match waiter.join().unwrap() {
+            Ok(Event::Dto(c)) => {
+                assert_eq!(c.cookie, Cookie(17));
+                c.result().unwrap();
+                assert_eq!(c.bytes, 11);
+            }
+            other => panic!("the waiter never read the EVD's new CQ: {other:?}"),
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(10),
+            "the message reached the waiter only at its deadline"
+        );
+        pairs.push((a, b));
+    });
+    // The server's endpoints leave first: their goodbyes complete through
+    // the client's progress threads (the server has none, and a client's
+    // goodbye would wait out its timeout for the server's acknowledgement).
+    for (a, b) in pairs {
+        drop(b);
+        drop(a);
+    }
+}
+
 fn joined_while_asleep(prov: &str) {
-    let spec = format!("ofi:{prov}:127.0.0.1");
+    let spec = format!("ofi:{prov}:127.0.0.1;poll_set=1");
     let (server, client) = (rmr_api::open(&spec).unwrap(), rmr_api::open(&spec).unwrap());
     let (spz, cpz) = (server.create_pz().unwrap(), client.create_pz().unwrap());
     let (pevd, rx, conn) =
@@ -133,7 +209,7 @@ fn joined_while_asleep(prov: &str) {
             conn.wait(Some(Duration::from_secs(10)), 1),
             Ok(Event::Established { .. })
         ));
-        if prov == "tcp" {
+        if prov == "tcp" && backend_ofi::libfabric_version() < (1, 18) {
             assert_eq!(
                 b.attr().note("ofi.cq_wait"),
                 Some("poll set"),

@@ -17,7 +17,11 @@ fn a_sender_asleep_while_its_socket_is_full_finishes() {
     // SAFETY: set before any thread starts or anything reads it.
     unsafe { std::env::set_var("RMR_EVD_SPIN_US", "0") };
     backend_ofi::register();
-    let spec = "ofi:tcp:127.0.0.1;progress_thread=0";
+    if backend_ofi::libfabric_version() >= (1, 18) {
+        eprintln!("skipped: libfabric >= 1.18 has no poll-set CQs here");
+        return;
+    }
+    let spec = "ofi:tcp:127.0.0.1;progress_thread=0;poll_set=1";
     let (ia_a, ia_b) = (rmr_api::open(spec).unwrap(), rmr_api::open(spec).unwrap());
     let (pz_a, pz_b) = (ia_a.create_pz().unwrap(), ia_b.create_pz().unwrap());
     let (aevd, bevd, pevd) =

@@ -109,7 +109,10 @@ impl CqDriver {
                 // A waiter came while this pass ran: an RDMA write the pass
                 // placed queues nothing, and it may be what the waiter
                 // waits for (`progress_until`); it looks again. (One that
-                // came after this load sees the placed bytes itself.)
+                // this load misses sees the placed bytes itself: it reads
+                // the CQ, or looks before a sleep, under the reader lock
+                // this pass held, or libfabric's endpoint locks, which the
+                // pass released after placing them.)
                 if let Some(evd) = self.evd.upgrade() {
                     evd.q.wake();
                 }
@@ -199,9 +202,10 @@ impl CqDriver {
     }
 
     /// Whether another endpoint may join this CQ: every progress pass on a
-    /// poll set polls each socket in it, so one carries at most
-    /// [`POLL_SET_EPS`] live endpoints (the EVD opens a CQ with an fd for
-    /// the next ones).
+    /// poll set polls each socket in it, so one carries about
+    /// [`POLL_SET_EPS`] endpoints at most (endpoints set up at once may
+    /// each find the last place; one that closed but is not dropped keeps
+    /// its place); the EVD opens a CQ with an fd for the next ones.
     pub(super) fn has_room(&self) -> bool {
         if !matches!(self.sleep, Sleep::Set(_)) {
             return true;

@@ -4,12 +4,14 @@
 //! when nothing moves; the doorbell and poke waits the multirail layer uses.
 
 use super::SoftEvd;
-use super::{Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS};
+use super::{DRIVERS_GEN, Drivers, POLLERS, QUIET_LOOK, QUIET_WAITS};
 use crate::error::{Error, Result};
 use crate::event::Event;
+use crate::provider::Driver;
 use crate::provider::cpus::cpus_idle;
 use rustix::event::{PollFd, PollFlags, Timespec, poll};
 use smallvec::SmallVec;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -53,7 +55,8 @@ impl SoftEvd {
             let start = start.unwrap_or_else(Instant::now);
             return (self.many_block_until(m, deadline, spin, done), start.elapsed());
         }
-        let drivers = self.drivers();
+        let mut seen_gen = DRIVERS_GEN.load(Ordering::Acquire);
+        let mut drivers = self.drivers();
         if drivers.is_empty() {
             let start = start.unwrap_or_else(Instant::now);
             return (self.cv_block_until(deadline, spin, done), start.elapsed());
@@ -137,6 +140,28 @@ impl SoftEvd {
                 ready = Ready::Some(which);
                 busy += 1;
                 continue;
+            }
+            if DRIVERS_GEN.load(Ordering::Acquire) != seen_gen {
+                // A driver came or went during the wait (a backend's new
+                // completion queue; its `add_driver` wakes this waiter):
+                // the wait goes on over the new list.
+                seen_gen = DRIVERS_GEN.load(Ordering::Acquire);
+                let fresh = self.drivers();
+                // (None left: the old list stays, as it was entered.)
+                if !fresh.is_empty() {
+                    let same = |a: &Arc<dyn Driver>, b: &Arc<dyn Driver>| {
+                        std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+                    };
+                    for d in fresh.iter().filter(|d| !drivers.iter().any(|o| same(o, d))) {
+                        d.enter();
+                    }
+                    for d in drivers.iter().filter(|d| !fresh.iter().any(|n| same(n, d))) {
+                        d.leave();
+                    }
+                    drivers = fresh;
+                    ready = Ready::All;
+                    continue;
+                }
             }
             let now = Instant::now();
             let start = *start.get_or_insert(now);
