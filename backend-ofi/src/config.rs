@@ -43,9 +43,10 @@ pub struct OfiConfig {
     /// an epoll fd, where the provider has one: each `fi_cq_read`'s
     /// progress pass is then a `poll(2)`, which costs less than
     /// `epoll_wait` (`poll_set`, `RMR_OFI_POLL_SET`; `None`, the default,
-    /// on tcp). A poll of every connection's socket per pass grows with
-    /// the connections a CQ carries (the provider's pass walks them all
-    /// either way).
+    /// on tcp with libfabric before 1.18). A poll of every connection's
+    /// socket per pass grows with the connections a CQ carries: a poll-set
+    /// CQ takes about 16 endpoints, and an EVD's next ones in a PZ share a
+    /// CQ with an fd.
     pub poll_set: Option<bool>,
 }
 

@@ -1,7 +1,7 @@
 //! Event dispatchers on the tcp backend's progress model: each EVD is a
 //! [`SoftEvd`] (the queue, the spin-then-sleep policy, the waits) with one
 //! [`CqDriver`] per libfabric CQ it owns (one per domain its endpoints live
-//! in), plus the software events pushed from elsewhere (connection events
+//! in, two where a poll-set CQ is full), plus the software events pushed from elsewhere (connection events
 //! from the IA's EQ thread, software events, flushes).
 //!
 //! A thread that waits on the EVD drives the CQs itself: it reads them with
@@ -13,7 +13,9 @@
 //! eventfd (pushes from other threads wake it). A CQ's wait object is a
 //! poll set (`FI_WAIT_POLLFD`, slept on through a mirror of it, see
 //! [`crate::waitset`]) where the IA asks for one (the default on `tcp`),
-//! else an fd (`FI_WAIT_FD`).
+//! else an fd (`FI_WAIT_FD`). A poll-set CQ carries about 16 endpoints
+//! (each progress pass polls every socket in it); an EVD's next endpoints
+//! in that domain go to a further CQ with an fd.
 //!
 //! One thread reads a CQ at a time (`reader`, only ever *tried*, never held
 //! across a blocking call), so events keep the CQ's order.
@@ -302,8 +304,8 @@ pub(crate) struct EvdShared {
     pub(crate) fabric: Arc<Fabric>,
     /// The queue, its waits and its drivers.
     pub(crate) q: Arc<SoftEvd>,
-    /// One per domain the EVD's endpoints live in (looked up only when an
-    /// endpoint is set up).
+    /// One per domain the EVD's endpoints live in, and a second in a domain
+    /// whose poll-set CQ is full (looked up only when an endpoint is set up).
     cqs: RwLock<Vec<Arc<CqDriver>>>,
     cq_size: usize,
     /// CQs need a progress thread (manual progress).

@@ -6,6 +6,8 @@
 //! the data (and the backend's wake-up when the connection came up) can
 //! wake the thread that waits on it, asleep before the client connects.
 
+mod support;
+
 use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
 use std::time::{Duration, Instant};
 
@@ -49,28 +51,15 @@ fn a_poll_set_carries_sixteen_endpoints_and_the_next_go_to_an_fd() {
     let (pevd, sevd, cevd) =
         (server.create_evd().unwrap(), server.create_evd().unwrap(), client.create_evd().unwrap());
     let psp = server.create_psp(0, &pevd).unwrap();
-    let (addr, svc) = (psp.address(), psp.service());
     let mut pairs = Vec::new();
     for _ in 0..18 {
         let a = client.create_ep(&cpz, &EpEvds::single(&cevd)).unwrap();
         let b = server.create_ep(&spz, &EpEvds::single(&sevd)).unwrap();
-        std::thread::scope(|s| {
-            let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
-            match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
-                Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
-                e => panic!("{e:?}"),
-            }
-            h.join().unwrap();
-        });
+        support::join(&a, &b, &psp, &pevd);
         pairs.push((a, b));
     }
-    for evd in [&sevd, &cevd] {
-        for _ in 0..18 {
-            assert!(matches!(
-                evd.wait(Some(Duration::from_secs(10)), 1),
-                Ok(Event::Established { .. })
-            ));
-        }
+    for _ in 0..18 {
+        support::established(&[&sevd, &cevd]);
     }
     let notes: Vec<_> =
         pairs.iter().map(|(_, b)| b.attr().note("ofi.cq_wait").unwrap().to_string()).collect();
@@ -114,7 +103,6 @@ fn a_waiter_drives_a_cq_its_evd_opened_while_it_waited() {
         client.create_evd().unwrap(),
     );
     let psp = server.create_psp(0, &pevd).unwrap();
-    let (addr, svc) = (psp.address(), psp.service());
     let evds = EpEvds { request: rx.clone(), recv: rx.clone(), conn: conn.clone() };
     let dst = MemRegion::new(64);
     let dl = spz.register_all(&dst, Access::LOCAL_WRITE).unwrap();
@@ -122,14 +110,7 @@ fn a_waiter_drives_a_cq_its_evd_opened_while_it_waited() {
     let sl = cpz.register_all(&src, Access::empty()).unwrap();
     let connect = |b: &std::sync::Arc<dyn rmr_api::Ep>| {
         let a = client.create_ep(&cpz, &EpEvds::single(&cevd)).unwrap();
-        std::thread::scope(|s| {
-            let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
-            match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
-                Event::ConnectionRequest(cr) => cr.accept(b, b"").unwrap(),
-                e => panic!("{e:?}"),
-            }
-            h.join().unwrap();
-        });
+        support::join(&a, b, &psp, &pevd);
         a
     };
     // Sixteen endpoints fill the poll-set CQ.
@@ -189,7 +170,6 @@ fn joined_while_asleep(prov: &str) {
     b.post_recv(&[Sge::whole(&*dl)], Cookie(7), DtoFlags::empty()).unwrap();
     let src = MemRegion::from_bytes(b"first words");
     let sl = cpz.register_all(&src, Access::empty()).unwrap();
-    let (addr, svc) = (psp.address(), psp.service());
 
     std::thread::scope(|s| {
         // The waiter: asleep on the receive EVD long before the connection.
@@ -199,16 +179,8 @@ fn joined_while_asleep(prov: &str) {
             (ev, started.elapsed(), cpu_time())
         });
         std::thread::sleep(Duration::from_millis(300));
-        let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
-        match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
-            Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
-            e => panic!("{prov}: {e:?}"),
-        }
-        h.join().unwrap();
-        assert!(matches!(
-            conn.wait(Some(Duration::from_secs(10)), 1),
-            Ok(Event::Established { .. })
-        ));
+        support::join(&a, &b, &psp, &pevd);
+        support::established(&[&conn]);
         if prov == "tcp" && backend_ofi::libfabric_version() < (1, 18) {
             assert_eq!(
                 b.attr().note("ofi.cq_wait"),

@@ -6,6 +6,8 @@
 //!
 //! Its own test binary: the spin setting is process-wide.
 
+mod support;
+
 use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
 use std::time::{Duration, Instant};
 
@@ -29,21 +31,8 @@ fn a_sender_asleep_while_its_socket_is_full_finishes() {
     let a = ia_a.create_ep(&pz_a, &EpEvds::single(&aevd)).unwrap();
     let b = ia_b.create_ep(&pz_b, &EpEvds::single(&bevd)).unwrap();
     let psp = ia_b.create_psp(0, &pevd).unwrap();
-    let (addr, svc) = (psp.address(), psp.service());
-    std::thread::scope(|s| {
-        let h = s.spawn(|| a.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
-        match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
-            Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
-            e => panic!("{e:?}"),
-        }
-        h.join().unwrap();
-    });
-    for evd in [&aevd, &bevd] {
-        assert!(matches!(
-            evd.wait(Some(Duration::from_secs(10)), 1),
-            Ok(Event::Established { .. })
-        ));
-    }
+    support::join(&a, &b, &psp, &pevd);
+    support::established(&[&aevd, &bevd]);
     assert_eq!(a.attr().note("ofi.cq_wait"), Some("poll set"));
 
     let bytes: Vec<u8> = (0..LEN).map(|i| (i * 7 + i / 4093) as u8).collect();

@@ -6,6 +6,8 @@
 //!
 //! Its own test binary: the hook is process-wide.
 
+mod support;
+
 use rmr_api::{Access, Cookie, DtoFlags, EpEvds, Event, MemRegion, Sge};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -42,22 +44,8 @@ fn race_on(prov: &str) {
     let psp = ia.create_psp(0, &pevd).unwrap();
     let a = ia.create_ep(&pz, &EpEvds::single(&aevd)).unwrap();
     let b = ia.create_ep(&pz, &EpEvds::single(&bevd)).unwrap();
-    let (addr, svc) = (psp.address(), psp.service());
-    std::thread::scope(|s| {
-        let a2 = a.clone();
-        let h = s.spawn(move || a2.connect(&addr, svc, b"", Duration::from_secs(10)).unwrap());
-        match pevd.wait(Some(Duration::from_secs(10)), 1).unwrap() {
-            Event::ConnectionRequest(cr) => cr.accept(&b, b"").unwrap(),
-            e => panic!("{e:?}"),
-        }
-        h.join().unwrap();
-    });
-    for evd in [&aevd, &bevd] {
-        assert!(matches!(
-            evd.wait(Some(Duration::from_secs(10)), 1),
-            Ok(Event::Established { .. })
-        ));
-    }
+    support::join(&a, &b, &psp, &pevd);
+    support::established(&[&aevd, &bevd]);
     let src = MemRegion::from_bytes(b"late but here");
     let dst = MemRegion::new(64);
     let sl = pz.register_all(&src, Access::empty()).unwrap();
