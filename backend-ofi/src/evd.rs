@@ -1,8 +1,9 @@
 //! Event dispatchers on the tcp backend's progress model: each EVD is a
 //! [`SoftEvd`] (the queue, the spin-then-sleep policy, the waits) with one
-//! [`CqDriver`] per libfabric CQ it owns (one per domain its endpoints live
-//! in, two where a poll-set CQ is full), plus the software events pushed from elsewhere (connection events
-//! from the IA's EQ thread, software events, flushes).
+//! [`CqDriver`] per libfabric CQ it owns (one per domain its endpoints
+//! live in, two where a poll-set CQ is full), plus the software events
+//! pushed from elsewhere (connection events from the IA's EQ thread,
+//! software events, flushes).
 //!
 //! A thread that waits on the EVD drives the CQs itself: it reads them with
 //! non-blocking `fi_cq_read` on its own thread, translates the entries and

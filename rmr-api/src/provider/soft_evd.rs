@@ -264,21 +264,25 @@ impl SoftEvd {
             v.push(Arc::downgrade(d));
         }
         self.has_drivers.store(true, Ordering::Release);
-        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        DRIVERS_GEN.fetch_add(1, Ordering::SeqCst);
         drop(v);
         self.many_track(std::slice::from_ref(d));
         for e in self.through_by() {
             e.many_track(std::slice::from_ref(d));
         }
-        // A waiter already blocked must learn about the new descriptor.
+        // A waiter already blocked must learn about the new descriptor, and
+        // so must those of EVDs that drive through this one.
         self.wake_pollers();
+        for e in self.through_by() {
+            e.wake_pollers();
+        }
     }
 
     /// Unregisters a driver (by identity).
     pub fn remove_driver(&self, d: &dyn Driver) {
         let mut v = self.drivers.write().unwrap_or_else(|p| p.into_inner());
         v.retain(|w| w.strong_count() > 0 && !std::ptr::addr_eq(w.as_ptr(), d as *const _));
-        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        DRIVERS_GEN.fetch_add(1, Ordering::SeqCst);
         drop(v);
         self.many_untrack(d);
         for e in self.through_by() {
@@ -348,7 +352,7 @@ impl SoftEvd {
         }
         v.push(Arc::downgrade(other));
         self.has_drivers.store(true, Ordering::Release);
-        DRIVERS_GEN.fetch_add(1, Ordering::AcqRel);
+        DRIVERS_GEN.fetch_add(1, Ordering::SeqCst);
         drop(v);
         {
             let mut b = o.through_by.write().unwrap_or_else(|p| p.into_inner());

@@ -55,7 +55,7 @@ impl SoftEvd {
             let start = start.unwrap_or_else(Instant::now);
             return (self.many_block_until(m, deadline, spin, done), start.elapsed());
         }
-        let mut seen_gen = DRIVERS_GEN.load(Ordering::Acquire);
+        let mut seen_gen = DRIVERS_GEN.load(Ordering::SeqCst);
         let mut drivers = self.drivers();
         if drivers.is_empty() {
             let start = start.unwrap_or_else(Instant::now);
@@ -72,7 +72,7 @@ impl SoftEvd {
         let (mut last, mut slept, mut busy) = (start, false, 0u32);
         // Several drivers: the ones idle at the end of the last wait are
         // left to `poll` (no read on a socket that had nothing).
-        let several = drivers.len() > 1;
+        let mut several = drivers.len() > 1;
         let idle = if several { self.idle.load(Ordering::Relaxed) } else { 0 };
         let mut ready = if idle == 0 {
             Ready::All
@@ -81,13 +81,13 @@ impl SoftEvd {
         };
         // Drivers that moved in this wait, and zero-timeout looks so far;
         // the quiet ones, as the last waits left them.
-        let quiet = if several { self.quiet() } else { 0 };
+        let mut quiet = if several { self.quiet() } else { 0 };
         let mut moved_any = 0u64;
         let mut looks = 0u32;
         // Drivers whose input a load of shared memory tells (a ring) are
         // looked at in a tight loop for a while before each yield: a system
         // call costs more than the message it waits for (once per wait).
-        let tight = drivers.iter().map(|d| d.spin_looks()).min().unwrap_or(0);
+        let mut tight = drivers.iter().map(|d| d.spin_looks()).min().unwrap_or(0);
         // Whether a pass drove the drivers (each drive sends what they hold).
         let mut drove = false;
         let res = 'wait: loop {
@@ -141,24 +141,34 @@ impl SoftEvd {
                 busy += 1;
                 continue;
             }
-            if DRIVERS_GEN.load(Ordering::Acquire) != seen_gen {
-                // A driver came or went during the wait (a backend's new
-                // completion queue; its `add_driver` wakes this waiter):
-                // the wait goes on over the new list.
-                seen_gen = DRIVERS_GEN.load(Ordering::Acquire);
+            if DRIVERS_GEN.load(Ordering::SeqCst) != seen_gen {
+                // A driver came or went (a backend's new completion queue;
+                // its `add_driver` wakes this waiter, or the poll below sees
+                // the change after announcing itself): the wait goes on
+                // over the new list. (The generation is the process's: most
+                // changes are other EVDs', and leave this list as it was.)
+                seen_gen = DRIVERS_GEN.load(Ordering::SeqCst);
                 let fresh = self.drivers();
+                let same = |a: &Arc<dyn Driver>, b: &Arc<dyn Driver>| {
+                    std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
+                };
+                let unchanged = fresh.len() == drivers.len()
+                    && fresh.iter().zip(&drivers).all(|(a, b)| same(a, b));
                 // (None left: the old list stays, as it was entered.)
-                if !fresh.is_empty() {
-                    let same = |a: &Arc<dyn Driver>, b: &Arc<dyn Driver>| {
-                        std::ptr::addr_eq(Arc::as_ptr(a), Arc::as_ptr(b))
-                    };
+                if !unchanged && !fresh.is_empty() {
                     for d in fresh.iter().filter(|d| !drivers.iter().any(|o| same(o, d))) {
                         d.enter();
                     }
                     for d in drivers.iter().filter(|d| !fresh.iter().any(|n| same(n, d))) {
                         d.leave();
                     }
+                    // What was learnt of the old list is told by its indices.
+                    if several && moved_any != 0 {
+                        self.note_moved(moved_any, drivers.len());
+                    }
                     drivers = fresh;
+                    (several, quiet, moved_any) = (drivers.len() > 1, 0, 0);
+                    tight = drivers.iter().map(|d| d.spin_looks()).min().unwrap_or(0);
                     ready = Ready::All;
                     continue;
                 }
@@ -206,7 +216,10 @@ impl SoftEvd {
             let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
             looks = looks.wrapping_add(1);
             slept |= !spinning;
-            ready = self.poll_once(&drivers, deadline, done, false, spinning, skip, Some(now));
+            // The generation too: a driver added after the check above,
+            // before this waiter announced itself, woke nobody.
+            let changed = || done() || DRIVERS_GEN.load(Ordering::SeqCst) != seen_gen;
+            ready = self.poll_once(&drivers, deadline, &changed, false, spinning, skip, Some(now));
         };
         // Only a wait that got something through a driver counts (one that
         // found its event queued by someone else says nothing about them).
