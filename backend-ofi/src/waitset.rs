@@ -52,7 +52,7 @@ pub(crate) struct PollSet {
 struct State {
     /// libfabric's change index when the mirror was last brought up to date.
     change: Option<u64>,
-    /// The fds registered, with their events, sorted by fd.
+    /// The fds registered, with their events, in the set's order.
     fds: Vec<(RawFd, u32)>,
     /// `FI_GETWAIT`'s copy of the set.
     buf: Vec<sys::pollfd>,
@@ -100,28 +100,28 @@ impl PollSet {
             return false;
         };
         // Entry 0 is the set's own signal (see the module's docs).
-        let mut now: Vec<(RawFd, u32)> = buf
-            .iter()
-            .skip(1)
-            .filter(|p| p.fd >= 0)
-            .map(|p| (p.fd, u32::from(p.events as u16)))
-            .collect();
-        now.sort_unstable();
-        now.dedup_by_key(|e| e.0);
-        if *change == Some(index) && now == *fds {
+        let entries =
+            || buf.iter().skip(1).filter(|p| p.fd >= 0).map(|p| (p.fd, u32::from(p.events as u16)));
+        // Most looks find the set as the last one left it: no allocation.
+        if *change == Some(index) && entries().eq(fds.iter().copied()) {
             return true;
         }
+        let now: Vec<(RawFd, u32)> = entries().collect();
+        let mut old = fds.clone();
+        old.sort_unstable();
         // A new index: fds came or went, and a number may now name another
         // socket than the one registered under it (closed and reused), so
         // every fd is registered afresh. The same index: only events changed.
         let renew = *change != Some(index);
-        for &(fd, _) in fds.iter() {
-            if now.binary_search_by_key(&fd, |e| e.0).is_err() {
+        let mut sorted = now.clone();
+        sorted.sort_unstable();
+        for &(fd, _) in &old {
+            if sorted.binary_search_by_key(&fd, |e| e.0).is_err() {
                 let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
             }
         }
         for &(fd, ev) in &now {
-            let had = fds.binary_search_by_key(&fd, |e| e.0).ok().map(|i| fds[i].1);
+            let had = old.binary_search_by_key(&fd, |e| e.0).ok().map(|i| old[i].1);
             if renew || had.is_none() {
                 let _ = self.ctl(libc::EPOLL_CTL_DEL, fd, 0);
                 let _ = self.ctl(libc::EPOLL_CTL_ADD, fd, ev);

@@ -185,7 +185,7 @@ impl SoftEvd {
                     looks = 1;
                     // (No deadline passed on: only the drivers' own timers
                     // count as due, so an idle look drives nothing.)
-                    ready = self.poll_once(&drivers, None, done, false, true, 0, Some(now));
+                    ready = self.poll_once(&drivers, None, done, false, true, 0, Some((now, 0)));
                     continue;
                 }
                 break false;
@@ -216,10 +216,10 @@ impl SoftEvd {
             let skip = if spinning && looks % QUIET_LOOK != 0 { quiet } else { 0 };
             looks = looks.wrapping_add(1);
             slept |= !spinning;
-            // The generation too: a driver added after the check above,
+            // With the generation: a driver added after the check above,
             // before this waiter announced itself, woke nobody.
-            let changed = || done() || DRIVERS_GEN.load(Ordering::SeqCst) != seen_gen;
-            ready = self.poll_once(&drivers, deadline, &changed, false, spinning, skip, Some(now));
+            let at = Some((now, seen_gen));
+            ready = self.poll_once(&drivers, deadline, done, false, spinning, skip, at);
         };
         // Only a wait that got something through a driver counts (one that
         // found its event queued by someone else says nothing about them).
@@ -333,10 +333,12 @@ impl SoftEvd {
     /// Blocks once in `poll(2)` on the drivers and the wake-up descriptor
     /// (with `writes_only`, on the drivers that have frames to send; with
     /// `nowait`, only looks; the drivers in `skip`, by index, not at all
-    /// unless that would leave no descriptor). `now`, if the caller just
-    /// read the clock, times how long a blocking poll may sleep until the
-    /// drivers' next deadline (no reading of its own); a look (`nowait`)
-    /// reads a fresh one to tell whether a deadline is due. Returns which
+    /// unless that would leave no descriptor). `at`, if the caller just
+    /// read the clock: that reading, which times how long a blocking poll
+    /// may sleep until the drivers' next deadline (no reading of its own;
+    /// a look, `nowait`, reads a fresh one to tell whether a deadline is
+    /// due), and the driver generation `drivers` was taken at (0: none),
+    /// a change of which ends the wait as `done()` does. Returns which
     /// drivers to drive next.
     #[allow(clippy::too_many_arguments)]
     pub(super) fn poll_once(
@@ -347,8 +349,12 @@ impl SoftEvd {
         writes_only: bool,
         nowait: bool,
         skip: u64,
-        now: Option<Instant>,
+        at: Option<(Instant, u64)>,
     ) -> Ready {
+        let now = at.map(|a| a.0);
+        let list_gen = at.map_or(0, |a| a.1);
+        // Its driver list is out of date (see `block_until_timed`).
+        let done = || done() || (list_gen != 0 && DRIVERS_GEN.load(Ordering::SeqCst) != list_gen);
         // Event waiters wake on pushes and pokes; a flushing helper on pokes only.
         let (waiters, efd) = if nowait {
             (None, None)
