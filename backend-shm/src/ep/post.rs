@@ -109,6 +109,15 @@ impl EpShared {
         };
         if cma {
             let status = self.cross(link, &mut tx.files, r.op, &places, key, addr, total);
+            if r.op == DtoOp::RdmaWrite && status.is_ok() {
+                // The bytes are in the peer's memory with no frame behind
+                // them: a peer asleep on its doorbell (a `progress_until`
+                // waiting for them) looks again. The fence orders the copy
+                // before the look at its flag (which it raised before its
+                // last look at its condition).
+                std::sync::atomic::fence(Ordering::SeqCst);
+                link.wake_consumer();
+            }
             if tx.outstanding.is_empty() {
                 // Nothing before it to complete first: done now (what
                 // `complete_front` would do with it alone).

@@ -429,7 +429,12 @@ impl SoftEvd {
         // which may place an RDMA write a `progress_until` waits for): the
         // condition is looked at once more (this waiter announced itself
         // before the look, so what comes later wakes it).
-        let again = !nowait && waiters.is_some() && done();
+        // (The fence orders the drivers' announcements in their looks, a
+        // peer's "ring me" flag, before the look at the condition.)
+        let again = !nowait && waiters.is_some() && {
+            std::sync::atomic::fence(Ordering::SeqCst);
+            done()
+        };
         // A look with nothing to look at needs no system call.
         let n = if (nowait && fds.is_empty()) || again {
             0
