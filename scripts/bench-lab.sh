@@ -6,13 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-bench-out/lab}; mkdir -p "$OUT"
 P=rmrb
-trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; pkill -f "fi_pingpong -p" 2>/dev/null || true; pkill -f "fi_rma_bw server" 2>/dev/null || true; rm -rf "${CBIN:-}"; scripts/lab.sh down $P' EXIT
+trap 'pkill -f "rmr-bench server --rails 198.18" 2>/dev/null || true; pkill -f "iperf3 -s -B 198.18" 2>/dev/null || true; pkill -f "fi_pingpong -p" 2>/dev/null || true; pkill -f "fi_rma_bw server" 2>/dev/null || true; pkill -f "fi_wpp server" 2>/dev/null || true; rm -rf "${CBIN:-}"; scripts/lab.sh down $P' EXIT
 command -v iperf3 >/dev/null || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iperf3 >/dev/null; }
 cargo build --release -q -p rmr-bench
 B=$PWD/target/release/rmr-bench
 # The plain-libfabric bandwidth baseline (benches/c/fi_rma_bw.c).
 CBIN=$(mktemp -d /tmp/rmr-lab-c.XXXXXX)
 cc -O2 -o "$CBIN/fi_rma_bw" benches/c/fi_rma_bw.c -lfabric
+# What a write+notify costs in plain libfabric (benches/c/fi_wpp.c).
+cc -O2 -o "$CBIN/fi_wpp" benches/c/fi_wpp.c -lfabric
 SIZES=${SIZES:-4K,16K,64K,256K,1M,4M}
 
 server() { # rails [command prefix, e.g. "taskset -c 1"]
@@ -53,6 +55,15 @@ fipp() {
   sleep 0.5
   taskset -c 0 ip netns exec $P-a fi_pingpong -p "$prov" -e msg -I "$it" -S "$size" -P 9228 198.18.0.2 2>/dev/null \
     | awk -v p="$prov" -v s="$size" '/usec\/xfer/ { h = 1; next } h && NF >= 7 { h = 0; printf "{\"test\": \"fi_pingpong\", \"backend\": \"fi_pingpong:%s\", \"rails\": 1, \"size\": %d, \"lat_mean_us\": %s}\n", p, s, $7 }'
+  wait || true
+}
+# benches/c/fi_wpp.c's three 8 B ping-pongs over the rail (a send; an RMA
+# write then a 128 B send, as the ofi backend posts them; the two as one
+# RMA write with remote CQ data), 10 blocks of each in turn: JSON rows.
+fiwpp() {
+  taskset -c 1 ip netns exec $P-b "$CBIN/fi_wpp" server tcp 9230 >/dev/null 2>&1 &
+  sleep 0.5
+  taskset -c 0 ip netns exec $P-a "$CBIN/fi_wpp" client tcp 198.18.0.2 9230 10000 10 2>>"$OUT/client.log" || true
   wait || true
 }
 # A plain libfabric program's bandwidth (benches/c/fi_rma_bw.c: msg
@@ -138,6 +149,7 @@ sleep 0.5
     lat1 --rails 198.18.0.2 --baseline
     lat1 --backend ofi:tcp --port 7570 --rails 198.18.0.2
     for size in 8 4096; do fipp tcp $size; fipp sockets $size; done
+    fiwpp
   done
 } | tee "$OUT/ofi.jsonl"
 
