@@ -168,9 +168,9 @@ static void open_common(const char *prov, const char *node, const char *port, in
     h->fabric_attr->prov_name = strdup(prov);
     h->tx_attr->op_flags = 0;
     /* A write's bytes before the send that follows it: the orders rmr's
-     * backend cannot do without. (The `sockets` provider grants them, yet
-     * its receive of the send can complete before the write's bytes are
-     * placed: `wn` then stops with "got 0"; the scripts use `tcp` only.) */
+     * backend cannot do without. (On the `sockets` provider `wn` stops with
+     * "got 0": the word is not there yet when the send's receive completes
+     * in this program; not looked into, the scripts use `tcp` only.) */
     h->tx_attr->msg_order = FI_ORDER_SAW | FI_ORDER_SAS;
     h->rx_attr->msg_order = h->tx_attr->msg_order;
     CHECK(fi_getinfo(FI_VERSION(1, 17), node, port, server ? FI_SOURCE : 0, h, &info));
