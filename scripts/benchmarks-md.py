@@ -594,6 +594,13 @@ if ofilo:
           "The send-only row (rmr-bench `--sizes 0`: one 128-byte control message each way, beside "
           "`fi_pingpong -S 128`) is the like-with-like pair. The tcp backend sends the write and the "
           "notify in one `sendmsg`.")
+    wpp = {m: med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_wpp" and r["mode"] == m) for m in ("msg", "wn", "wd")}
+    if all(wpp.values()):
+        print("\nThe same in plain libfabric (`benches/c/fi_wpp.c`, one `tcp` endpoint busy-polling its CQ, three 8 B "
+              "ping-pongs taking turns; us, median over the rounds): a send "
+              f"{wpp['msg']:.1f}; an RMA write then a 128 B send, the ofi backend's two operations, {wpp['wn']:.1f} "
+              f"({wpp['wn'] / wpp['msg']:.2f}x the send); the same bytes as one RMA write of two pieces with remote CQ "
+              f"data {wpp['wd']:.1f} ({wpp['wd'] / wpp['msg']:.2f}x).")
 
 
 if rti:

@@ -282,9 +282,10 @@ int main(int argc, char **argv) {
     CHECK(fi_send(ep, buf + SEND, sizeof bye, desc(), 0, NULL));
     for (int m = 0; m < MODES; m++) {
         qsort(mean[m], rounds, sizeof(double), cmp);
-        printf("{\"test\": \"fi_wpp\", \"mode\": \"%s\", \"prov\": \"%s\", \"iters\": %d, \"rounds\": %d, "
-               "\"lat_mean_us\": %.3f, \"lat_mean_min_us\": %.3f, \"lat_mean_max_us\": %.3f}\n",
-               names[m], argv[2], block * rounds, rounds, mean[m][rounds / 2], mean[m][0], mean[m][rounds - 1]);
+        printf("{\"test\": \"fi_wpp\", \"backend\": \"fi_wpp:%s\", \"rails\": 1, \"size\": 8, \"mode\": \"%s\", "
+               "\"iters\": %d, \"rounds\": %d, \"lat_mean_us\": %.3f, \"lat_mean_min_us\": %.3f, "
+               "\"lat_mean_max_us\": %.3f}\n",
+               argv[2], names[m], block * rounds, rounds, mean[m][rounds / 2], mean[m][0], mean[m][rounds - 1]);
     }
     fi_close(&ep->fid);
     return 0;
