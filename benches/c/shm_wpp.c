@@ -1,0 +1,165 @@
+/* What an 8 B write+notify costs between two processes of one node when
+ * nothing but the memory traffic of a frame ring is paid: the shm
+ * backend's layout without its software. Two processes (fork) pinned to
+ * CPUs 0 and 1 share a fresh anonymous mapping and ping-pong in two ways,
+ * taking turns in blocks:
+ *
+ *   floor  an 8-byte counter on one cache line each way (benches/c/shm_floor.c);
+ *   ring   rmr's shm pattern: the 8 B "RDMA write" stored into a word of
+ *          the peer's memory, then a frame (a 64-byte header and the
+ *          128-byte notify) appended to a single-producer ring and
+ *          published by a store of the ring's head on its own line; the
+ *          peer spins on the head, checks the header, copies the message
+ *          out, reads the written word, and stores the ring's tail on its
+ *          own line (as the backend acknowledges on the shared line).
+ *
+ * Each side checks what arrived and stops with an error on a mismatch.
+ * Half the round trip, in microseconds: the median of the blocks' means.
+ *   ./shm_wpp [ITERS [BLOCKS]]   -> one JSON line per mode
+ */
+#define _GNU_SOURCE
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RING (64 << 10) /* bytes of frames per direction */
+#define HDR 64
+#define MSG 128
+
+/* One direction: control lines, then the frames. */
+struct ring {
+    _Alignas(64) _Atomic uint64_t head; /* bytes published (producer) */
+    _Alignas(64) _Atomic uint64_t tail; /* bytes consumed (consumer) */
+    _Alignas(64) _Atomic uint64_t target; /* the word the peer "RDMA-writes" */
+    _Alignas(64) _Atomic uint64_t floor; /* the floor mode's counter */
+    _Alignas(64) unsigned char data[RING];
+};
+
+struct hdr { uint32_t op, len; uint64_t seq; unsigned char pad[HDR - 16]; };
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void pin(int cpu) {
+    cpu_set_t s;
+    CPU_ZERO(&s);
+    CPU_SET(cpu, &s);
+    sched_setaffinity(0, sizeof s, &s);
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void die(const char *what, uint64_t got, uint64_t want) {
+    fprintf(stderr, "shm_wpp: %s: got %lu, want %lu\n", what, (unsigned long)got, (unsigned long)want);
+    exit(1);
+}
+
+/* Producer side of `out`: the write into the peer's word, then the frame. */
+static void send_ring(struct ring *out, uint64_t seq, const unsigned char *msg) {
+    atomic_store_explicit(&out->target, seq, memory_order_relaxed);
+    uint64_t h = atomic_load_explicit(&out->head, memory_order_relaxed);
+    if (RING - h % RING < HDR + MSG) h += RING - h % RING; /* a frame never wraps */
+    while (h + HDR + MSG - atomic_load_explicit(&out->tail, memory_order_acquire) > RING) {}
+    unsigned char *f = out->data + h % RING;
+    struct hdr hd = { 1, MSG, seq, { 0 } };
+    memcpy(f, &hd, HDR);
+    memcpy(f + HDR, msg, MSG);
+    atomic_store_explicit(&out->head, h + HDR + MSG, memory_order_release);
+}
+
+/* Consumer side of `in`: the next frame, checked, its message copied out. */
+static void recv_ring(struct ring *in, uint64_t *pos, uint64_t seq, unsigned char *msg) {
+    uint64_t p = *pos;
+    if (RING - p % RING < HDR + MSG) p += RING - p % RING;
+    while (atomic_load_explicit(&in->head, memory_order_acquire) < p + HDR + MSG) {}
+    const unsigned char *f = in->data + p % RING;
+    struct hdr hd;
+    memcpy(&hd, f, HDR);
+    if (hd.op != 1 || hd.len != MSG || hd.seq != seq) die("header", hd.seq, seq);
+    memcpy(msg, f + HDR, MSG);
+    uint64_t w = atomic_load_explicit(&in->target, memory_order_relaxed);
+    if (w != seq) die("written word", w, seq);
+    uint64_t first;
+    memcpy(&first, msg, 8);
+    if (first != seq) die("message", first, seq);
+    *pos = p + HDR + MSG;
+    atomic_store_explicit(&in->tail, *pos, memory_order_release);
+}
+
+int main(int argc, char **argv) {
+    long iters = argc > 1 ? atol(argv[1]) : 200000;
+    int blocks = argc > 2 ? atoi(argv[2]) : 10;
+    long block = iters / blocks;
+    struct ring *r = mmap(NULL, 2 * sizeof(struct ring), PROT_READ | PROT_WRITE,
+                          MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED) { perror("mmap"); return 1; }
+    struct ring *ab = &r[0], *ba = &r[1]; /* a -> b and b -> a */
+    long total = (long)(blocks + 1) * block; /* block 0 warms up */
+    pid_t child = fork();
+    if (child == 0) {
+        pin(1);
+        unsigned char msg[MSG];
+        uint64_t pos = 0, k = 0;
+        for (int b = 0; b <= blocks; b++) {
+            for (long i = 0; i < block; i++) { /* floor */
+                k++;
+                while (atomic_load_explicit(&ab->floor, memory_order_acquire) != k) {}
+                atomic_store_explicit(&ba->floor, k, memory_order_release);
+            }
+            for (long i = 0; i < block; i++) { /* ring */
+                uint64_t seq = (uint64_t)b * block + i + 1;
+                recv_ring(ab, &pos, seq, msg);
+                send_ring(ba, seq, msg);
+            }
+        }
+        _exit(0);
+    }
+    pin(0);
+    double *fl = calloc(blocks, sizeof(double)), *rg = calloc(blocks, sizeof(double));
+    unsigned char msg[MSG], got[MSG];
+    memset(msg, 0x5a, MSG);
+    uint64_t pos = 0, k = 0;
+    for (int b = 0; b <= blocks; b++) {
+        double t0 = now();
+        for (long i = 0; i < block; i++) {
+            k++;
+            atomic_store_explicit(&ab->floor, k, memory_order_release);
+            while (atomic_load_explicit(&ba->floor, memory_order_acquire) != k) {}
+        }
+        double t1 = now();
+        for (long i = 0; i < block; i++) {
+            uint64_t seq = (uint64_t)b * block + i + 1;
+            memcpy(msg, &seq, 8);
+            send_ring(ab, seq, msg);
+            recv_ring(ba, &pos, seq, got);
+        }
+        double t2 = now();
+        if (b > 0) {
+            fl[b - 1] = (t1 - t0) / block / 2 * 1e6;
+            rg[b - 1] = (t2 - t1) / block / 2 * 1e6;
+        }
+    }
+    int st = 0;
+    waitpid(child, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) { fprintf(stderr, "shm_wpp: the peer failed\n"); return 1; }
+    qsort(fl, blocks, sizeof(double), cmp);
+    qsort(rg, blocks, sizeof(double), cmp);
+    printf("{\"test\": \"shm_wpp\", \"backend\": \"shm_wpp\", \"rails\": 1, \"size\": 8, \"mode\": \"floor\", \"iters\": %ld, \"lat_us\": %.3f}\n",
+           total - block, fl[blocks / 2]);
+    printf("{\"test\": \"shm_wpp\", \"backend\": \"shm_wpp\", \"rails\": 1, \"size\": 8, \"mode\": \"ring\", \"iters\": %ld, \"lat_us\": %.3f}\n",
+           total - block, rg[blocks / 2]);
+    return 0;
+}
