@@ -14,8 +14,8 @@
  * Each mode's rounds take turns (blocks of ITERS/ROUNDS round trips), so a
  * slow spell of the host weighs on all three alike.
  *
- * Each side checks what arrived (the written word and the message) and
- * stops with an error on a mismatch.
+ * Each side checks what arrived (the message's first word, the written
+ * word, the CQ data) and stops with an error on a mismatch.
  *
  *   fi_wpp server PROV PORT
  *   fi_wpp client PROV HOST PORT ITERS ROUNDS
@@ -67,9 +67,16 @@ static double now(void) {
 }
 
 static void cm_wait(uint32_t want, struct fi_eq_cm_entry *e) {
-    uint32_t ev;
+    uint32_t ev = 0;
     ssize_t n = fi_eq_sread(eq, &ev, e, sizeof *e, 10000, 0);
-    if (n < 0 || ev != want) { fprintf(stderr, "cm event %u (want %u): %zd\n", ev, want, n); exit(1); }
+    if (n == -FI_EAVAIL) {
+        struct fi_eq_err_entry err = { 0 };
+        fi_eq_readerr(eq, &err, 0);
+        fprintf(stderr, "cm error: %s\n", fi_strerror(err.err));
+        exit(1);
+    }
+    if (n < 0) { fprintf(stderr, "cm event (want %u): %s\n", want, fi_strerror((int)-n)); exit(1); }
+    if (ev != want) { fprintf(stderr, "cm event %u, want %u\n", ev, want); exit(1); }
 }
 
 static void *desc(void) { return (info->domain_attr->mr_mode & FI_MR_LOCAL) ? fi_mr_desc(mr) : NULL; }
@@ -77,14 +84,17 @@ static uint64_t raddr(size_t off) {
     return ((info->domain_attr->mr_mode & FI_MR_VIRT_ADDR) ? peer.addr : 0) + off;
 }
 
-/* Waits for one completion whose flags include `want`; returns its data. */
+/* Waits for the next completion, which must have `want` among its flags
+ * (nothing else completes here: sends and writes report nothing); returns
+ * its data. */
 static uint64_t wait_for(uint64_t want) {
     struct fi_cq_data_entry c;
     for (;;) {
         ssize_t k = fi_cq_read(cq, &c, 1);
         if (k == 1) {
             if (c.flags & want) return c.data;
-            continue;
+            fprintf(stderr, "a completion with flags %#lx, want %#lx\n", (unsigned long)c.flags, (unsigned long)want);
+            exit(1);
         }
         if (k == -FI_EAVAIL) {
             struct fi_cq_err_entry err = { 0 };
@@ -94,6 +104,14 @@ static uint64_t wait_for(uint64_t want) {
         }
         if (k != -FI_EAGAIN) { fprintf(stderr, "fi_cq_read: %zd\n", k); exit(1); }
     }
+}
+
+/* A small control message, copied by the provider at once (its buffer is
+ * written again before any answer). */
+static void send_ctl(size_t n) {
+    ssize_t r;
+    while ((r = fi_inject(ep, buf + SEND, n, 0)) == -FI_EAGAIN) ;
+    CHECK(r);
 }
 
 static void post_recv(size_t n) {
@@ -135,28 +153,40 @@ static void send_one(int mode, uint64_t seq) {
     }
 }
 
-/* Waits for the peer's half of a round in `mode`; checks what arrived. */
+static void check(const char *what, int mode, uint64_t got, uint64_t seq) {
+    if (got != seq) {
+        fprintf(stderr, "%s: %s %lu, want %lu\n", names[mode], what, (unsigned long)got, (unsigned long)seq);
+        exit(1);
+    }
+}
+
+/* Waits for the peer's half of a round in `mode`; checks what arrived:
+ * the message's first word and, where there is one, the written word. */
 static void recv_one(int mode, uint64_t seq) {
     uint64_t got;
     switch (mode) {
     case MSG:
         wait_for(FI_RECV);
         memcpy(&got, buf + RECV, 8);
+        check("message", mode, got, seq);
         post_recv(MSGLEN);
         break;
     case WN:
         wait_for(FI_RECV);
+        memcpy(&got, buf + RECV, 8);
+        check("message", mode, got, seq);
         memcpy(&got, buf + TARGET, 8);
+        check("written word", mode, got, seq);
         post_recv(MSGLEN);
         break;
-    default: {
-        uint64_t data = wait_for(FI_REMOTE_CQ_DATA);
+    default:
+        check("cq data", mode, wait_for(FI_REMOTE_CQ_DATA), seq);
         memcpy(&got, buf + SLOT, 8);
-        if (data != seq) { fprintf(stderr, "cq data %lu, want %lu\n", (unsigned long)data, (unsigned long)seq); exit(1); }
+        check("message", mode, got, seq);
+        memcpy(&got, buf + TARGET, 8);
+        check("written word", mode, got, seq);
         break;
     }
-    }
-    if (got != seq) { fprintf(stderr, "%s: got %lu, want %lu\n", names[mode], (unsigned long)got, (unsigned long)seq); exit(1); }
 }
 
 static void open_common(const char *prov, const char *node, const char *port, int server) {
@@ -202,11 +232,11 @@ static void swap_keys(int server) {
     struct peer me = { (uint64_t)(uintptr_t)buf, fi_mr_key(mr) };
     memcpy(buf + SEND, &me, sizeof me);
     if (server) {
-        CHECK(fi_send(ep, buf + SEND, sizeof me, desc(), 0, NULL));
+        send_ctl(sizeof me);
         wait_for(FI_RECV);
     } else {
         wait_for(FI_RECV);
-        CHECK(fi_send(ep, buf + SEND, sizeof me, desc(), 0, NULL));
+        send_ctl(sizeof me);
     }
     memcpy(&peer, buf + RECV, sizeof peer);
 }
@@ -224,6 +254,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     int iters = server ? 0 : atoi(argv[5]), rounds = server ? 0 : atoi(argv[6]);
+    if (!server && (rounds < 1 || iters < rounds)) {
+        fprintf(stderr, "fi_wpp: ROUNDS must be at least 1 and ITERS at least ROUNDS\n");
+        return 2;
+    }
     if (server) {
         open_common(argv[2], NULL, argv[3], 1);
         struct fid_pep *pep;
@@ -244,7 +278,7 @@ int main(int argc, char **argv) {
             memcpy(hdr, buf + RECV, sizeof hdr);
             post_recv(MSGLEN);
             if (hdr[0] >= MODES) break;
-            CHECK(fi_send(ep, buf + SEND, 8, desc(), 0, NULL)); /* ready */
+            send_ctl(8); /* ready */
             for (uint64_t s = 1; s <= hdr[1]; s++) {
                 recv_one((int)hdr[0], s);
                 send_one((int)hdr[0], s);
@@ -266,7 +300,7 @@ int main(int argc, char **argv) {
         for (int m = 0; m < MODES; m++) {
             uint64_t hdr[2] = { (uint64_t)m, (uint64_t)block };
             memcpy(buf + SEND, hdr, sizeof hdr);
-            CHECK(fi_send(ep, buf + SEND, sizeof hdr, desc(), 0, NULL));
+            send_ctl(sizeof hdr);
             wait_for(FI_RECV); /* ready */
             post_recv(MSGLEN);
             double t0 = now();
@@ -279,7 +313,7 @@ int main(int argc, char **argv) {
     }
     uint64_t bye[2] = { MODES, 0 };
     memcpy(buf + SEND, bye, sizeof bye);
-    CHECK(fi_send(ep, buf + SEND, sizeof bye, desc(), 0, NULL));
+    send_ctl(sizeof bye);
     for (int m = 0; m < MODES; m++) {
         qsort(mean[m], rounds, sizeof(double), cmp);
         printf("{\"test\": \"fi_wpp\", \"backend\": \"fi_wpp:%s\", \"rails\": 1, \"size\": 8, \"mode\": \"%s\", "

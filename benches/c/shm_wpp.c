@@ -5,20 +5,28 @@
  * taking turns in blocks:
  *
  *   floor  an 8-byte counter on one cache line each way (benches/c/shm_floor.c);
- *   ring   rmr's shm pattern: the 8 B "RDMA write" stored into a word of
- *          the peer's memory, then a frame (a 64-byte header and the
- *          128-byte notify) appended to a single-producer ring and
- *          published by a store of the ring's head on its own line; the
- *          peer spins on the head, checks the header, copies the message
- *          out, reads the written word, and stores the ring's tail on its
- *          own line (as the backend acknowledges on the shared line).
+ *   ring   a ring like the shm backend's (backend-shm/src/ring.rs): the
+ *          8 B "RDMA write" stored into a word of the peer's memory, then a
+ *          frame (a 64-byte header and the 128-byte notify) appended to a
+ *          single-producer ring and published by a sequentially consistent
+ *          store of the ring's head on its own line, after which the
+ *          producer looks at the consumer's "about to sleep" flag, as the
+ *          backend does; the producer rereads the shared tail only when its
+ *          last look says the ring is full. The peer spins on the head,
+ *          checks the header, copies the message out, reads the written
+ *          word and stores the ring's tail on its own line. (The backend
+ *          publishes its tail once per batch; here every frame is a batch.)
  *
- * Each side checks what arrived and stops with an error on a mismatch.
+ * Each side checks what arrived and stops with an error on a mismatch; a
+ * side left alone stops too (the child when its parent dies, both after
+ * 60 s).
  * Half the round trip, in microseconds: the median of the blocks' means.
  *   ./shm_wpp [ITERS [BLOCKS]]   -> one JSON line per mode
  */
 #define _GNU_SOURCE
 #include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -39,6 +47,7 @@ struct ring {
     _Alignas(64) _Atomic uint64_t tail; /* bytes consumed (consumer) */
     _Alignas(64) _Atomic uint64_t target; /* the word the peer "RDMA-writes" */
     _Alignas(64) _Atomic uint64_t floor; /* the floor mode's counter */
+    _Alignas(64) _Atomic uint32_t want_data; /* the consumer is about to sleep (never, here) */
     _Alignas(64) unsigned char data[RING];
 };
 
@@ -67,17 +76,20 @@ static void die(const char *what, uint64_t got, uint64_t want) {
     exit(1);
 }
 
-/* Producer side of `out`: the write into the peer's word, then the frame. */
-static void send_ring(struct ring *out, uint64_t seq, const unsigned char *msg) {
+/* Producer side of `out`: the write into the peer's word, then the frame.
+ * `tail_seen` is the producer's last look at the consumer's tail. */
+static void send_ring(struct ring *out, uint64_t *tail_seen, uint64_t seq, const unsigned char *msg) {
     atomic_store_explicit(&out->target, seq, memory_order_relaxed);
     uint64_t h = atomic_load_explicit(&out->head, memory_order_relaxed);
     if (RING - h % RING < HDR + MSG) h += RING - h % RING; /* a frame never wraps */
-    while (h + HDR + MSG - atomic_load_explicit(&out->tail, memory_order_acquire) > RING) {}
+    while (h + HDR + MSG - *tail_seen > RING)
+        *tail_seen = atomic_load_explicit(&out->tail, memory_order_acquire);
     unsigned char *f = out->data + h % RING;
     struct hdr hd = { 1, MSG, seq, { 0 } };
     memcpy(f, &hd, HDR);
     memcpy(f + HDR, msg, MSG);
-    atomic_store_explicit(&out->head, h + HDR + MSG, memory_order_release);
+    atomic_store_explicit(&out->head, h + HDR + MSG, memory_order_seq_cst);
+    if (atomic_load_explicit(&out->want_data, memory_order_seq_cst) != 0) die("want_data", 1, 0);
 }
 
 /* Consumer side of `in`: the next frame, checked, its message copied out. */
@@ -102,6 +114,11 @@ static void recv_ring(struct ring *in, uint64_t *pos, uint64_t seq, unsigned cha
 int main(int argc, char **argv) {
     long iters = argc > 1 ? atol(argv[1]) : 200000;
     int blocks = argc > 2 ? atoi(argv[2]) : 10;
+    if (blocks < 1 || iters < blocks) {
+        fprintf(stderr, "shm_wpp: BLOCKS must be at least 1 and ITERS at least BLOCKS\n");
+        return 2;
+    }
+    alarm(60);
     long block = iters / blocks;
     struct ring *r = mmap(NULL, 2 * sizeof(struct ring), PROT_READ | PROT_WRITE,
                           MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -110,9 +127,12 @@ int main(int argc, char **argv) {
     long total = (long)(blocks + 1) * block; /* block 0 warms up */
     pid_t child = fork();
     if (child == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() == 1) _exit(1);
+        alarm(60);
         pin(1);
         unsigned char msg[MSG];
-        uint64_t pos = 0, k = 0;
+        uint64_t pos = 0, k = 0, seen = 0;
         for (int b = 0; b <= blocks; b++) {
             for (long i = 0; i < block; i++) { /* floor */
                 k++;
@@ -122,7 +142,7 @@ int main(int argc, char **argv) {
             for (long i = 0; i < block; i++) { /* ring */
                 uint64_t seq = (uint64_t)b * block + i + 1;
                 recv_ring(ab, &pos, seq, msg);
-                send_ring(ba, seq, msg);
+                send_ring(ba, &seen, seq, msg);
             }
         }
         _exit(0);
@@ -131,7 +151,7 @@ int main(int argc, char **argv) {
     double *fl = calloc(blocks, sizeof(double)), *rg = calloc(blocks, sizeof(double));
     unsigned char msg[MSG], got[MSG];
     memset(msg, 0x5a, MSG);
-    uint64_t pos = 0, k = 0;
+    uint64_t pos = 0, k = 0, seen = 0;
     for (int b = 0; b <= blocks; b++) {
         double t0 = now();
         for (long i = 0; i < block; i++) {
@@ -143,7 +163,7 @@ int main(int argc, char **argv) {
         for (long i = 0; i < block; i++) {
             uint64_t seq = (uint64_t)b * block + i + 1;
             memcpy(msg, &seq, 8);
-            send_ring(ab, seq, msg);
+            send_ring(ab, &seen, seq, msg);
             recv_ring(ba, &pos, seq, got);
         }
         double t2 = now();
