@@ -249,7 +249,7 @@ if of:
     wpp = {m: med(r["lat_mean_us"] for r in of if r["test"] == "fi_wpp" and r.get("mode") == m) for m in ("msg", "wn", "wd")}
     if of and all(wpp.values()):
         print("\nThe same rail in plain libfabric (benches/c/fi_wpp.c: one `tcp` endpoint busy-polling its CQ, three 8 B "
-              "ping-pongs taking turns; us, median over the rounds): a send "
+              "ping-pongs taking turns; us, median over the rounds, and ratios of those medians): a send "
               f"{wpp['msg']:.1f}; an RMA write then a 128 B send, the ofi backend's two operations, {wpp['wn']:.1f} "
               f"({wpp['wn'] / wpp['msg']:.2f}x the send); the same bytes as one RMA write of two pieces with remote "
               f"CQ data {wpp['wd']:.1f} ({wpp['wd'] / wpp['msg']:.2f}x).")
