@@ -77,8 +77,13 @@ pub(crate) fn send_msg(
     if !fds.is_empty() && !anc.push(SendAncillaryMessage::ScmRights(fds)) {
         return Err(std::io::Error::other("too many descriptors"));
     }
-    rustix::net::sendmsg(sock, &[IoSlice::new(&b)], &mut anc, SendFlags::NOSIGNAL)?;
-    Ok(())
+    loop {
+        match rustix::net::sendmsg(sock, &[IoSlice::new(&b)], &mut anc, SendFlags::NOSIGNAL) {
+            // A signal came before anything was sent: send it again.
+            Err(rustix::io::Errno::INTR) => continue,
+            r => return r.map(drop).map_err(Into::into),
+        }
+    }
 }
 
 /// Waits up to `timeout` for a set-up message (`Ok(None)`: none came).
@@ -86,24 +91,35 @@ pub(crate) fn recv_msg(
     sock: BorrowedFd<'_>,
     timeout: Duration,
 ) -> Result<Option<(Msg, Vec<OwnedFd>)>> {
-    let ts = rustix::time::Timespec::try_from(timeout)
-        .unwrap_or(rustix::time::Timespec { tv_sec: 60, tv_nsec: 0 });
-    let mut pfd = [PollFd::new(&sock, PollFlags::IN)];
-    match rustix::event::poll(&mut pfd, Some(&ts)) {
-        Ok(0) => return Ok(None),
-        Ok(_) => {}
-        Err(e) => return Err(Error::io("poll the set-up socket", e.into())),
+    let deadline = Instant::now().checked_add(timeout);
+    loop {
+        let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+        let ts = rustix::time::Timespec::try_from(left)
+            .unwrap_or(rustix::time::Timespec { tv_sec: 60, tv_nsec: 0 });
+        let mut pfd = [PollFd::new(&sock, PollFlags::IN)];
+        match rustix::event::poll(&mut pfd, Some(&ts)) {
+            Ok(0) => return Ok(None),
+            Ok(_) => break,
+            // A signal (a profiler's, a timer's) cut the wait short: the
+            // rest of it is still the caller's.
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io("poll the set-up socket", e.into())),
+        }
     }
     let mut buf = vec![0u8; FIXED + MAX_PRIVATE];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut anc = RecvAncillaryBuffer::new(&mut space);
-    let r = rustix::net::recvmsg(
-        sock,
-        &mut [IoSliceMut::new(&mut buf)],
-        &mut anc,
-        RecvFlags::CMSG_CLOEXEC,
-    )
-    .map_err(|e| Error::io("receive a set-up message", e.into()))?;
+    let r = loop {
+        match rustix::net::recvmsg(
+            sock,
+            &mut [IoSliceMut::new(&mut buf)],
+            &mut anc,
+            RecvFlags::CMSG_CLOEXEC,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r.map_err(|e| Error::io("receive a set-up message", e.into()))?,
+        }
+    };
     let mut fds = Vec::new();
     for m in anc.drain() {
         if let RecvAncillaryMessage::ScmRights(f) = m {
