@@ -6,6 +6,7 @@
  *   busypoll_pingpong server PORT
  *   busypoll_pingpong client HOST PORT SIZE ITERS   -> median half round trip, us
  */
+#include "bench.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,11 +35,6 @@ static void tune(int fd) {
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {

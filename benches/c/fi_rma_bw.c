@@ -9,6 +9,7 @@
  *   fi_rma_bw client PROV HOST PORT SIZE ITERS
  *     -> one JSON line: median and slowest sample, Mbit/s (10^6 bit/s)
  */
+#include "bench.h"
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -36,11 +37,6 @@ static char *buf;   /* data, then 64 B of control at the end */
 static size_t len;
 
 struct peer { uint64_t addr, key; };
-
-static double now(void) {
-    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static void cm_wait(uint32_t want, struct fi_eq_cm_entry *e) {
     uint32_t ev;
@@ -96,11 +92,6 @@ static void open_ep(struct fi_info *fi) {
         CHECK(fi_mr_enable(mr));
     }
     CHECK(fi_enable(ep));
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {

@@ -22,6 +22,7 @@
  *     -> one JSON line per mode: mean half round trip, us (median of the
  *        rounds' means)
  */
+#include "bench.h"
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
 #include <rdma/fi_domain.h>
@@ -60,11 +61,6 @@ static char buf[4096] __attribute__((aligned(4096)));
 
 struct peer { uint64_t addr, key; };
 static struct peer peer;
-
-static double now(void) {
-    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 static void cm_wait(uint32_t want, struct fi_eq_cm_entry *e) {
     uint32_t ev = 0;
@@ -239,11 +235,6 @@ static void swap_keys(int server) {
         send_ctl(sizeof me);
     }
     memcpy(&peer, buf + RECV, sizeof peer);
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 int main(int argc, char **argv) {

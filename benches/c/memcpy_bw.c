@@ -2,16 +2,11 @@
  * bytes between two buffers of that size, reused (as a stream of RDMA
  * writes reuses its source and target), for about half a second.
  *   ./memcpy_bw SIZE   -> "gbit_s X" (10^9 bit/s) */
+#include "bench.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
 
 int main(int argc, char **argv) {
     size_t size = argc > 1 ? strtoull(argv[1], NULL, 10) : 1 << 20;

@@ -4,14 +4,10 @@
  *
  *   mpirun -np N mpi_barrier ITERS LABEL
  */
+#include "bench.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

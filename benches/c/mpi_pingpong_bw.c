@@ -5,17 +5,13 @@
  *   mpirun -np 2 --bind-to core ./mpi_pingpong_bw lat 8 ITERS
  *   mpirun -np 2 --bind-to core ./mpi_pingpong_bw bw SIZE ITERS
  * Prints one line: "lat_us X" or "gbit_s X" (10^9 bit/s). */
+#include "bench.h"
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define WINDOW 64
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);

@@ -4,7 +4,7 @@
  * queue, no event. Half the round trip, in microseconds, median of 5 runs
  * of ITERS round trips each.
  *   ./shm_floor [ITERS]   -> "lat_us X" */
-#define _GNU_SOURCE
+#include "bench.h"
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,24 +12,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     long iters = argc > 1 ? atol(argv[1]) : 200000;

@@ -23,7 +23,7 @@
  * Half the round trip, in microseconds: the median of the blocks' means.
  *   ./shm_wpp [ITERS [BLOCKS]]   -> one JSON line per mode
  */
-#define _GNU_SOURCE
+#include "bench.h"
 #include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -52,24 +52,6 @@ struct ring {
 };
 
 struct hdr { uint32_t op, len; uint64_t seq; unsigned char pad[HDR - 16]; };
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec + t.tv_nsec * 1e-9;
-}
-
-static void pin(int cpu) {
-    cpu_set_t s;
-    CPU_ZERO(&s);
-    CPU_SET(cpu, &s);
-    sched_setaffinity(0, sizeof s, &s);
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static void die(const char *what, uint64_t got, uint64_t want) {
     fprintf(stderr, "shm_wpp: %s: got %lu, want %lu\n", what, (unsigned long)got, (unsigned long)want);
