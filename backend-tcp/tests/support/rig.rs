@@ -3,7 +3,7 @@
 //! wire format by hand) that connects through the real PSP handshake and
 //! then feeds arbitrary bytes into the endpoint's real receive state machine.
 //! Nothing is re-implemented: the bytes go through the kernel's TCP stack,
-//! the EP's own progress thread and `rx.rs`, exactly as a hostile peer's
+//! the IA's progress engine and `rx.rs`, exactly as a hostile peer's
 //! would.
 //!
 //! After each input the rig checks what must hold whatever the bytes were:
@@ -70,6 +70,12 @@ pub struct Rig {
     /// Each region's remote key and the address of its granted range.
     pub ctx: Vec<RmrContext>,
     seed: u8,
+    /// An idle connection the rig keeps for its whole life: the IA's
+    /// progress helper, which ends 100 ms after the IA's last endpoint,
+    /// then lives as long as the rig, so the per-input thread check
+    /// ([`settle_threads`]) waits only for what one connection started,
+    /// not 100 ms for the helper at every input.
+    _keeper: Option<(TcpStream, Arc<dyn rmr_api::Ep>, Arc<dyn Evd>, Arc<dyn Evd>)>,
 }
 
 /// What one input did (for the replay test's messages and for statistics).
@@ -138,7 +144,10 @@ impl Rig {
             regions.push(Region { mem, lmr });
         }
         regions[DEREG].lmr.deregister().unwrap();
-        Rig { ia, pz, _pz_other: pz_other, psp, psp_evd, regions, ctx, seed: 0 }
+        let mut rig =
+            Rig { ia, pz, _pz_other: pz_other, psp, psp_evd, regions, ctx, seed: 0, _keeper: None };
+        rig._keeper = Some(rig.connect());
+        rig
     }
 
     fn psp_addr(&self) -> SocketAddr {
