@@ -25,6 +25,7 @@
 
 pub mod cases;
 pub mod helper;
+mod signals;
 
 use crate::ep::{Ep, Psp};
 use crate::evd::Evd;
@@ -550,6 +551,7 @@ macro_rules! conformance_suite {
             connect_refused_is_an_error,
             connect_timeout_is_respected,
             connect_start_ends_in_an_event,
+            signals_interrupt_neither_connect_nor_wait,
             send_recv_basic,
             send_recv_in_order_under_load,
             zero_length_send,

@@ -145,3 +145,81 @@ pub fn connect_start_ends_in_an_event(t: &Target) {
     }
     assert_ne!(c.state(), EpState::Connected);
 }
+
+/// A thread that takes signals still connects and still gets its message:
+/// the connecting thread is sent `SIGUSR1` (a handler that does nothing,
+/// no `SA_RESTART`) every 5 ms while the peer takes 300 ms to accept, and
+/// then while it waits on its EVD for a message the peer sends 300 ms
+/// later. A blocking call a signal interrupts returns `EINTR`; a transport
+/// must go on waiting for the rest of its time, as a process with a
+/// profiler's timer or a runtime's preemption signal needs (the shm
+/// backend's connect did not: RELIABILITY.md bug 18).
+pub fn signals_interrupt_neither_connect_nor_wait(t: &Target) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (ia_a, ia_b) = t.open();
+    let (pz_a, pz_b) = (ia_a.create_pz().unwrap(), ia_b.create_pz().unwrap());
+    let (evd_a, evd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let (cevd_a, cevd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
+    let pevd = ia_b.create_evd().unwrap();
+    let psp = ia_b.create_psp(0, &pevd).unwrap();
+    let (addr, svc) = (psp.address(), psp.service());
+    let a = ia_a.create_ep(&pz_a, &evds(&evd_a, &cevd_a)).unwrap();
+    let into = Buf::new(&pz_a, 64, RW, 0);
+    let from = Buf::new(&pz_b, 64, RW, 0x3c);
+    let done = AtomicBool::new(false);
+    let (sent, got) = std::thread::scope(|s| {
+        let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let (a, into, evd_a, done, addr) = (&a, &into, &evd_a, &done, &addr);
+        let waiter = s.spawn(move || {
+            tid_tx.send(super::super::signals::this_thread()).unwrap();
+            let r = a.connect(addr, svc, b"signalled", WAIT).map(|_| {
+                a.post_recv(&[into.sge()], Cookie(7), F0).unwrap();
+                a.post_send(&[], Cookie(8), DtoFlags::SUPPRESS).unwrap();
+                evd_a.wait(Some(WAIT), 1)
+            });
+            done.store(true, Ordering::SeqCst);
+            // Alive until the signals stopped: a signal aimed at a thread
+            // that ended would reach whatever reuses its id.
+            go_rx.recv().unwrap();
+            r
+        });
+        let tid = tid_rx.recv().unwrap();
+        let peer = s.spawn(|| {
+            let ev = pevd.wait(Some(WAIT), 1).expect("connection request");
+            let Event::ConnectionRequest(cr) = ev else { panic!("{ev:?}") };
+            std::thread::sleep(Duration::from_millis(300));
+            let b = ia_b.create_ep(&pz_b, &evds(&evd_b, &cevd_b)).unwrap();
+            b.post_recv(&[from.part(0, 8)], Cookie(9), F0).unwrap();
+            cr.accept(&b, b"").expect("accept");
+            expect_established(&cevd_b);
+            expect_ok(&evd_b, 9); // the waiter is in its wait now
+            std::thread::sleep(Duration::from_millis(300));
+            b.post_send(&[from.sge()], Cookie(10), DtoFlags::SUPPRESS).unwrap();
+            b
+        });
+        let start = Instant::now();
+        let mut sent = 0u32;
+        while !done.load(Ordering::SeqCst) {
+            assert!(start.elapsed() < 2 * WAIT, "the signalled thread never finished");
+            super::super::signals::interrupt(tid);
+            sent += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        go_tx.send(()).unwrap();
+        let got = waiter.join().unwrap();
+        let b = peer.join().unwrap();
+        let _ = b.disconnect();
+        (sent, got)
+    });
+    match got {
+        Ok(Ok(Event::Dto(c))) => {
+            assert!(c.status.is_ok() && c.cookie == Cookie(7) && c.bytes == 64, "{c:?}")
+        }
+        other => panic!("connect or wait failed under signals: {other:?}"),
+    }
+    assert_eq!(into.bytes(), vec![0x3c; 64]);
+    // 600 ms of waiting at one every 5 ms: far more than one, whatever the load.
+    assert!(sent >= 20, "only {sent} signals were sent");
+    let _ = a.disconnect();
+}
