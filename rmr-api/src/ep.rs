@@ -95,7 +95,10 @@ pub trait Ep: Send + Sync {
     /// # Ok(()) }
     /// ```
     fn post_send(&self, local: &[Sge<'_>], cookie: Cookie, flags: DtoFlags) -> Result<()>;
-    /// Posts a receive buffer (scatter list).
+    /// Posts a receive buffer (scatter list). Receives may be posted
+    /// before the endpoint is connected (before [`Ep::connect`], or on an
+    /// endpoint about to be given to an accept), so that none of the
+    /// peer's first messages finds no receive posted.
     ///
     /// # Errors
     /// As [`Ep::post_send`].

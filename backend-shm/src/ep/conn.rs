@@ -91,13 +91,14 @@ pub(crate) fn recv_msg(
     sock: BorrowedFd<'_>,
     timeout: Duration,
 ) -> Result<Option<(Msg, Vec<OwnedFd>)>> {
+    // `None`: a timeout too long to tell from forever.
     let deadline = Instant::now().checked_add(timeout);
     loop {
-        let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
-        let ts = rustix::time::Timespec::try_from(left)
-            .unwrap_or(rustix::time::Timespec { tv_sec: 60, tv_nsec: 0 });
+        let ts = deadline.and_then(|d| {
+            rustix::time::Timespec::try_from(d.saturating_duration_since(Instant::now())).ok()
+        });
         let mut pfd = [PollFd::new(&sock, PollFlags::IN)];
-        match rustix::event::poll(&mut pfd, Some(&ts)) {
+        match rustix::event::poll(&mut pfd, ts.as_ref()) {
             Ok(0) => return Ok(None),
             Ok(_) => break,
             // A signal (a profiler's, a timer's) cut the wait short: the
@@ -294,9 +295,18 @@ impl EpShared {
         .map_err(|e| Error::io("socket", e.into()))?;
         let addr = rustix::net::SocketAddrUnix::new_abstract_name(&socket_name(remote, service))
             .map_err(|e| Error::io("socket name", e.into()))?;
-        rustix::net::connect(&sock, &addr).map_err(|e| {
-            Error::io(format!("connect to shm service {remote}/{service}"), e.into())
-        })?;
+        loop {
+            match rustix::net::connect(&sock, &addr) {
+                // A Unix socket stays unconnected after an interrupted
+                // connect (a full listen queue makes it wait): try again.
+                Err(rustix::io::Errno::INTR) => continue,
+                r => {
+                    break r.map_err(|e| {
+                        Error::io(format!("connect to shm service {remote}/{service}"), e.into())
+                    })?;
+                }
+            }
+        }
         let ring = self.ia.cfg.ring;
         let (map, memfd) = Mapping::create("rmr-shm-rings", 2 * (CTL + ring), false)
             .map_err(|e| Error::io("create the rings", e))?;

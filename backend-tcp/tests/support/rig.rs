@@ -73,8 +73,9 @@ pub struct Rig {
     /// An idle connection the rig keeps for its whole life: the IA's
     /// progress helper, which ends 100 ms after the IA's last endpoint,
     /// then lives as long as the rig, so the per-input thread check
-    /// ([`settle_threads`]) waits only for what one connection started,
-    /// not 100 ms for the helper at every input.
+    /// ([`settle_threads`]) does not wait 100 ms for the helper at every
+    /// input. What that wait also checked (that the helper let go of the
+    /// input's endpoint) the descriptor check ([`settle_fds`]) does.
     _keeper: Option<(TcpStream, Arc<dyn rmr_api::Ep>, Arc<dyn Evd>, Arc<dyn Evd>)>,
 }
 
@@ -210,7 +211,7 @@ impl Rig {
         read: bool,
         atomic: bool,
     ) -> Outcome {
-        let threads = thread_count();
+        let (threads, fds) = (thread_count(), fd_count());
         self.seed = self.seed.wrapping_add(1);
         for r in &self.regions {
             fill_pattern(&r.mem, self.seed);
@@ -305,9 +306,14 @@ impl Rig {
         for (cookie, n) in &posted {
             assert_eq!(*n, 1, "DTO {cookie} never completed (ended: {ended})");
         }
-        drop(ep);
+        drop((ep, raw, evd, cevd));
         self.check_memory(recvs as u64, read, atomic);
         settle_threads(threads);
+        // The progress helper lets go of an endpoint (and closes its socket)
+        // only when it is done with it: an input that left one stuck shows
+        // here. (The keeper keeps the helper alive, so the thread count
+        // alone would not tell.)
+        settle_fds(fds);
         Outcome { ended, completions, fed: at }
     }
 
@@ -353,6 +359,25 @@ impl Rig {
 /// Threads of this process now.
 pub fn thread_count() -> usize {
     std::fs::read_dir("/proc/self/task").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Open descriptors of this process now.
+pub fn fd_count() -> usize {
+    std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0)
+}
+
+/// Waits until the descriptors a connection opened are closed again:
+/// none may outlive its connection (its socket, its EVDs' descriptors).
+pub fn settle_fds(baseline: usize) {
+    let start = std::time::Instant::now();
+    while fd_count() > baseline {
+        assert!(
+            start.elapsed() < END_WAIT,
+            "DESCRIPTOR LEAK: {} open, {baseline} before the connection",
+            fd_count()
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// Waits until the threads a connection started (handshake, progress) have

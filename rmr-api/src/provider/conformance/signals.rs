@@ -11,10 +11,14 @@ pub(crate) fn this_thread() -> libc::pthread_t {
 
 extern "C" fn nothing(_: libc::c_int) {}
 
-/// Sends `SIGUSR1` to `thread`, which must not have ended, after
-/// installing (once per process) a handler that does nothing, without
-/// `SA_RESTART`: a blocking call of that thread returns `EINTR`.
-pub(crate) fn interrupt(thread: libc::pthread_t) {
+/// Sends `SIGUSR1` to `thread`, after installing (once per process) a
+/// handler that does nothing, without `SA_RESTART`: a blocking call of
+/// that thread returns `EINTR`.
+///
+/// # Safety
+/// `thread` must be a thread of this process that has not been joined
+/// (or detached and ended): its id is only valid until then.
+pub(crate) unsafe fn interrupt(thread: libc::pthread_t) {
     static HANDLER: Once = Once::new();
     HANDLER.call_once(|| {
         // SAFETY: `sa` is a zeroed sigaction filled in before use; the
@@ -28,7 +32,7 @@ pub(crate) fn interrupt(thread: libc::pthread_t) {
         };
         assert_eq!(r, 0, "sigaction");
     });
-    // SAFETY: the caller keeps `thread` alive (see the case).
+    // SAFETY: the caller's contract: `thread` has not been joined.
     let r = unsafe { libc::pthread_kill(thread, libc::SIGUSR1) };
     assert_eq!(r, 0, "pthread_kill");
 }

@@ -155,7 +155,11 @@ pub fn connect_start_ends_in_an_event(t: &Target) {
 /// profiler's timer or a runtime's preemption signal needs (the shm
 /// backend's connect did not: RELIABILITY.md bug 18).
 pub fn signals_interrupt_neither_connect_nor_wait(t: &Target) {
-    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::atomic::{AtomicU8, Ordering};
+    // The waiter's phase: connecting, waiting for the message, finished.
+    const CONNECTING: u8 = 0;
+    const WAITING: u8 = 1;
+    const FINISHED: u8 = 2;
     let (ia_a, ia_b) = t.open();
     let (pz_a, pz_b) = (ia_a.create_pz().unwrap(), ia_b.create_pz().unwrap());
     let (evd_a, evd_b) = (ia_a.create_evd().unwrap(), ia_b.create_evd().unwrap());
@@ -166,25 +170,28 @@ pub fn signals_interrupt_neither_connect_nor_wait(t: &Target) {
     let a = ia_a.create_ep(&pz_a, &evds(&evd_a, &cevd_a)).unwrap();
     let into = Buf::new(&pz_a, 64, RW, 0);
     let from = Buf::new(&pz_b, 64, RW, 0x3c);
-    let done = AtomicBool::new(false);
-    let (sent, got) = std::thread::scope(|s| {
+    let phase = AtomicU8::new(CONNECTING);
+    let (sent, got, peer) = std::thread::scope(|s| {
         let (tid_tx, tid_rx) = std::sync::mpsc::channel();
         let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-        let (a, into, evd_a, done, addr) = (&a, &into, &evd_a, &done, &addr);
+        let (a, into, evd_a, phase, addr) = (&a, &into, &evd_a, &phase, &addr);
         let waiter = s.spawn(move || {
             tid_tx.send(super::super::signals::this_thread()).unwrap();
-            let r = a.connect(addr, svc, b"signalled", WAIT).map(|_| {
-                a.post_recv(&[into.sge()], Cookie(7), F0).unwrap();
-                a.post_send(&[], Cookie(8), DtoFlags::SUPPRESS).unwrap();
+            let r = a.connect(addr, svc, b"signalled", WAIT).and_then(|_| {
+                a.post_recv(&[into.sge()], Cookie(7), F0)?;
+                phase.store(WAITING, Ordering::SeqCst);
+                // Tells the peer that this thread is about to wait.
+                a.post_send(&[], Cookie(8), DtoFlags::SUPPRESS)?;
                 evd_a.wait(Some(WAIT), 1)
             });
-            done.store(true, Ordering::SeqCst);
-            // Alive until the signals stopped: a signal aimed at a thread
-            // that ended would reach whatever reuses its id.
-            go_rx.recv().unwrap();
+            phase.store(FINISHED, Ordering::SeqCst);
+            // Not joined before the signals stopped: its id stays valid.
+            let _ = go_rx.recv();
             r
         });
         let tid = tid_rx.recv().unwrap();
+        // The peer: it accepts late, then sends late (receives may be
+        // posted before the connection exists).
         let peer = s.spawn(|| {
             let ev = pevd.wait(Some(WAIT), 1).expect("connection request");
             let Event::ConnectionRequest(cr) = ev else { panic!("{ev:?}") };
@@ -193,33 +200,41 @@ pub fn signals_interrupt_neither_connect_nor_wait(t: &Target) {
             b.post_recv(&[from.part(0, 8)], Cookie(9), F0).unwrap();
             cr.accept(&b, b"").expect("accept");
             expect_established(&cevd_b);
-            expect_ok(&evd_b, 9); // the waiter is in its wait now
+            expect_ok(&evd_b, 9); // the waiter is at its wait now
             std::thread::sleep(Duration::from_millis(300));
             b.post_send(&[from.sge()], Cookie(10), DtoFlags::SUPPRESS).unwrap();
             b
         });
         let start = Instant::now();
-        let mut sent = 0u32;
-        while !done.load(Ordering::SeqCst) {
+        // Signals sent while the waiter connected, and while it waited.
+        let mut sent = [0u32; 2];
+        loop {
+            let p = phase.load(Ordering::SeqCst);
+            if p == FINISHED || waiter.is_finished() {
+                break;
+            }
             assert!(start.elapsed() < 2 * WAIT, "the signalled thread never finished");
-            super::super::signals::interrupt(tid);
-            sent += 1;
+            // SAFETY: the waiter is joined only after this loop.
+            unsafe { super::super::signals::interrupt(tid) };
+            sent[p as usize] += 1;
             std::thread::sleep(Duration::from_millis(5));
         }
-        go_tx.send(()).unwrap();
-        let got = waiter.join().unwrap();
-        let b = peer.join().unwrap();
-        let _ = b.disconnect();
-        (sent, got)
+        let _ = go_tx.send(());
+        let got = waiter.join().expect("the signalled thread");
+        (sent, got, peer.join())
     });
+    // The waiter's own outcome first: a failed connect also fails the peer.
     match got {
-        Ok(Ok(Event::Dto(c))) => {
+        Ok(Event::Dto(c)) => {
             assert!(c.status.is_ok() && c.cookie == Cookie(7) && c.bytes == 64, "{c:?}")
         }
         other => panic!("connect or wait failed under signals: {other:?}"),
     }
+    let b = peer.expect("the peer");
     assert_eq!(into.bytes(), vec![0x3c; 64]);
-    // 600 ms of waiting at one every 5 ms: far more than one, whatever the load.
-    assert!(sent >= 20, "only {sent} signals were sent");
+    // Each phase lasted about 300 ms: at one signal every 5 ms, at least
+    // one reached it whatever the load.
+    assert!(sent[0] >= 1 && sent[1] >= 1, "signals sent while connecting, waiting: {sent:?}");
+    let _ = b.disconnect();
     let _ = a.disconnect();
 }
