@@ -369,27 +369,24 @@ pub fn fd_count() -> usize {
 /// Waits until the descriptors a connection opened are closed again:
 /// none may outlive its connection (its socket, its EVDs' descriptors).
 pub fn settle_fds(baseline: usize) {
-    let start = std::time::Instant::now();
-    while fd_count() > baseline {
-        assert!(
-            start.elapsed() < END_WAIT,
-            "DESCRIPTOR LEAK: {} open, {baseline} before the connection",
-            fd_count()
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    settle(fd_count, baseline, "DESCRIPTOR LEAK: descriptors open");
 }
 
 /// Waits until the threads a connection started (handshake, progress) have
 /// ended: none may outlive its connection. (Also keeps LeakSanitizer from
 /// seeing a thread half-way through its exit.)
 pub fn settle_threads(baseline: usize) {
+    settle(thread_count, baseline, "THREAD LEAK: threads");
+}
+
+/// Waits (at most [`END_WAIT`]) until `count()` is back to `baseline`.
+fn settle(count: fn() -> usize, baseline: usize, what: &str) {
     let start = std::time::Instant::now();
-    while thread_count() > baseline {
+    while count() > baseline {
         assert!(
             start.elapsed() < END_WAIT,
-            "THREAD LEAK: {} threads, {baseline} before the connection",
-            thread_count()
+            "{what}: {}, {baseline} before the connection",
+            count()
         );
         std::thread::sleep(Duration::from_micros(200));
     }
