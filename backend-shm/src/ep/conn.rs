@@ -110,17 +110,15 @@ pub(crate) fn recv_msg(
     let mut buf = vec![0u8; FIXED + MAX_PRIVATE];
     let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
     let mut anc = RecvAncillaryBuffer::new(&mut space);
-    let r = loop {
-        match rustix::net::recvmsg(
-            sock,
-            &mut [IoSliceMut::new(&mut buf)],
-            &mut anc,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
-            Err(rustix::io::Errno::INTR) => continue,
-            r => break r.map_err(|e| Error::io("receive a set-up message", e.into()))?,
-        }
-    };
+    // The socket is readable (the poll above): this cannot block, so no
+    // signal can interrupt it.
+    let r = rustix::net::recvmsg(
+        sock,
+        &mut [IoSliceMut::new(&mut buf)],
+        &mut anc,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| Error::io("receive a set-up message", e.into()))?;
     let mut fds = Vec::new();
     for m in anc.drain() {
         if let RecvAncillaryMessage::ScmRights(f) = m {
