@@ -9,11 +9,12 @@
 //! goodbye mark into the peer's word (and waits for it to complete), then
 //! shuts down. A shutdown without the mark is a broken connection.
 
-use crate::dto::{RxState, TxState};
+use crate::dto::TxState;
 use crate::evd::{CqDriver, EvdShared};
 use crate::ffi::{Cq, EpH, Info, Mr};
 use crate::ia::{CM_HDR, IaShared};
 use crate::pz::PzShared;
+use crate::recv::RxState;
 use ofi_sys as sys;
 use rmr_api::{CompareSwap, Cookie, RemoteAddr};
 use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, MemRegion, Result, Sge};

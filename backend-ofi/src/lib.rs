@@ -111,6 +111,7 @@ mod lmr;
 mod msg;
 mod psp;
 mod pz;
+mod recv;
 mod sockaddr;
 mod waitset;
 

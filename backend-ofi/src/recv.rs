@@ -1,0 +1,202 @@
+//! The receive side of the data path: posting receives (staged in pooled
+//! bounce buffers where the provider needs no local registration) and
+//! turning their completions back into events.
+
+use crate::cq::Cqe;
+use crate::dto::{KIND_IMM, KIND_SHIFT, KIND_SOLICITED, LEN_MASK, SEQ_MASK, Segs, token};
+use crate::ep::EpShared;
+use crate::ffi::{EAGAIN, fi_error};
+use crate::msg::{self, Iov};
+use ofi_sys as sys;
+use rmr_api::{Access, DtoFlags, DtoOp, Error, Event, Result, Sge, Status};
+use smallvec::SmallVec;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+pub(crate) struct RxMeta {
+    seq: u64,
+    pub(crate) cookie: u64,
+    segs: Segs,
+    total: u64,
+    bounce: Option<Vec<u8>>,
+    iov: SmallVec<[Iov; 4]>,
+    posted: bool,
+}
+
+#[derive(Default)]
+pub(crate) struct RxState {
+    next_seq: u64,
+    pub(crate) q: VecDeque<RxMeta>,
+}
+
+/// Bounce buffers an endpoint keeps for reuse (receives in flight at once
+/// beyond this allocate).
+pub(crate) const BOUNCE_POOL: usize = 64;
+
+impl EpShared {
+    /// A bounce buffer of at least `need` bytes: from the endpoint's pool
+    /// (no allocation in steady state), else a new one of the next power of
+    /// two. Its bytes are not cleared: a receive overwrites what it reports.
+    fn take_bounce(&self, need: usize) -> Vec<u8> {
+        let mut pool = self.bounces.lock().unwrap_or_else(|e| e.into_inner());
+        match pool.iter().position(|b| b.len() >= need) {
+            Some(i) => pool.swap_remove(i),
+            None => vec![0u8; need.next_power_of_two()],
+        }
+    }
+
+    /// Returns a bounce buffer to the pool (at most [`BOUNCE_POOL`] kept).
+    fn give_bounce(&self, b: Vec<u8>) {
+        let mut pool = self.bounces.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.len() < BOUNCE_POOL {
+            pool.push(b);
+        }
+    }
+
+    fn post_one_recv(&self, ep: &crate::ffi::EpH, m: &RxMeta) -> isize {
+        // SAFETY: the record (bounce buffer or the regions in `segs`) outlives the receive.
+        unsafe {
+            let idx = self.rx_idx.load(Ordering::Relaxed);
+            msg::recv(ep, &m.iov, token(idx, true, m.seq), sys::FI_COMPLETION as u64)
+        }
+    }
+
+    pub(crate) fn post_recv(&self, local: &[Sge<'_>], cookie: u64, _flags: DtoFlags) -> Result<()> {
+        let (mut iov, _, total) = self.check_sges(local, Access::LOCAL_WRITE)?;
+        match self.state() {
+            rmr_api::EpState::Disconnected | rmr_api::EpState::Broken => {
+                return Err(Error::NotConnected);
+            }
+            _ => {}
+        }
+        let f = &self.ia.feat;
+        // The record holds the regions the provider writes into: the iov is
+        // made again from them (one read of each LMR, checked), not from
+        // `check_sges`' own read, so what the provider writes to is what
+        // the record keeps alive whatever an LMR answers a second time.
+        let mut segs = Segs::new();
+        for s in local.iter().filter(|s| s.len > 0) {
+            let (region, off) = rmr_api::provider::seg_place(s)?;
+            segs.push((region.clone(), off, s.len));
+        }
+        for (i, (region, off, _)) in iov.iter_mut().zip(&segs) {
+            i.addr = region.as_ptr() as usize + *off as usize;
+        }
+        let (bounce, iov) = if !f.mr_local && total <= f.bounce_max {
+            let b = self.take_bounce(total as usize + 1);
+            let i = Iov { addr: b.as_ptr() as usize, len: total as usize + 1, desc: 0 };
+            (Some(b), SmallVec::from_elem(i, 1))
+        } else {
+            (None, iov)
+        };
+        let mut m = RxMeta { seq: 0, cookie, segs, total, bounce, iov, posted: false };
+        for attempt in 0..3 {
+            {
+                let g = self.fid.read().unwrap_or_else(|e| e.into_inner());
+                let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+                if rx.q.len() < f.rx_size {
+                    m.seq = rx.next_seq;
+                    if let Some(ep) = g.as_ref() {
+                        let ret = self.post_one_recv(ep, &m);
+                        if ret == 0 {
+                            m.posted = true;
+                        } else if ret != EAGAIN {
+                            return Err(fi_error("fi_recvmsg", ret));
+                        }
+                    }
+                    if m.posted || g.is_none() {
+                        rx.next_seq += 1;
+                        rx.q.push_back(m);
+                        return Ok(());
+                    }
+                }
+            }
+            self.rcv.progress(if attempt == 0 { Duration::ZERO } else { Duration::from_millis(1) });
+        }
+        Err(Error::QueueFull)
+    }
+
+    /// Posts the receives queued before the endpoint existed, in order.
+    pub(crate) fn post_pending_recvs(&self) -> Result<()> {
+        let g = self.fid.read().unwrap_or_else(|e| e.into_inner());
+        let Some(ep) = g.as_ref() else { return Ok(()) };
+        let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..rx.q.len() {
+            if !rx.q[i].posted {
+                let ret = self.post_one_recv(ep, &rx.q[i]);
+                if ret != 0 {
+                    return Err(fi_error("fi_recvmsg", ret));
+                }
+                rx.q[i].posted = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a failed set-up closed the endpoint: its receives are pending again.
+    pub(crate) fn unpost_recvs(&self) {
+        if self.state() == rmr_api::EpState::Pending
+            || self.state() == rmr_api::EpState::Unconnected
+        {
+            for m in self.rx.lock().unwrap_or_else(|e| e.into_inner()).q.iter_mut() {
+                m.posted = false;
+            }
+        }
+    }
+    pub(crate) fn rx_complete(&self, seq: u64, c: &Cqe) -> (Option<Event>, Option<String>) {
+        let m = {
+            let mut rx = self.rx.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(pos) = rx.q.iter().position(|m| m.seq & SEQ_MASK == seq) else {
+                return (None, None);
+            };
+            match rx.q.remove(pos) {
+                Some(m) => m,
+                None => return (None, None),
+            }
+        };
+        if c.err != 0 {
+            let (status, why) = match c.err as u32 {
+                sys::FI_ETRUNC | sys::FI_EMSGSIZE => {
+                    (Status::RecvTooSmall, Some("message larger than the posted receive".into()))
+                }
+                sys::FI_ECANCELED => (Status::Flushed, None),
+                _ => (Status::Broken, None),
+            };
+            return (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, c.len))), why);
+        }
+        let kind =
+            if c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 { c.data >> KIND_SHIFT } else { 0 };
+        if kind == KIND_IMM {
+            let mut d =
+                self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, (c.data >> 32) & LEN_MASK);
+            d.imm = Some(c.data & 0xffff_ffff);
+            return (Some(Event::Dto(d)), None);
+        }
+        let len = c.len;
+        if let Some(b) = &m.bounce {
+            if len > m.total {
+                let d = self.dto(m.cookie, DtoOp::Recv, Status::RecvTooSmall, len);
+                return (
+                    Some(Event::Dto(d)),
+                    Some("message larger than the posted receive".into()),
+                );
+            }
+            let mut at = 0usize;
+            for (r, off, l) in &m.segs {
+                if at as u64 >= len {
+                    break;
+                }
+                let n = (*l).min(len - at as u64) as usize;
+                let _ = r.write(*off, &b[at..at + n]);
+                at += n;
+            }
+        }
+        if let Some(b) = m.bounce {
+            self.give_bounce(b);
+        }
+        let mut d = self.dto(m.cookie, DtoOp::Recv, Status::Success, len);
+        d.solicited = kind == KIND_SOLICITED;
+        (Some(Event::Dto(d)), None)
+    }
+}
