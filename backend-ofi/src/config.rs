@@ -48,6 +48,13 @@ pub struct OfiConfig {
     /// CQ takes about 16 endpoints, and an EVD's next ones in a PZ share a
     /// CQ with an fd.
     pub poll_set: Option<bool>,
+    /// On the `tcp` provider, a suppressed RDMA write of up to this many
+    /// bytes is held and rides in the next send's message, placed by the
+    /// receiver before it completes the receive; one that no send follows
+    /// is posted as it would have been corked out (`eager_max`,
+    /// `RMR_OFI_EAGER_MAX`, default and most 96; 0: never; needs what
+    /// corking needs).
+    pub eager_max: u64,
 }
 
 impl Default for OfiConfig {
@@ -64,13 +71,14 @@ impl Default for OfiConfig {
             progress_thread: None,
             cork_max: 16 << 10,
             poll_set: None,
+            eager_max: crate::eager::EAGER_MAX as u64,
         }
     }
 }
 
 /// The knobs [`OfiConfig::from_given`] reads, in the order of
 /// [`OfiConfig::settings`].
-pub const KNOBS: [Knob; 9] = [
+pub const KNOBS: [Knob; 10] = [
     Knob { option: "tx_size", var: "RMR_OFI_TX_SIZE", doc: "transmit queue depth (0: provider's)" },
     Knob { option: "rx_size", var: "RMR_OFI_RX_SIZE", doc: "receive queue depth (0: provider's)" },
     Knob {
@@ -104,6 +112,11 @@ pub const KNOBS: [Knob; 9] = [
         var: "RMR_OFI_POLL_SET",
         doc: "CQs wait on a poll set, not an epoll fd (0/1; unset: on tcp)",
     },
+    Knob {
+        option: "eager_max",
+        var: "RMR_OFI_EAGER_MAX",
+        doc: "tcp provider: suppressed writes up to this size ride in the next send (bytes; 0: off)",
+    },
 ];
 
 /// The deepest queue asked for.
@@ -124,6 +137,7 @@ rmr_api::config_builder!(
         progress_thread: Option<bool>,
         cork_max: u64,
         poll_set: Option<bool>,
+        eager_max: u64,
     }
 );
 
@@ -173,6 +187,9 @@ impl OfiConfig {
         if let Some(v) = g.get(&KNOBS[8], switch)? {
             c.poll_set = Some(v);
         }
+        if let Some(v) = g.get(&KNOBS[9], within(0, crate::eager::EAGER_MAX as u64))? {
+            c.eager_max = v;
+        }
         rmr_api::provider::spin_settings()?;
         c.check()?;
         Ok(c)
@@ -184,6 +201,7 @@ impl OfiConfig {
         check_within("tx_size", self.tx_size as u64, 0, MAX_QUEUE)?;
         check_within("rx_size", self.rx_size as u64, 0, MAX_QUEUE)?;
         check_within("cq_size", self.cq_size as u64, 16, MAX_QUEUE)?;
+        check_within("eager_max", self.eager_max, 0, crate::eager::EAGER_MAX as u64)?;
         match self.cm_data {
             Some(n) => check_within("cm_data", n as u64, crate::ia::CM_HDR as u64, MAX_CM_DATA),
             None => Ok(()),
@@ -209,6 +227,7 @@ impl OfiConfig {
             auto(c.progress_thread.map(|p| u8::from(p).to_string()), "auto"),
             c.cork_max.to_string(),
             auto(c.poll_set.map(|p| u8::from(p).to_string()), "auto"),
+            c.eager_max.to_string(),
         ];
         let mut out = g.listed(&KNOBS, values);
         out.extend(rmr_api::provider::spin_settings()?);

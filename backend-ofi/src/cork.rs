@@ -79,8 +79,13 @@ pub(crate) struct Cork {
     drivers: SmallVec<[Arc<CqDriver>; 2]>,
     /// Corks so far; uncorks by [`By::Post`], [`By::Waiter`] and
     /// [`By::Progress`]; and of the first, those before a post that would
-    /// not have fit in the segment (the endpoint's `ofi.cork` note).
-    counts: [u64; 5],
+    /// not have fit in the segment; writes held (see [`crate::eager`]);
+    /// held writes that rode in a send; held writes posted alone by
+    /// [`By::Post`], [`By::Waiter`] and [`By::Progress`] (the endpoint's
+    /// `ofi.cork` note).
+    counts: [u64; 10],
+    /// Whether a write is held (the endpoint's last transmit record).
+    holding: bool,
     /// The connection's segment size (`TCP_MAXSEG`): what is corked stays
     /// within one segment.
     seg: u64,
@@ -141,7 +146,8 @@ impl Cork {
                     on: false,
                     listed: false,
                     drivers,
-                    counts: [0; 5],
+                    counts: [0; 10],
+                    holding: false,
                     seg,
                     max,
                     held: 0,
@@ -229,6 +235,48 @@ impl Cork {
         }
     }
 
+    /// Whether a small suppressed write posted now may be held for the
+    /// next send (see [`crate::eager`]): as for a cork, and published the
+    /// same way, so that a waiter entering meanwhile sends it.
+    pub(crate) fn hold(&mut self, ep: &Weak<crate::ep::EpShared>) -> bool {
+        if self.holding || !self.worth_it() {
+            return false;
+        }
+        self.holding = true;
+        if !self.listed {
+            self.listed = true;
+            LISTED.lock().unwrap_or_else(|e| e.into_inner()).push(ep.clone());
+        }
+        CORKED.fetch_add(1, Ordering::SeqCst);
+        if self.drivers.iter().any(|d| d.waited_on()) {
+            // Nothing is held yet: the write is posted as usual.
+            self.holding = false;
+            CORKED.fetch_sub(1, Ordering::SeqCst);
+            return false;
+        }
+        self.counts[5] += 1;
+        for d in &self.drivers {
+            d.kick_if_sleeping();
+        }
+        true
+    }
+
+    /// The held write left: in a send (`by` `None`) or posted alone.
+    pub(crate) fn unhold(&mut self, by: Option<By>) {
+        if self.holding {
+            self.holding = false;
+            CORKED.fetch_sub(1, Ordering::SeqCst);
+            self.counts[by.map_or(6, |b| 7 + b as usize)] += 1;
+        }
+    }
+
+    /// Lists the endpoint again (a held write could not be posted yet:
+    /// the next waiter or progress pass tries again).
+    pub(crate) fn relist(&mut self, ep: &Weak<crate::ep::EpShared>) {
+        self.listed = true;
+        LISTED.lock().unwrap_or_else(|e| e.into_inner()).push(ep.clone());
+    }
+
     /// After an operation of another kind was posted, or a write was not
     /// (`by` [`By::Post`]), or when someone waits or drives: sends what
     /// the socket holds.
@@ -245,6 +293,10 @@ impl Cork {
 
     /// Releases the socket uncounted (as the connection closes).
     fn reset(&mut self) {
+        if self.holding {
+            self.holding = false;
+            CORKED.fetch_sub(1, Ordering::SeqCst);
+        }
         if self.on {
             self.on = false;
             self.held = 0;
@@ -264,10 +316,12 @@ impl Cork {
     /// (of which before a post, not to spill a segment), by a waiter, by
     /// the progress thread; the largest write corked.
     pub(crate) fn note(&self) -> String {
-        let [c, p, w, g, x] = self.counts;
+        let [c, p, w, g, x, h, r, hp, hw, hg] = self.counts;
         format!(
             "corked {c}, sent by a post {p} (before it, not to spill a segment: {x}), \
-             by a waiter {w}, by the progress thread {g}; writes up to {} bytes",
+             by a waiter {w}, by the progress thread {g}; writes up to {} bytes; \
+             held {h}, rode in a send {r}, posted alone by a post {hp}, by a waiter {hw}, \
+             by the progress thread {hg}",
             self.max
         )
     }

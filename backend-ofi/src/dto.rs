@@ -15,6 +15,7 @@
 //! fails with `RecvTooSmall` and never touches the user's buffer.
 
 use crate::cq::Cqe;
+use crate::eager::{self, HDR_MAX, KIND_IMM, KIND_SHIFT, KIND_SOLICITED};
 use crate::ep::EpShared;
 use crate::ffi::{EAGAIN, fi_error};
 use crate::lmr::OfiLmr;
@@ -35,27 +36,25 @@ use std::time::{Duration, Instant};
 pub(crate) const RX_BIT: u64 = 1 << 39;
 pub(crate) const SEQ_MASK: u64 = RX_BIT - 1;
 
-/// Kinds carried in the top bits of remote CQ data.
-pub(crate) const KIND_SHIFT: u32 = 62;
-pub(crate) const KIND_SOLICITED: u64 = 1;
-pub(crate) const KIND_IMM: u64 = 2;
+/// Where a provider carries no rmr header (see [`crate::eager`]): an
+/// immediate's write length in the remote CQ data, bits 32-61.
 pub(crate) const LEN_MASK: u64 = (1 << 30) - 1;
 
-type Keep = SmallVec<[Arc<MemRegion>; 2]>;
+pub(crate) type Keep = SmallVec<[Arc<MemRegion>; 2]>;
 pub(crate) type Segs = SmallVec<[(Arc<MemRegion>, u64, u64); 2]>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum TxKind {
+pub(crate) enum TxKind {
     User,
     Bye,
 }
 
 pub(crate) struct TxMeta {
-    seq: u64,
-    cookie: u64,
-    op: DtoOp,
+    pub(crate) seq: u64,
+    pub(crate) cookie: u64,
+    pub(crate) op: DtoOp,
     user_signal: bool,
-    prov_signal: bool,
+    pub(crate) prov_signal: bool,
     read_like: bool,
     bytes: u64,
     kind: TxKind,
@@ -72,19 +71,86 @@ pub(crate) struct TxMeta {
     /// Payload bytes the operation puts on the wire (a read's or an
     /// immediate's request frame carries none, an atomic's its operands).
     wire: u64,
+    /// A message's header (see [`crate::eager`]), or a held write's
+    /// entry and data: libfabric reads it until the operation completes.
+    pub(crate) hdr: Option<Vec<u8>>,
+    /// The header's entries' length.
+    pub(crate) hlen: usize,
+    /// A held write not posted yet (the endpoint's last record), and
+    /// where it goes.
+    pub(crate) held: Option<Remote>,
 }
 
 #[derive(Default)]
 pub(crate) struct TxState {
-    next_seq: u64,
-    q: VecDeque<TxMeta>,
+    pub(crate) next_seq: u64,
+    pub(crate) q: VecDeque<TxMeta>,
     /// Suppressed posts since the last one carrying a completion.
-    blind: usize,
+    pub(crate) blind: usize,
     /// Reads and atomics in flight (for a software BARRIER_FENCE).
     reads: usize,
     /// The connection's socket, where small writes are corked (see
     /// [`crate::cork`]).
     pub(crate) cork: Option<crate::cork::Cork>,
+    /// Whether the last record is a held write (see [`crate::eager`]).
+    pub(crate) holding: bool,
+    /// Header buffers for reuse.
+    hdrs: Vec<Vec<u8>>,
+}
+
+/// Header buffers an endpoint keeps for reuse.
+const HDR_POOL: usize = 64;
+
+impl TxState {
+    /// A header buffer of [`HDR_MAX`] bytes (its contents stale).
+    pub(crate) fn take_hdr(&mut self) -> Vec<u8> {
+        self.hdrs.pop().unwrap_or_else(|| vec![0; HDR_MAX])
+    }
+
+    /// Keeps a header buffer for reuse.
+    pub(crate) fn give_hdr(&mut self, h: Vec<u8>) {
+        if self.hdrs.len() < HDR_POOL {
+            self.hdrs.push(h);
+        }
+    }
+
+    /// Drops a record, keeping its header buffer for reuse.
+    pub(crate) fn recycle(&mut self, m: TxMeta) {
+        if let Some(h) = m.hdr {
+            self.give_hdr(h);
+        }
+    }
+
+    /// Retires the suppressed records up to `seq` (a completion of the
+    /// endpoint arrived for `seq`: sends and writes complete in order).
+    fn retire_through(&mut self, seq: u64) {
+        let mut i = 0;
+        while i < self.q.len() {
+            if !self.q[i].prov_signal && self.q[i].seq <= seq {
+                if let Some(m) = self.q.remove(i) {
+                    self.recycle(m);
+                }
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// How an operation is handed to libfabric: (endpoint, token, flags, the
+/// message's header segment, its remote CQ data) to libfabric's answer.
+pub(crate) type PostFn<'a> = dyn FnMut(&crate::ffi::EpH, u64, u64, Option<Iov>, u64) -> isize + 'a;
+
+/// What a message adds to its post: its kind and immediate, its payload
+/// bytes, the header entries of its own (an immediate's length, a write
+/// that rides in it) and, where the provider carries no header, its
+/// remote CQ data as is.
+pub(crate) struct SendPart<'a> {
+    pub(crate) kind: u64,
+    pub(crate) imm: u32,
+    pub(crate) n: u64,
+    pub(crate) own: &'a [u8],
+    pub(crate) plain: u64,
 }
 
 pub(crate) fn token(idx: u32, rx: bool, seq: u64) -> u64 {
@@ -170,15 +236,18 @@ impl EpShared {
     }
 
     /// The common post path: assigns the sequence number, decides whether
-    /// the provider reports a completion, calls `post` with (token, flags)
-    /// and records the operation, all under the transmit lock so that wire
-    /// order and record order agree. A full queue is progressed and retried
-    /// before it becomes [`Error::QueueFull`].
-    fn post_tx(
+    /// the provider reports a completion, calls `post` with (token, flags,
+    /// the message's header segment, its remote CQ data) and records the
+    /// operation, all under the transmit lock so that wire order and
+    /// record order agree. A held write (see [`crate::eager`]) rides in a
+    /// message (`send`) where it fits, else is posted first. A full queue
+    /// is progressed and retried before it becomes [`Error::QueueFull`].
+    pub(crate) fn post_tx(
         &self,
         mut meta: TxMeta,
         base_flags: u64,
-        post: &mut dyn FnMut(&crate::ffi::EpH, u64, u64) -> isize,
+        send: Option<SendPart<'_>>,
+        post: &mut PostFn<'_>,
         call: &str,
     ) -> Result<()> {
         let f = &self.ia.feat;
@@ -190,6 +259,22 @@ impl EpShared {
                     return Err(self.not_connected());
                 }
                 let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+                let rides = tx.holding
+                    && send.as_ref().is_some_and(|sp| {
+                        tx.q.back().is_some_and(|h| h.hlen + sp.own.len() <= HDR_MAX)
+                    });
+                if tx.holding && !rides {
+                    let ret = self.post_held(ep, &mut tx, crate::cork::By::Post);
+                    if ret == EAGAIN {
+                        drop(tx);
+                        drop(g);
+                        self.req.progress(Duration::from_millis(u64::from(attempt > 0)));
+                        continue;
+                    }
+                    if ret != 0 {
+                        return Err(fi_error("fi_writemsg", ret));
+                    }
+                }
                 if tx.q.len() < f.tx_size {
                     let seq = tx.next_seq;
                     meta.seq = seq;
@@ -204,17 +289,85 @@ impl EpShared {
                             flags |= sys::FI_DELIVERY_COMPLETE as u64;
                         }
                     }
+                    // The message's header: the held write's (with this
+                    // message's entries after it), its own, or none.
+                    let (mut pre, mut data, mut rode) = (None, 0, None);
+                    if let Some(sp) = &send {
+                        if f.eager {
+                            let (buf, hlen) = if rides {
+                                let h = tx.q.back_mut().expect("a held record");
+                                let at = h.hlen;
+                                let b = h.hdr.as_mut().expect("a held write's header");
+                                b[at..at + sp.own.len()].copy_from_slice(sp.own);
+                                rode = Some(at);
+                                h.hlen += sp.own.len();
+                                (b.as_mut_ptr(), h.hlen)
+                            } else if !sp.own.is_empty() {
+                                let mut b = tx.take_hdr();
+                                b[..sp.own.len()].copy_from_slice(sp.own);
+                                let ptr = b.as_mut_ptr();
+                                meta.hdr = Some(b);
+                                meta.hlen = sp.own.len();
+                                (ptr, sp.own.len())
+                            } else {
+                                (eager::PAD.as_ptr().cast_mut(), 0)
+                            };
+                            // A header and payload longer than a slot: the
+                            // header is padded to one (see `crate::eager`).
+                            let wire = if hlen as u64 + sp.n > HDR_MAX as u64 {
+                                if hlen > 0 {
+                                    // SAFETY: `buf` is a header buffer of HDR_MAX bytes
+                                    // this thread holds under the transmit lock, unread
+                                    // by libfabric (not posted yet).
+                                    unsafe {
+                                        std::ptr::write_bytes(buf.add(hlen), 0, HDR_MAX - hlen)
+                                    };
+                                }
+                                HDR_MAX
+                            } else {
+                                hlen
+                            };
+                            pre = (wire > 0).then_some(Iov {
+                                addr: buf as usize,
+                                len: wire,
+                                desc: 0,
+                            });
+                            data = eager::cq_data(sp.kind, wire, sp.imm);
+                            flags |= sys::FI_REMOTE_CQ_DATA as u64;
+                        } else if sp.plain != 0 {
+                            data = sp.plain;
+                            flags |= sys::FI_REMOTE_CQ_DATA as u64;
+                        }
+                    }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxWrite);
                     let release = match tx.cork.as_mut() {
                         Some(c) => c.before_post(meta.wire, meta.corkable, &self.me),
                         None => false,
                     };
-                    let ret =
-                        post(ep, token(self.tx_idx.load(Ordering::Relaxed), false, seq), flags);
+                    let ret = post(
+                        ep,
+                        token(self.tx_idx.load(Ordering::Relaxed), false, seq),
+                        flags,
+                        pre,
+                        data,
+                    );
                     if let Some(c) = tx.cork.as_mut() {
                         c.after_post(release, ret == 0);
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
+                    if let Some(at) = rode {
+                        let h = tx.q.back_mut().expect("a held record");
+                        if ret == 0 {
+                            // The held write left in this message.
+                            h.held = None;
+                            tx.holding = false;
+                            if let Some(c) = tx.cork.as_mut() {
+                                c.unhold(None);
+                            }
+                        } else {
+                            h.hlen = at;
+                        }
+                    }
                     if ret == 0 {
                         tx.next_seq += 1;
                         tx.blind = if meta.prov_signal { 0 } else { tx.blind + 1 };
@@ -223,6 +376,9 @@ impl EpShared {
                         }
                         tx.q.push_back(meta);
                         return Ok(());
+                    }
+                    if let Some(b) = meta.hdr.take() {
+                        tx.give_hdr(b);
                     }
                     if ret != EAGAIN {
                         return Err(fi_error(call, ret));
@@ -258,6 +414,9 @@ impl EpShared {
                 DtoOp::CmpSwap => 16,
                 _ => bytes,
             },
+            hdr: None,
+            hlen: 0,
+            held: None,
         }
     }
 
@@ -275,18 +434,18 @@ impl EpShared {
 
     pub(crate) fn post_send(&self, local: &[Sge<'_>], cookie: u64, flags: DtoFlags) -> Result<()> {
         let (iov, keep, total) = self.check_sges(local, Access::empty())?;
-        let mut base = self.fence_flags(flags)?;
-        let mut data = 0;
-        if flags.contains(DtoFlags::SOLICITED) && self.ia.feat.cq_data >= 8 {
-            base |= sys::FI_REMOTE_CQ_DATA as u64;
-            data = KIND_SOLICITED << KIND_SHIFT;
-        }
+        let base = self.fence_flags(flags)?;
+        let solicited = flags.contains(DtoFlags::SOLICITED) && self.ia.feat.cq_data >= 8;
+        let kind = if solicited { KIND_SOLICITED } else { 0 };
+        let part = SendPart { kind, imm: 0, n: total, own: &[], plain: kind << KIND_SHIFT };
         let meta = self.user_meta(cookie, DtoOp::Send, flags, total, keep);
         self.post_tx(
             meta,
             base,
-            // SAFETY: `keep` in the record holds every region of `iov` until completion or flush.
-            &mut |ep, tok, fl| unsafe { msg::send(ep, &iov, tok, data, fl) },
+            Some(part),
+            // SAFETY: `keep` in the record holds every region of `iov`, and
+            // the record or a static the header, until completion or flush.
+            &mut |ep, tok, fl, pre, data| unsafe { msg::send(ep, &with(pre, &iov), tok, data, fl) },
             "fi_sendmsg",
         )
     }
@@ -308,42 +467,96 @@ impl EpShared {
         let base = self.fence_flags(flags)?;
         let op = if read { DtoOp::RdmaRead } else { DtoOp::RdmaWrite };
         let call = if read { "fi_readmsg" } else { "fi_writemsg" };
+        let f = &self.ia.feat;
+        // Small enough to ride in a message (see `crate::eager`).
+        let rides = !read && total > 0 && total <= f.eager_max;
         match imm {
             None => {
                 let mut meta = self.user_meta(cookie, op, flags, total, keep);
                 meta.corkable = !read;
+                if rides && f.hold && base == 0 && flags.contains(DtoFlags::SUPPRESS) {
+                    match self.hold(local, r, meta)? {
+                        Some(m) => meta = m,
+                        None => return Ok(()),
+                    }
+                }
                 self.post_tx(
                     meta,
                     base,
+                    None,
                     // SAFETY: `keep` holds every region of `iov` until completion or flush.
-                    &mut |ep, tok, fl| unsafe { msg::rma(ep, read, &iov, r, tok, 0, fl) },
+                    &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, read, &iov, r, tok, 0, fl) },
                     call,
                 )
             }
-            Some(imm) => {
-                // Write with immediate: the write (suppressed) and then a
-                // zero-length send whose remote CQ data carries the
-                // immediate; FI_ORDER_SAW makes the data visible first.
-                let mut wmeta =
-                    self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
-                // The write waits in the socket for its announcing send.
-                wmeta.corkable = true;
-                self.post_tx(
-                    wmeta,
-                    base,
-                    // SAFETY: as above.
-                    &mut |ep, tok, fl| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
-                    call,
-                )?;
-                let data =
-                    (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
+            Some(imm) if f.eager => {
+                // Write with immediate: a message whose header carries the
+                // write's length (and, if small, the write itself) and
+                // whose remote CQ data the immediate, after the write
+                // (FI_ORDER_SAW makes the data visible first).
+                let mut own = [0u8; HDR_MAX];
+                let mut at = 0;
+                if rides {
+                    let dst = eager::put_write(&mut own, 0, r.key, r.addr, total as usize);
+                    copy_from(local, dst)?;
+                    at = eager::write_room(total as usize);
+                } else {
+                    let mut wmeta =
+                        self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
+                    // The write waits in the socket for its announcing send.
+                    wmeta.corkable = true;
+                    self.post_tx(
+                        wmeta,
+                        base,
+                        None,
+                        // SAFETY: as above.
+                        &mut |ep, tok, fl, _, _| unsafe {
+                            msg::rma(ep, false, &iov, r, tok, 0, fl)
+                        },
+                        call,
+                    )?;
+                }
+                eager::put_imm(&mut own, at, total);
+                let part = SendPart { kind: KIND_IMM, imm, n: 0, own: &own[..at + 8], plain: 0 };
                 let mut smeta = self.user_meta(cookie, op, flags, total, keep);
                 smeta.wire = 0;
                 self.post_tx(
                     smeta,
-                    sys::FI_REMOTE_CQ_DATA as u64,
+                    if rides { base } else { 0 },
+                    Some(part),
+                    // SAFETY: the header lives in the record until completion or flush.
+                    &mut |ep, tok, fl, pre, data| unsafe {
+                        msg::send(ep, &with(pre, &[]), tok, data, fl)
+                    },
+                    "fi_sendmsg",
+                )
+            }
+            Some(imm) => {
+                // Without rmr's header: the write (suppressed), then a
+                // zero-length send whose remote CQ data carries the
+                // immediate and the write's length.
+                let mut wmeta =
+                    self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
+                wmeta.corkable = true;
+                self.post_tx(
+                    wmeta,
+                    base,
+                    None,
+                    // SAFETY: as above.
+                    &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
+                    call,
+                )?;
+                let plain =
+                    (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
+                let part = SendPart { kind: KIND_IMM, imm, n: 0, own: &[], plain };
+                let mut smeta = self.user_meta(cookie, op, flags, total, keep);
+                smeta.wire = 0;
+                self.post_tx(
+                    smeta,
+                    0,
+                    Some(part),
                     // SAFETY: a zero-length send reads no memory.
-                    &mut |ep, tok, fl| unsafe { msg::send(ep, &[], tok, data, fl) },
+                    &mut |ep, tok, fl, _, data| unsafe { msg::send(ep, &[], tok, data, fl) },
                     "fi_sendmsg",
                 )
             }
@@ -387,8 +600,9 @@ impl EpShared {
         self.post_tx(
             meta,
             base,
+            None,
             // SAFETY: the operand box and the result region live in the record until completion.
-            &mut |ep, tok, fl| unsafe {
+            &mut |ep, tok, fl, _, _| unsafe {
                 msg::atomic(ep, p_op, compare.map(|_| p_cmp), res, r, tok, fl)
             },
             if compare.is_some() { "fi_compare_atomicmsg" } else { "fi_fetch_atomicmsg" },
@@ -414,12 +628,16 @@ impl EpShared {
             operand: None,
             corkable: false,
             wire: 8,
+            hdr: None,
+            hlen: 0,
+            held: None,
         };
         self.post_tx(
             meta,
             0,
+            None,
             // SAFETY: the control region lives as long as the endpoint.
-            &mut |ep, tok, fl| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
+            &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
             "fi_writemsg",
         )
     }
@@ -443,14 +661,16 @@ impl EpShared {
     fn tx_complete(&self, seq: u64, c: &Cqe) -> Option<Event> {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let pos = tx.q.iter().position(|m| m.seq & SEQ_MASK == seq)?;
-        let m = tx.q.remove(pos)?;
+        let mut m = tx.q.remove(pos)?;
         if m.read_like {
             tx.reads = tx.reads.saturating_sub(1);
         }
+        if let Some(h) = m.hdr.take() {
+            tx.give_hdr(h);
+        }
         if c.err == 0 {
             // Sends and writes complete in order: earlier suppressed ones are done.
-            let s = m.seq;
-            tx.q.retain(|x| x.prov_signal || x.seq > s);
+            tx.retire_through(m.seq);
         }
         drop(tx);
         if m.kind == TxKind::Bye {
@@ -481,6 +701,24 @@ impl EpShared {
         );
         Some(Event::Dto(self.dto(m.cookie, m.op, status, 0)))
     }
+}
+
+/// A message's segments: its header's, then the payload's.
+fn with(pre: Option<Iov>, iov: &[Iov]) -> SmallVec<[Iov; 5]> {
+    pre.into_iter().chain(iov.iter().copied()).collect()
+}
+
+/// Copies the bytes of `local` (checked by `check_sges`) into `dst`, as
+/// they are now (a write that rides in a message is read at its post).
+pub(crate) fn copy_from(local: &[Sge<'_>], dst: &mut [u8]) -> Result<()> {
+    let mut at = 0;
+    for s in local.iter().filter(|s| s.len > 0) {
+        let (region, off) = rmr_api::provider::seg_place(s)?;
+        let n = s.len as usize;
+        region.read(off, &mut dst[at..at + n])?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// An endpoint to break, and why.

@@ -39,7 +39,7 @@ pub(crate) struct CmHdr {
 }
 
 impl CmHdr {
-    pub(crate) const CONNECT: [u8; 4] = *b"RMO1";
+    pub(crate) const CONNECT: [u8; 4] = *b"RMO2";
     pub(crate) const REJECT: [u8; 4] = *b"RMOR";
 
     pub(crate) fn reject() -> CmHdr {
@@ -473,13 +473,6 @@ impl EpShared {
     pub(crate) fn cork_note(&self) -> String {
         let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         tx.cork.as_ref().map_or_else(|| "off".to_string(), |c| c.note())
-    }
-
-    /// Sends what a corked socket holds (see [`crate::cork::uncork_all`]).
-    pub(crate) fn uncork(&self, by: crate::cork::By) {
-        if let Some(c) = self.tx.lock().unwrap_or_else(|e| e.into_inner()).cork.as_mut() {
-            c.unlist(by);
-        }
     }
 
     /// An EQ error entry for this endpoint.

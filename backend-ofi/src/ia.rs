@@ -63,6 +63,16 @@ pub(crate) struct Features {
     /// [`crate::cork`]; 0 on providers other than `tcp` and without
     /// progress threads).
     pub(crate) cork_max: u64,
+    /// Messages carry rmr's header (see [`crate::eager`]): the provider
+    /// offers 8 bytes of remote CQ data and two segments per operation.
+    pub(crate) eager: bool,
+    /// Writes up to this size ride in a message: a write with immediate
+    /// in its own, a suppressed write, if `hold`, in the next send (0:
+    /// none do; see [`crate::eager`]).
+    pub(crate) eager_max: u64,
+    /// Suppressed small writes are held for the next send (corking's
+    /// conditions: `tcp`, progress threads).
+    pub(crate) hold: bool,
 }
 
 pub(crate) struct IaShared {
@@ -227,14 +237,26 @@ impl OfiIa {
         }
         // Providers that acknowledge a delivery-complete send only after the
         // receiver matched it, and break the connection on a truncation.
-        if feat.delivery_complete && matches!(feat.prov.as_str(), "tcp" | "net" | "verbs") {
+        // (Not where messages carry rmr's header: its receives have room
+        // for a header the message may not carry, so an oversize message
+        // fails at the receiver, which breaks the connection.)
+        if feat.delivery_complete
+            && !feat.eager
+            && matches!(feat.prov.as_str(), "tcp" | "net" | "verbs")
+        {
             caps |= Caps::OVERRUN_AT_SENDER;
         }
         let attr = IaAttr {
             provider: "ofi".into(),
             address: ip.map_or_else(|| "0.0.0.0".into(), |i| i.to_string()),
-            max_msg_size: feat.max_msg,
-            max_sges: feat.iov_limit.max(1),
+            // A message's header rides beside its payload.
+            max_msg_size: if feat.eager {
+                feat.max_msg.saturating_sub(crate::eager::HDR_MAX as u64)
+            } else {
+                feat.max_msg
+            },
+            // A message's header takes a segment of its own.
+            max_sges: if feat.eager { feat.iov_limit - 1 } else { feat.iov_limit.max(1) },
             max_dtos: feat.tx_size,
             max_private_data: feat.cm_data - CM_HDR,
             caps,
@@ -273,6 +295,17 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         _ => 56,
     };
     let pump = cfg.progress_thread.unwrap_or(matches!(prov.as_str(), "tcp" | "net" | "udp"));
+    let iov_limit = tx.iov_limit.min(rx.iov_limit).min(tx.rma_iov_limit.max(1)).clamp(1, 16);
+    // Messages carry a header (see `crate::eager`): named in remote CQ
+    // data, in a segment of its own, in memory the provider needs no
+    // registration for.
+    // The `sockets` provider reports some messages without their remote
+    // CQ data under load (the in-order conformance case saw it): there
+    // messages carry no header.
+    let eager = d.cq_data_size >= 8
+        && iov_limit >= 2
+        && mr & (sys::FI_MR_LOCAL as u64) == 0
+        && prov != "sockets";
     Features {
         mr_local: mr & (sys::FI_MR_LOCAL as u64) != 0,
         virt_addr: mr & (sys::FI_MR_VIRT_ADDR as u64) != 0,
@@ -283,7 +316,7 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         cq_data: d.cq_data_size,
         tx_size: tx.size.clamp(16, 1 << 16),
         rx_size: rx.size.clamp(16, 1 << 16),
-        iov_limit: tx.iov_limit.min(rx.iov_limit).min(tx.rma_iov_limit.max(1)).clamp(1, 16),
+        iov_limit,
         max_msg: (ep.max_msg_size as u64).min(1 << 30),
         msg_order: tx.msg_order,
         cm_data: cfg.cm_data.unwrap_or(cm_data),
@@ -296,6 +329,10 @@ fn features(info: &Info, cfg: &OfiConfig) -> Features {
         poll_set: cfg.poll_set.unwrap_or(prov == "tcp" && crate::libfabric_version() < (1, 18)),
         // Only where progress threads send what a lone write left corked.
         cork_max: if prov == "tcp" && pump { cfg.cork_max } else { 0 },
+        eager,
+        eager_max: if eager { cfg.eager_max } else { 0 },
+        // Held writes are sent by corking's triggers.
+        hold: eager && prov == "tcp" && pump && cfg.cork_max > 0 && cfg.eager_max > 0,
         prov,
     }
 }

@@ -5,10 +5,10 @@
 use crate::ffi::{Mr, fi_error};
 use crate::pz::PzShared;
 use ofi_sys as sys;
-use rmr_api::{Access, Error, Lmr, MemRegion, Result, RmrContext};
+use rmr_api::{Access, Error, Lmr, MemRegion, Result, RmrContext, Status};
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 /// libfabric access bits for rmr rights (local use is always allowed:
 /// rmr checks local rights itself before posting).
@@ -66,11 +66,25 @@ pub(crate) struct LmrInner {
     pub(crate) pz_id: u64,
     pub(crate) key: u64,
     pub(crate) desc: usize,
+    /// The zone whose key table lists it.
+    pz: Weak<PzShared>,
     mr: Mutex<Option<Mr>>,
     registered: AtomicBool,
 }
 
 impl LmrInner {
+    /// Places a write that rode in a message at `off` in the region, if
+    /// the registration still stands: under the registration's lock, so a
+    /// deregistration waits for a placement under way and none begins
+    /// after it.
+    pub(crate) fn place(&self, off: u64, data: &[u8]) -> std::result::Result<(), Status> {
+        let mr = self.mr.lock().unwrap_or_else(|e| e.into_inner());
+        if mr.is_none() || !self.registered.load(Ordering::Acquire) {
+            return Err(Status::BadKey);
+        }
+        self.region.write(off, data).map_err(|_| Status::OutOfBounds)
+    }
+
     pub(crate) fn register(
         pz: &Arc<PzShared>,
         region: &Arc<MemRegion>,
@@ -100,6 +114,7 @@ impl LmrInner {
             pz_id: pz.id,
             key,
             desc,
+            pz: Arc::downgrade(pz),
             mr: Mutex::new(Some(mr)),
             registered: AtomicBool::new(true),
         })
@@ -139,6 +154,9 @@ impl Lmr for OfiLmr {
     }
     fn deregister(&self) -> Result<()> {
         self.inner.registered.store(false, Ordering::Release);
+        if let Some(pz) = self.inner.pz.upgrade() {
+            pz.forget(self.inner.key, &self.inner);
+        }
         // fi_close of the MR: the provider forgets the key at once.
         drop(self.inner.mr.lock().unwrap_or_else(|e| e.into_inner()).take());
         Ok(())

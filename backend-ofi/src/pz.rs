@@ -4,16 +4,20 @@
 use crate::ffi::Domain;
 use crate::ia::IaShared;
 use crate::lmr::{LmrInner, OfiLmr};
-use rmr_api::{Access, Lmr, MemRegion, Pz, Result};
+use rmr_api::{Access, Lmr, MemRegion, Pz, Result, Status};
 use std::any::Any;
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, Weak};
 
 pub(crate) struct PzShared {
     pub(crate) id: u64,
     pub(crate) ia: Arc<IaShared>,
     pub(crate) domain: Arc<Domain>,
     is_default: bool,
+    /// The zone's registrations by key: what a write that rode in a
+    /// message is checked against (see [`crate::eager`]).
+    keys: Mutex<HashMap<u64, Weak<LmrInner>>>,
 }
 
 impl PzShared {
@@ -31,7 +35,43 @@ impl PzShared {
             ia: ia.clone(),
             domain,
             is_default,
+            keys: Mutex::new(HashMap::new()),
         }))
+    }
+
+    fn keys(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Weak<LmrInner>>> {
+        self.keys.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets a registration's key (it was deregistered).
+    pub(crate) fn forget(&self, key: u64, lmr: &LmrInner) {
+        let mut k = self.keys();
+        if k.get(&key).is_some_and(|w| std::ptr::eq(w.as_ptr(), lmr)) {
+            k.remove(&key);
+        }
+    }
+
+    /// Where a write of `len` bytes to `addr` under `key`, arrived in a
+    /// message, lands: the registration and the offset in its region (see
+    /// [`LmrInner::place`]), after the checks
+    /// the provider makes of a real RDMA write (a registration of this
+    /// zone with that key, still registered, granting remote writes, the
+    /// whole range inside it).
+    pub(crate) fn eager_target(
+        &self,
+        key: u64,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<(Arc<LmrInner>, u64), Status> {
+        let lmr = self.keys().get(&key).and_then(Weak::upgrade).ok_or(Status::BadKey)?;
+        if lmr.len == 0 || !lmr.access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC) {
+            return Err(Status::RemoteAccess);
+        }
+        let base = if self.ia.feat.virt_addr { lmr.region.addr() + lmr.offset } else { 0 };
+        let inside =
+            addr.checked_sub(base).filter(|o| o.checked_add(len).is_some_and(|e| e <= lmr.len));
+        let Some(o) = inside else { return Err(Status::OutOfBounds) };
+        Ok((lmr.clone(), lmr.offset + o))
     }
 }
 
@@ -61,8 +101,9 @@ impl Pz for OfiPz {
         access: Access,
     ) -> Result<Arc<dyn Lmr>> {
         region.check(offset, len)?;
-        let inner = LmrInner::register(&self.sh, region, offset, len, access)?;
-        Ok(Arc::new(OfiLmr { inner: Arc::new(inner) }))
+        let inner = Arc::new(LmrInner::register(&self.sh, region, offset, len, access)?);
+        self.sh.keys().insert(inner.key, Arc::downgrade(&inner));
+        Ok(Arc::new(OfiLmr { inner }))
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -1,14 +1,17 @@
 //! The receive side of the data path: posting receives (staged in pooled
 //! bounce buffers where the provider needs no local registration) and
-//! turning their completions back into events.
+//! turning their completions back into events: a message's header (see
+//! [`crate::eager`]) is read and the writes that rode in it placed before
+//! its receive completes.
 
 use crate::cq::Cqe;
-use crate::dto::{KIND_IMM, KIND_SHIFT, KIND_SOLICITED, LEN_MASK, SEQ_MASK, Segs, token};
+use crate::dto::{LEN_MASK, SEQ_MASK, Segs, token};
+use crate::eager::{self, Entry, HDR_MAX, KIND_IMM, KIND_SHIFT, KIND_SOLICITED};
 use crate::ep::EpShared;
 use crate::ffi::{EAGAIN, fi_error};
 use crate::msg::{self, Iov};
 use ofi_sys as sys;
-use rmr_api::{Access, DtoFlags, DtoOp, Error, Event, Result, Sge, Status};
+use rmr_api::{Access, DtoCompletion, DtoFlags, DtoOp, Error, Event, Result, Sge, Status};
 use smallvec::SmallVec;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -19,7 +22,10 @@ pub(crate) struct RxMeta {
     pub(crate) cookie: u64,
     segs: Segs,
     total: u64,
+    /// Where the message lands first: the whole of it (`whole`), or its
+    /// first [`HDR_MAX`] bytes, the rest going to the user's segments.
     bounce: Option<Vec<u8>>,
+    whole: bool,
     iov: SmallVec<[Iov; 4]>,
     posted: bool,
 }
@@ -83,14 +89,24 @@ impl EpShared {
         for (i, (region, off, _)) in iov.iter_mut().zip(&segs) {
             i.addr = region.as_ptr() as usize + *off as usize;
         }
-        let (bounce, iov) = if !f.mr_local && total <= f.bounce_max {
-            let b = self.take_bounce(total as usize + 1);
-            let i = Iov { addr: b.as_ptr() as usize, len: total as usize + 1, desc: 0 };
-            (Some(b), SmallVec::from_elem(i, 1))
+        // A message's header (see `crate::eager`) lands first: in the
+        // bounce buffer, or in a slot before the user's segments.
+        let pre = if f.eager { HDR_MAX } else { 0 };
+        let (bounce, whole, iov) = if !f.mr_local && total <= f.bounce_max {
+            let len = pre + total as usize + 1;
+            let b = self.take_bounce(len);
+            let i = Iov { addr: b.as_ptr() as usize, len, desc: 0 };
+            (Some(b), true, SmallVec::from_elem(i, 1))
+        } else if f.eager {
+            let b = self.take_bounce(HDR_MAX);
+            let mut v =
+                SmallVec::from_elem(Iov { addr: b.as_ptr() as usize, len: HDR_MAX, desc: 0 }, 1);
+            v.extend(iov);
+            (Some(b), false, v)
         } else {
-            (None, iov)
+            (None, false, iov)
         };
-        let mut m = RxMeta { seq: 0, cookie, segs, total, bounce, iov, posted: false };
+        let mut m = RxMeta { seq: 0, cookie, segs, total, bounce, whole, iov, posted: false };
         for attempt in 0..3 {
             {
                 let g = self.fid.read().unwrap_or_else(|e| e.into_inner());
@@ -165,38 +181,99 @@ impl EpShared {
             };
             return (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, c.len))), why);
         }
-        let kind =
-            if c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0 { c.data >> KIND_SHIFT } else { 0 };
-        if kind == KIND_IMM {
-            let mut d =
-                self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, (c.data >> 32) & LEN_MASK);
-            d.imm = Some(c.data & 0xffff_ffff);
-            return (Some(Event::Dto(d)), None);
-        }
-        let len = c.len;
-        if let Some(b) = &m.bounce {
-            if len > m.total {
-                let d = self.dto(m.cookie, DtoOp::Recv, Status::RecvTooSmall, len);
-                return (
-                    Some(Event::Dto(d)),
-                    Some("message larger than the posted receive".into()),
-                );
-            }
-            let mut at = 0usize;
-            for (r, off, l) in &m.segs {
-                if at as u64 >= len {
-                    break;
-                }
-                let n = (*l).min(len - at as u64) as usize;
-                let _ = r.write(*off, &b[at..at + n]);
-                at += n;
-            }
-        }
+        let r = self.take_message(&m, c);
         if let Some(b) = m.bounce {
             self.give_bounce(b);
         }
-        let mut d = self.dto(m.cookie, DtoOp::Recv, Status::Success, len);
+        match r {
+            Ok(d) => (Some(Event::Dto(d)), None),
+            Err((status, len, why)) => {
+                (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, len))), Some(why))
+            }
+        }
+    }
+
+    /// Reads a received message: its header (the writes that rode in it
+    /// placed), its payload copied to the user's segments where it was
+    /// staged. An error is the receive's status, the length to report and
+    /// why the endpoint breaks.
+    fn take_message(&self, m: &RxMeta, c: &Cqe) -> std::result::Result<DtoCompletion, Failed> {
+        let bad =
+            |why: String| (Status::Broken, 0, format!("malformed message from the peer: {why}"));
+        let has_data = c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0;
+        // Without rmr's header, an immediate's length rides in the data.
+        let mut imm_len = None;
+        let (kind, hlen, imm) = if !has_data {
+            (0, 0, 0)
+        } else if self.ia.feat.eager {
+            eager::parse_cq_data(c.data).map_err(bad)?
+        } else {
+            imm_len = Some((c.data >> 32) & LEN_MASK);
+            (c.data >> KIND_SHIFT, 0, c.data as u32)
+        };
+        let len = c.len;
+        let n = len
+            .checked_sub(hlen as u64)
+            .ok_or_else(|| bad(format!("{len} bytes with a {hlen}-byte header")))?;
+        if n > m.total {
+            return Err((Status::RecvTooSmall, n, "message larger than the posted receive".into()));
+        }
+        // What landed in the staging buffer.
+        let staged = match &m.bounce {
+            Some(b) if m.whole => &b[..len as usize],
+            Some(b) => {
+                if len > HDR_MAX as u64 && hlen != HDR_MAX {
+                    return Err(bad(format!("{len} bytes with a {hlen}-byte header")));
+                }
+                &b[..(len as usize).min(HDR_MAX)]
+            }
+            None => &[][..],
+        };
+        for e in eager::entries(&staged[..hlen]).map_err(bad)? {
+            match e {
+                Entry::Write { key, addr, data } => {
+                    let placed = self
+                        .pz
+                        .eager_target(key, addr, data.len() as u64)
+                        .and_then(|(lmr, off)| lmr.place(off, data));
+                    if let Err(s) = placed {
+                        let why = format!(
+                            "an RDMA write of {} bytes to {addr:#x} that the peer sent in a \
+                             message was refused ({s:?}: {})",
+                            data.len(),
+                            eager::refusal(s)
+                        );
+                        return Err((Status::Broken, 0, why));
+                    }
+                }
+                Entry::Imm { len } => imm_len = Some(len),
+            }
+        }
+        if kind == KIND_IMM {
+            let Some(wlen) = imm_len.filter(|_| n == 0) else {
+                return Err(bad("an immediate without its length, or with a payload".into()));
+            };
+            let mut d = self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, wlen);
+            d.imm = Some(u64::from(imm));
+            return Ok(d);
+        }
+        // The payload, where it was staged (a large one landed in place).
+        let body = if m.whole || len <= HDR_MAX as u64 { &staged[hlen..] } else { &[][..] };
+        let mut at = 0usize;
+        for (r, off, l) in &m.segs {
+            if at >= body.len() {
+                break;
+            }
+            let k = (*l as usize).min(body.len() - at);
+            let _ = r.write(*off, &body[at..at + k]);
+            at += k;
+        }
+        let mut d = self.dto(m.cookie, DtoOp::Recv, Status::Success, n);
         d.solicited = kind == KIND_SOLICITED;
-        (Some(Event::Dto(d)), None)
+        Ok(d)
     }
 }
+
+/// A receive that failed: its status, the length to report and why the
+/// endpoint breaks.
+type Failed = (Status, u64, String);

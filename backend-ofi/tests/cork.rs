@@ -9,6 +9,15 @@
 //! - on a link with an Ethernet MTU (a namespace whose loopback has MTU
 //!   1500) only writes that fit one segment with their send are corked;
 //! - the `sockets` provider and `cork_max=0` never cork.
+//!
+//! And small suppressed writes held for the next send (backend-ofi's
+//! `eager` and `hold` modules; the corking cases above run with
+//! `eager_max=0`):
+//! - in the ping-pong, 8-byte writes are held and ride in their sends,
+//!   visible before the send completes at the peer;
+//! - a lone held write whose poster then sleeps is posted by a progress
+//!   thread; one whose poster then waits, as the wait begins;
+//! - a small write with immediate rides in its own message.
 
 use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, Event, Ia, Lmr, MemRegion, Psp, Pz, Sge};
 use std::sync::Arc;
@@ -59,8 +68,10 @@ impl Side {
 
 /// The numbers of the EP's cork note: corked, sent by a post, of those
 /// before a post (not to spill a segment), by a waiter, by the progress
-/// thread, the largest write corked; `None` when it corks nothing.
-fn note(ep: &Arc<dyn Ep>) -> Option<[u64; 6]> {
+/// thread, the largest write corked; held, rode in a send, posted alone by
+/// a post, by a waiter, by the progress thread; `None` when it corks
+/// nothing.
+fn note(ep: &Arc<dyn Ep>) -> Option<[u64; 11]> {
     let note = ep.attr().note("ofi.cork").expect("an ofi.cork note").to_string();
     if note == "off" {
         return None;
@@ -70,9 +81,17 @@ fn note(ep: &Arc<dyn Ep>) -> Option<[u64; 6]> {
         .filter(|s| !s.is_empty())
         .map(|s| s.parse().unwrap())
         .collect();
-    assert_eq!(n.len(), 6, "note {note:?}");
-    Some([n[0], n[1], n[2], n[3], n[4], n[5]])
+    Some(n.try_into().unwrap_or_else(|n| panic!("note {note:?}: {n:?}")))
 }
+
+/// The EP's counts of held writes: held, rode in a send, posted alone by
+/// a post, by a waiter, by the progress thread.
+fn held(ep: &Arc<dyn Ep>) -> [u64; 5] {
+    note(ep).unwrap()[6..].try_into().unwrap()
+}
+
+/// The kernel corking cases' IA: no write is held.
+const CORKING: &str = "ofi:tcp:127.0.0.1;eager_max=0";
 
 /// The EP's cork counts: corked, sent by a post, by a waiter, by the
 /// progress thread; `None` when it corks nothing.
@@ -182,7 +201,7 @@ fn round_of(a: &End, b: &End, i: u64, len: u64) {
 
 #[test]
 fn writes_corked_before_their_sends_land_first_and_leave_with_them() {
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(CORKING);
     assert_eq!(counts(&a.ep), Some([0; 4]), "a tcp connection corks");
     for i in 0..300 {
         round(&a, &b, i);
@@ -239,18 +258,26 @@ fn round(a: &End, b: &End, i: u64) {
 /// and A's counts just before it (nothing of A's was corked then: the
 /// round ended in A's wait).
 fn corked_lone_write(a: &End, b: &End, from: u64) -> (u64, [u64; 4]) {
+    let (v, n) = lone_write(a, b, from, 0);
+    (v, [n[0], n[1], n[3], n[4]])
+}
+
+/// Rounds until A's next lone 8-byte write moves A's note number `idx`
+/// (0: corked, 6: held); returns that write's value and A's note just
+/// before it.
+fn lone_write(a: &End, b: &End, from: u64, idx: usize) -> (u64, [u64; 11]) {
     let bctx = b.tl.rmr_context();
     for i in from..from + 50 {
         round(a, b, i);
-        let before = counts(&a.ep).unwrap();
+        let before = note(&a.ep).unwrap();
         let v = 1_000_000 + i;
         a.write(&bctx, v, false, 8);
-        if counts(&a.ep).unwrap()[0] > before[0] {
+        if note(&a.ep).unwrap()[idx] > before[idx] {
             return (v, before);
         }
         b.sees(v);
     }
-    panic!("no lone write was corked in 50 tries");
+    panic!("no lone write was corked or held in 50 tries");
 }
 
 /// Set in the child process that runs a test alone: any drive of an ofi
@@ -295,7 +322,7 @@ fn a_lone_corked_write_is_sent_by_a_progress_thread_while_its_poster_sleeps() {
     if ran_alone("a_lone_corked_write_is_sent_by_a_progress_thread_while_its_poster_sleeps") {
         return;
     }
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(CORKING);
     let (v, before) = corked_lone_write(&a, &b, 0);
     // A sleeps; B only loads its memory: a progress thread must send it
     // (the kernel would after 200 ms, uncounted).
@@ -310,7 +337,7 @@ fn a_lone_corked_write_is_sent_as_its_poster_begins_to_wait() {
     if ran_alone("a_lone_corked_write_is_sent_as_its_poster_begins_to_wait") {
         return;
     }
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(CORKING);
     // A progress thread waking in the microseconds between the cork and
     // the wait sends it too: then another try.
     for t in 0..20 {
@@ -373,7 +400,7 @@ fn on_an_ethernet_mtu_only_writes_that_share_one_segment_with_their_send_are_cor
         }
         return;
     }
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(CORKING);
     // Corked data that spills into a second segment is sent late on a
     // shaped link: the largest write corked leaves room in one segment.
     let max = cork_max(&a.ep);
@@ -412,5 +439,78 @@ fn the_sockets_provider_and_cork_max_0_never_cork() {
         }
         assert_eq!(counts(&a.ep), None, "{spec}");
         assert_eq!(counts(&b.ep), None, "{spec}");
+    }
+}
+
+#[test]
+fn small_writes_are_held_and_ride_in_their_sends() {
+    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    assert_eq!(held(&a.ep), [0; 5]);
+    // `round` checks each write is in place when its send completes.
+    for i in 0..300 {
+        round(&a, &b, i);
+    }
+    let [h, rode, by_post, by_waiter, by_progress] = held(&a.ep);
+    println!(
+        "A: held {h}, rode {rode}, alone by a post {by_post}, a waiter {by_waiter}, progress {by_progress}"
+    );
+    // As for corking: nearly all of A's writes follow a wait it just left.
+    assert!(h >= 1 && rode >= 1, "A held {h}, of which rode in a send {rode}");
+    assert_eq!(rode + by_post + by_waiter + by_progress, h, "a held write left no trace");
+    assert_eq!(counts(&a.ep).unwrap()[0], 0, "an 8-byte write was corked, not held");
+    assert!(held(&b.ep)[1] >= 1, "B's writes ride too");
+}
+
+#[test]
+fn a_lone_held_write_is_posted_by_a_progress_thread_while_its_poster_sleeps() {
+    if ran_alone("a_lone_held_write_is_posted_by_a_progress_thread_while_its_poster_sleeps") {
+        return;
+    }
+    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (v, before) = lone_write(&a, &b, 0, 6);
+    // A sleeps; B only loads its memory: a progress thread must post it.
+    b.sees(v);
+    let after = note(&a.ep).unwrap();
+    assert_eq!(after[10], before[10] + 1, "posted by a progress thread: {before:?} -> {after:?}");
+    assert_eq!(after[6..10], [before[6] + 1, before[7], before[8], before[9]], "{after:?}");
+}
+
+#[test]
+fn a_lone_held_write_is_posted_as_its_poster_begins_to_wait() {
+    if ran_alone("a_lone_held_write_is_posted_as_its_poster_begins_to_wait") {
+        return;
+    }
+    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    for t in 0..20 {
+        let (v, before) = lone_write(&a, &b, 100 * t, 6);
+        a.post_recv();
+        std::thread::scope(|sc| {
+            sc.spawn(|| {
+                b.sees(v);
+                b.write(&a.tl.rmr_context(), v, true, 8);
+            });
+            // A waits for B's answer, which B sends only once A's write landed.
+            assert_eq!(a.recv(), v);
+        });
+        let after = note(&a.ep).unwrap();
+        if after[9] > before[9] {
+            return;
+        }
+        assert_eq!(after[10], before[10] + 1, "neither the wait nor a progress thread: {after:?}");
+    }
+    panic!("a progress thread posted the lone write every time");
+}
+
+#[test]
+fn small_writes_with_immediate_ride_in_their_own_message() {
+    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    // `imm_round` checks the immediate and that the write is in place.
+    for i in 0..50 {
+        imm_round(&a, &b, i, 8);
+    }
+    assert_eq!(counts(&a.ep).unwrap()[0], 0, "an 8-byte write with immediate was corked");
+    // A larger one is a write of its own (corked) before its message.
+    for i in 50..60 {
+        imm_round(&a, &b, i, 4096);
     }
 }
