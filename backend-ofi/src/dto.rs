@@ -47,6 +47,8 @@ pub(crate) type Segs = SmallVec<[(Arc<MemRegion>, u64, u64); 2]>;
 pub(crate) enum TxKind {
     User,
     Bye,
+    /// A fault record (see [`crate::fault`]).
+    Fault,
 }
 
 pub(crate) struct TxMeta {
@@ -469,12 +471,18 @@ impl EpShared {
         let call = if read { "fi_readmsg" } else { "fi_writemsg" };
         let f = &self.ia.feat;
         // Small enough to ride in a message (see `crate::eager`).
-        let rides = !read && total > 0 && total <= f.eager_max;
+        // Only suppressed writes ride: their success is never reported
+        // (a refusal is, see `crate::eager`).
+        let rides = !read
+            && total > 0
+            && total <= f.eager_max
+            && flags.contains(DtoFlags::SUPPRESS)
+            && base == 0;
         match imm {
             None => {
                 let mut meta = self.user_meta(cookie, op, flags, total, keep);
                 meta.corkable = !read;
-                if rides && f.hold && base == 0 && flags.contains(DtoFlags::SUPPRESS) {
+                if rides && f.hold {
                     match self.hold(local, r, meta)? {
                         Some(m) => meta = m,
                         None => return Ok(()),
@@ -497,7 +505,10 @@ impl EpShared {
                 let mut own = [0u8; HDR_MAX];
                 let mut at = 0;
                 if rides {
-                    let dst = eager::put_write(&mut own, 0, r.key, r.addr, total as usize);
+                    // Its sequence number: the message's own, posted next.
+                    let seq = self.tx.lock().unwrap_or_else(|e| e.into_inner()).next_seq;
+                    let w = eager::Write { key: r.key, addr: r.addr, seq, cookie };
+                    let dst = eager::put_write(&mut own, 0, w, total as usize);
                     copy_from(local, dst)?;
                     at = eager::write_room(total as usize);
                 } else {
@@ -522,7 +533,7 @@ impl EpShared {
                 smeta.wire = 0;
                 self.post_tx(
                     smeta,
-                    if rides { base } else { 0 },
+                    0,
                     Some(part),
                     // SAFETY: the header lives in the record until completion or flush.
                     &mut |ep, tok, fl, pre, data| unsafe {
@@ -611,9 +622,14 @@ impl EpShared {
 
     /// The goodbye mark of an orderly disconnect (see [`crate::ep`]).
     pub(crate) fn post_bye(&self, key: u64, addr: u64) -> Result<()> {
+        self.post_ctl(Remote { addr, len: 8, key }, 8, TxKind::Bye)
+    }
+
+    /// An RDMA write of `r.len` bytes from the control words at `from`
+    /// into the peer's (a goodbye mark, a fault record).
+    pub(crate) fn post_ctl(&self, r: Remote, from: usize, kind: TxKind) -> Result<()> {
         let desc = if self.ia.feat.mr_local { self.ctl_mr.desc() } else { 0 };
-        let iov = [Iov { addr: self.ctl.as_ptr() as usize + 8, len: 8, desc }];
-        let r = Remote { addr, len: 8, key };
+        let iov = [Iov { addr: self.ctl.as_ptr() as usize + from, len: r.len as usize, desc }];
         let meta = TxMeta {
             seq: 0,
             cookie: 0,
@@ -621,13 +637,13 @@ impl EpShared {
             user_signal: false,
             prov_signal: true,
             read_like: false,
-            bytes: 8,
-            kind: TxKind::Bye,
+            bytes: r.len,
+            kind,
             keep: SmallVec::from_elem(self.ctl.clone(), 1),
             result: None,
             operand: None,
             corkable: false,
-            wire: 8,
+            wire: r.len,
             hdr: None,
             hlen: 0,
             held: None,
@@ -658,6 +674,19 @@ impl EpShared {
         }
     }
 
+    /// Drops the transmit record of sequence number `seq` (its low 32
+    /// bits) and `cookie`, if still there (a refused write, reported by
+    /// [`crate::fault`], must not be flushed again).
+    pub(crate) fn drop_record(&self, seq: u64, cookie: u64) {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let at = tx.q.iter().position(|m| {
+            m.kind == TxKind::User && m.seq & 0xffff_ffff == seq & 0xffff_ffff && m.cookie == cookie
+        });
+        if let Some(m) = at.and_then(|i| tx.q.remove(i)) {
+            tx.recycle(m);
+        }
+    }
+
     fn tx_complete(&self, seq: u64, c: &Cqe) -> Option<Event> {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
         let pos = tx.q.iter().position(|m| m.seq & SEQ_MASK == seq)?;
@@ -673,8 +702,13 @@ impl EpShared {
             tx.retire_through(m.seq);
         }
         drop(tx);
-        if m.kind == TxKind::Bye {
-            self.conn.lock().unwrap_or_else(|e| e.into_inner()).bye_done = true;
+        if m.kind != TxKind::User {
+            let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+            if m.kind == TxKind::Bye {
+                c.bye_done = true;
+            } else {
+                c.fault_done = true;
+            }
             return None;
         }
         if c.err == 0 {

@@ -18,12 +18,23 @@
 //! bytes, `hlen` a multiple of 8 up to [`HDR_MAX`], named in the
 //! message's remote CQ data: bits 62-63 the kind (plain, solicited,
 //! immediate), bits 32-39 `hlen`, bits 0-31 an immediate. A header is a
-//! list of entries, each starting with a word `type | len << 32`:
-//! - [`T_WRITE`]: key, target address, then `len` bytes of data padded
-//!   to a word;
+//! list of entries, each starting with a word `type | len << 8 | id << 32`
+//! (`type` 8 bits, `len` 24, `id` 32):
+//! - [`T_WRITE`]: key, target address, the writer's cookie, then `len`
+//!   bytes of data padded to a word; `id` is the low 32 bits of the
+//!   write's sequence number at the writer;
 //! - [`T_IMM`]: an RDMA write with immediate's length (the message
 //!   carries no payload);
 //! - [`T_PAD`]: the rest of the header is padding.
+//!
+//! Only suppressed writes ride (their success is never reported). One the
+//! receiver refuses (a bad key, no remote write right, out of bounds, a
+//! deregistered region) places nothing; the receiver then applies nothing
+//! more, RDMA-writes a *fault record* (status, id, cookie) into the
+//! writer's control words and breaks the connection, and the writer
+//! reports the write with that status and its cookie, exactly once, before
+//! the connection's end (an RDMA write refused by a real NIC ends an RC
+//! connection too).
 //!
 //! A message whose header and payload together exceed [`HDR_MAX`] pads its
 //! header to exactly [`HDR_MAX`]. So the receiver can post a receive in
@@ -35,8 +46,8 @@ use rmr_api::Status;
 
 /// The longest header (a receive's slot).
 pub(crate) const HDR_MAX: usize = 128;
-/// The head of a write entry (type word, key, address).
-const WRITE_HEAD: usize = 24;
+/// The head of a write entry (type word, key, address, cookie).
+const WRITE_HEAD: usize = 32;
 /// The largest write that rides in a send: room is kept for an
 /// immediate's entry.
 pub(crate) const EAGER_MAX: usize = HDR_MAX - WRITE_HEAD - 8;
@@ -86,12 +97,24 @@ fn put(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
 }
 
+/// A write that rides in a message: where it goes, and who wrote it (the
+/// writer's sequence number and cookie, for a refusal's report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Write {
+    pub(crate) key: u64,
+    pub(crate) addr: u64,
+    pub(crate) seq: u64,
+    pub(crate) cookie: u64,
+}
+
 /// Starts a write entry at `h[at..]` and returns the slice its `len` data
 /// bytes go to; the entry ends at `at + write_room(len)`.
-pub(crate) fn put_write(h: &mut [u8], at: usize, key: u64, addr: u64, len: usize) -> &mut [u8] {
-    put(h, at, T_WRITE | (len as u64) << 32);
-    put(h, at + 8, key);
-    put(h, at + 16, addr);
+pub(crate) fn put_write(h: &mut [u8], at: usize, w: Write, len: usize) -> &mut [u8] {
+    debug_assert!(len <= EAGER_MAX);
+    put(h, at, T_WRITE | (len as u64) << 8 | (w.seq & 0xffff_ffff) << 32);
+    put(h, at + 8, w.key);
+    put(h, at + 16, w.addr);
+    put(h, at + 24, w.cookie);
     let room = write_room(len);
     h[at + WRITE_HEAD + len..at + room].fill(0);
     &mut h[at + WRITE_HEAD..at + WRITE_HEAD + len]
@@ -99,8 +122,11 @@ pub(crate) fn put_write(h: &mut [u8], at: usize, key: u64, addr: u64, len: usize
 
 /// Puts an immediate's entry at `h[at..]`; it ends at `at + 8`.
 pub(crate) fn put_imm(h: &mut [u8], at: usize, len: u64) {
-    put(h, at, T_IMM | len.min(u64::from(u32::MAX)) << 32);
+    put(h, at, T_IMM | len.min(LEN_MAX) << 8);
 }
+
+/// The longest length an entry names.
+const LEN_MAX: u64 = (1 << 24) - 1;
 
 /// Where a write entry's data start within it.
 pub(crate) const WRITE_DATA: usize = WRITE_HEAD;
@@ -108,7 +134,7 @@ pub(crate) const WRITE_DATA: usize = WRITE_HEAD;
 /// One entry of a received header.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Entry<'a> {
-    Write { key: u64, addr: u64, data: &'a [u8] },
+    Write { w: Write, data: &'a [u8] },
     Imm { len: u64 },
 }
 
@@ -119,7 +145,7 @@ pub(crate) fn entries(h: &[u8]) -> Result<smallvec::SmallVec<[Entry<'_>; 2]>, St
     let mut at = 0;
     while at + 8 <= h.len() {
         let w = word(h, at);
-        let (ty, len) = (w & 0xffff_ffff, (w >> 32) as usize);
+        let (ty, len, id) = (w & 0xff, ((w >> 8) & LEN_MAX) as usize, w >> 32);
         match ty {
             T_PAD => break,
             T_WRITE => {
@@ -128,7 +154,8 @@ pub(crate) fn entries(h: &[u8]) -> Result<smallvec::SmallVec<[Entry<'_>; 2]>, St
                     return Err(format!("a {len}-byte write overruns a {}-byte header", h.len()));
                 };
                 let data = &h[at + WRITE_HEAD..at + WRITE_HEAD + len];
-                out.push(Entry::Write { key: word(h, at + 8), addr: word(h, at + 16), data });
+                let (key, addr, cookie) = (word(h, at + 8), word(h, at + 16), word(h, at + 24));
+                out.push(Entry::Write { w: Write { key, addr, seq: id, cookie }, data });
                 at = end;
             }
             T_IMM => {
@@ -173,13 +200,14 @@ mod tests {
     #[test]
     fn entries_round_trip() {
         let mut h = [0xffu8; HDR_MAX];
-        put_write(&mut h, 0, 7, 0x1000, 5).copy_from_slice(b"hello");
+        let w = Write { key: 7, addr: 0x1000, seq: 0x1_0000_0009, cookie: 42 };
+        put_write(&mut h, 0, w, 5).copy_from_slice(b"hello");
         let at = write_room(5);
         put_imm(&mut h, at, 5);
         let hlen = at + 8;
         assert_eq!(
             entries(&h[..hlen]).unwrap().as_slice(),
-            &[Entry::Write { key: 7, addr: 0x1000, data: b"hello" }, Entry::Imm { len: 5 }]
+            &[Entry::Write { w: Write { seq: 9, ..w }, data: b"hello" }, Entry::Imm { len: 5 }]
         );
         // Padding ends the list.
         h[hlen..].fill(0);
@@ -190,13 +218,13 @@ mod tests {
 
     #[test]
     fn malformed_headers_apply_nothing() {
-        let mut h = [0u8; 48];
-        put_write(&mut h, 0, 1, 2, 8);
+        let mut h = [0u8; 64];
+        put_write(&mut h, 0, Write { key: 1, addr: 2, seq: 3, cookie: 4 }, 8);
         // A second write whose data run past the end.
-        put(&mut h, 32, T_WRITE | 64 << 32);
-        assert!(entries(&h[..40]).is_err());
-        // A length that overflows.
-        put(&mut h, 0, T_WRITE | (u64::from(u32::MAX)) << 32);
+        put(&mut h, 40, T_WRITE | 64 << 8);
+        assert!(entries(&h[..48]).is_err());
+        // A length past the header.
+        put(&mut h, 0, T_WRITE | LEN_MAX << 8);
         assert!(entries(&h).is_err());
         put(&mut h, 0, 9);
         assert!(entries(&h).unwrap_err().contains("unknown"));

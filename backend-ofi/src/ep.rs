@@ -96,6 +96,10 @@ pub(crate) struct ConnState {
     active: bool,
     /// The goodbye write completed.
     pub(crate) bye_done: bool,
+    /// A fault record to send the peer before the connection ends (see
+    /// [`crate::fault`]), and whether its write completed.
+    pub(crate) fault: Option<[u64; 3]>,
+    pub(crate) fault_done: bool,
 }
 
 pub(crate) struct EpShared {
@@ -129,11 +133,16 @@ pub(crate) struct EpShared {
     /// The registration of `ctl`: declared first, so dropped first (a
     /// field's drop follows its declaration), before the memory it covers.
     pub(crate) ctl_mr: Mr,
-    /// [0..8): the word peers write BYE into; [8..16): our BYE source.
+    /// [0..8): the word peers write BYE into; [8..16): our BYE source;
+    /// then the fault record peers write and our own's source (see
+    /// [`crate::fault`]).
     pub(crate) ctl: Arc<MemRegion>,
     ctl_key: u64,
     peer: OnceLock<SocketAddr>,
     pub(crate) atomics_ok: AtomicBool,
+    /// A write that rode in a message was refused: nothing more arriving
+    /// is applied (see [`crate::eager`]).
+    pub(crate) refused: AtomicBool,
 }
 
 impl EpShared {
@@ -145,10 +154,11 @@ impl EpShared {
         rcv: Arc<EvdShared>,
     ) -> Result<Arc<EpShared>> {
         let conn_evd = crate::ia::ofi_evd(&evds.conn, ia)?;
-        let ctl = MemRegion::new(16);
+        let ctl = MemRegion::new(crate::fault::CTL_LEN);
         ctl.store_u64(8, BYE)?;
         let access = crate::lmr::fi_access(rmr_api::Access::REMOTE_WRITE);
-        let (ctl_mr, ctl_key) = crate::lmr::reg_raw(pz, ctl.as_ptr(), 16, access)?;
+        let (ctl_mr, ctl_key) =
+            crate::lmr::reg_raw(pz, ctl.as_ptr(), crate::fault::CTL_LEN, access)?;
         let sh = Arc::new_cyclic(|me| EpShared {
             me: me.clone(),
             id: EpId::fresh(),
@@ -175,6 +185,7 @@ impl EpShared {
             ctl_key,
             peer: OnceLock::new(),
             atomics_ok: AtomicBool::new(false),
+            refused: AtomicBool::new(false),
         });
         Ok(sh)
     }
@@ -193,7 +204,7 @@ impl EpShared {
             .is_ok()
     }
 
-    fn lock_conn(&self) -> std::sync::MutexGuard<'_, ConnState> {
+    pub(crate) fn lock_conn(&self) -> std::sync::MutexGuard<'_, ConnState> {
         self.conn.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -525,6 +536,13 @@ impl EpShared {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
+        // A refusal this side made is told to the peer first; one the
+        // peer made is reported here (see `crate::fault`).
+        self.send_fault();
+        let why = match self.peer_fault() {
+            Some(reason) => Some(reason),
+            None => why,
+        };
         self.set_state(if why.is_some() { EpState::Broken } else { EpState::Disconnected });
         self.close_fid();
         self.req.drain_soon();

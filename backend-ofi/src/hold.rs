@@ -40,7 +40,8 @@ impl EpShared {
             return Ok(Some(meta));
         }
         let mut b = tx.take_hdr();
-        let dst = eager::put_write(&mut b, 0, r.key, r.addr, r.len as usize);
+        let w = eager::Write { key: r.key, addr: r.addr, seq: tx.next_seq, cookie: meta.cookie };
+        let dst = eager::put_write(&mut b, 0, w, r.len as usize);
         if let Err(e) = crate::dto::copy_from(local, dst) {
             tx.give_hdr(b);
             if let Some(c) = tx.cork.as_mut() {

@@ -106,6 +106,7 @@ mod eager;
 mod ep;
 mod eq;
 mod evd;
+mod fault;
 mod ffi;
 mod hold;
 mod ia;

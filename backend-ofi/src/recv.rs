@@ -200,6 +200,10 @@ impl EpShared {
     fn take_message(&self, m: &RxMeta, c: &Cqe) -> std::result::Result<DtoCompletion, Failed> {
         let bad =
             |why: String| (Status::Broken, 0, format!("malformed message from the peer: {why}"));
+        if self.refused.load(std::sync::atomic::Ordering::Acquire) {
+            // Nothing after a refused write is applied (see `crate::fault`).
+            return Err((Status::Flushed, 0, "after a refused RDMA write".into()));
+        }
         let has_data = c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0;
         // Without rmr's header, an immediate's length rides in the data.
         let mut imm_len = None;
@@ -231,19 +235,21 @@ impl EpShared {
         };
         for e in eager::entries(&staged[..hlen]).map_err(bad)? {
             match e {
-                Entry::Write { key, addr, data } => {
+                Entry::Write { w, data } => {
                     let placed = self
                         .pz
-                        .eager_target(key, addr, data.len() as u64)
+                        .eager_target(w.key, w.addr, data.len() as u64)
                         .and_then(|(lmr, off)| lmr.place(off, data));
                     if let Err(s) = placed {
+                        self.refuse(s, w.seq, w.cookie);
                         let why = format!(
-                            "an RDMA write of {} bytes to {addr:#x} that the peer sent in a \
-                             message was refused ({s:?}: {})",
+                            "refused an RDMA write of {} bytes to {:#x} that the peer sent \
+                             in a message ({s:?}: {})",
                             data.len(),
+                            w.addr,
                             eager::refusal(s)
                         );
-                        return Err((Status::Broken, 0, why));
+                        return Err((Status::Flushed, 0, why));
                     }
                 }
                 Entry::Imm { len } => imm_len = Some(len),

@@ -1,0 +1,102 @@
+//! Fault records: how a receiver that refused a write which rode in a
+//! message (see [`crate::eager`]) tells the writer which write and why,
+//! before the connection ends.
+//!
+//! Each endpoint's control words (registered for the peer's remote
+//! writes, their key and address in the connection's private data) hold,
+//! after the goodbye word and its source, a three-word record the peer may
+//! write (`FAULT | status << 32`, the write's sequence number, its
+//! cookie) and this side's own record's source. The refusing side writes
+//! its record, waits (boundedly) for that write to complete and then ends
+//! the connection; the writer, as its connection ends, finds the record,
+//! reports the refused write with its status and cookie (its record
+//! dropped, so that the flush does not report it again) and names the
+//! refusal as the reason the connection broke.
+
+use crate::dto::TxKind;
+use crate::ep::EpShared;
+use crate::msg::Remote;
+use rmr_api::{Cookie, DtoCompletion, DtoOp, Event, Status};
+use std::time::{Duration, Instant};
+
+/// Bytes of an endpoint's control words.
+pub(crate) const CTL_LEN: usize = 64;
+/// Where the peer writes its fault record.
+const PEER_AT: u64 = 16;
+/// Where this side's record is staged.
+const OWN_AT: u64 = 40;
+/// A fault record's first word, below its status.
+const FAULT: u64 = 0x544c_5546; // "FULT"
+/// How long the refusing side waits for its record's write.
+const SEND_FOR: Duration = Duration::from_secs(1);
+
+fn code(s: Status) -> u64 {
+    match s {
+        Status::BadKey => 1,
+        Status::RemoteAccess => 2,
+        _ => 3,
+    }
+}
+
+fn status(code: u64) -> Status {
+    match code {
+        1 => Status::BadKey,
+        2 => Status::RemoteAccess,
+        _ => Status::OutOfBounds,
+    }
+}
+
+impl EpShared {
+    /// Notes that a write that rode in a message was refused with `s`:
+    /// nothing more is applied, and the record goes to the peer as the
+    /// connection ends.
+    pub(crate) fn refuse(&self, s: Status, seq: u64, cookie: u64) {
+        self.refused.store(true, std::sync::atomic::Ordering::Release);
+        let mut c = self.lock_conn();
+        if c.fault.is_none() {
+            c.fault = Some([FAULT | code(s) << 32, seq, cookie]);
+        }
+    }
+
+    /// Writes this side's fault record, if there is one, into the peer's
+    /// control words and waits for the write (at most [`SEND_FOR`]).
+    pub(crate) fn send_fault(&self) {
+        let (fault, peer) = {
+            let mut c = self.lock_conn();
+            (c.fault.take(), c.peer_ctl)
+        };
+        let (Some(f), Some((key, addr))) = (fault, peer) else { return };
+        for (i, w) in f.iter().enumerate() {
+            let _ = self.ctl.store_u64(OWN_AT + 8 * i as u64, *w);
+        }
+        let r = Remote { addr: addr + PEER_AT, len: 24, key };
+        if self.post_ctl(r, OWN_AT as usize, TxKind::Fault).is_err() {
+            return;
+        }
+        let deadline = Instant::now() + SEND_FOR;
+        while !self.lock_conn().fault_done && Instant::now() < deadline {
+            if !self.req.progress(Duration::from_millis(5)) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// The peer's fault record, if it wrote one: the refused write is
+    /// reported (once) and the reason the connection broke returned.
+    pub(crate) fn peer_fault(&self) -> Option<String> {
+        let w0 = self.ctl.load_u64(PEER_AT).ok()?;
+        if w0 & 0xffff_ffff != FAULT {
+            return None;
+        }
+        let seq = self.ctl.load_u64(PEER_AT + 8).ok()?;
+        let cookie = self.ctl.load_u64(PEER_AT + 16).ok()?;
+        let s = status(w0 >> 32);
+        self.drop_record(seq, cookie);
+        let d = DtoCompletion::new(self.id, Cookie(cookie), DtoOp::RdmaWrite, s, 0);
+        self.req.push(Event::Dto(d));
+        Some(format!(
+            "the peer refused an RDMA write that rode in a message ({s:?}: {})",
+            crate::eager::refusal(s)
+        ))
+    }
+}

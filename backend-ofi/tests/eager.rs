@@ -1,0 +1,207 @@
+//! Writes that ride in messages (backend-ofi's `eager` module) refused by
+//! the receiver, over real `tcp` endpoints on loopback. A small suppressed
+//! write with immediate always rides in its own message, so each case is
+//! deterministic: a forged key, a region without the remote write right,
+//! a range past the region's end, a deregistered region and a region of
+//! another protection zone. Each time:
+//! - the target's memory is untouched and its receive completes unfilled;
+//! - the writer gets the refused write back, once, with its cookie and a
+//!   typed status, then the connection's Broken event naming the refusal;
+//! - nothing after the refused write is applied.
+//!
+//! And a suppressed write with a forged key followed by a send, held or
+//! not: the writer gets it back with its cookie.
+
+mod support;
+
+use rmr_api::{
+    Access, Cookie, DtoFlags, DtoOp, Ep, EpEvds, Evd, Event, Ia, Lmr, MemRegion, Psp, Pz,
+    RemoteAddr, RmrContext, Sge, Status,
+};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const WAIT: Duration = Duration::from_secs(15);
+
+struct Pair {
+    _ia: Arc<dyn Ia>,
+    pz: Arc<dyn Pz>,
+    a: Arc<dyn Ep>,
+    aevd: Arc<dyn Evd>,
+    b: Arc<dyn Ep>,
+    bevd: Arc<dyn Evd>,
+    _psp: Arc<dyn Psp>,
+}
+
+fn pair() -> Pair {
+    backend_ofi::register();
+    let ia = rmr_api::open("ofi:tcp:127.0.0.1").unwrap();
+    let (pz, pevd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
+    let psp = ia.create_psp(0, &pevd).unwrap();
+    let (aevd, bevd) = (ia.create_evd().unwrap(), ia.create_evd().unwrap());
+    let a = ia.create_ep(&pz, &EpEvds::single(&aevd)).unwrap();
+    let b = ia.create_ep(&pz, &EpEvds::single(&bevd)).unwrap();
+    support::join(&a, &b, &psp, &pevd);
+    support::established(&[&aevd, &bevd]);
+    Pair { _ia: ia, pz, a, aevd, b, bevd, _psp: psp }
+}
+
+/// A region of `len` bytes of `fill` registered in `pz` with `access`.
+fn region(
+    pz: &Arc<dyn Pz>,
+    len: usize,
+    access: Access,
+    fill: u8,
+) -> (Arc<MemRegion>, Arc<dyn Lmr>) {
+    let m = MemRegion::new(len);
+    m.write(0, &vec![fill; len]).unwrap();
+    let l = pz.register_all(&m, access).unwrap();
+    (m, l)
+}
+
+/// The events of `evd` until its endpoint's Broken event (which ends the
+/// list); panics after [`WAIT`].
+fn until_broken(evd: &Arc<dyn Evd>) -> (Vec<Event>, String) {
+    let deadline = Instant::now() + WAIT;
+    let mut seen = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match evd.wait(Some(left), 1) {
+            Ok(Event::Broken { reason, .. }) => return (seen, reason),
+            Ok(e) => seen.push(e),
+            Err(e) => panic!("no Broken event ({e:?}); saw {seen:?}"),
+        }
+    }
+}
+
+/// Sends A's suppressed 8-byte write with immediate to `to`, which B
+/// must refuse with `want`; checks both sides' reports and that `target`
+/// kept its bytes.
+fn refused(p: &Pair, to: RemoteAddr<'_>, want: Status, target: &Arc<MemRegion>) {
+    let before = target.to_vec(0, target.len()).unwrap();
+    let (rm, rl) = region(&p.pz, 64, Access::LOCAL_WRITE, 0xEE);
+    p.b.post_recv(&[Sge::new(&*rl, 0, 64)], Cookie(1), DtoFlags::empty()).unwrap();
+    p.b.post_recv(&[Sge::new(&*rl, 0, 64)], Cookie(2), DtoFlags::empty()).unwrap();
+    let (_sm, sl) = region(&p.pz, 8, Access::empty(), 0x5A);
+    let src = [Sge::new(&*sl, 0, 8)];
+    p.a.post_rdma_write_imm(&src, to, 9, Cookie(77), DtoFlags::SUPPRESS).unwrap();
+    // A message after the refused write: never delivered (the post itself
+    // may find the connection already broken).
+    let _ = p.a.post_send(&src, Cookie(78), DtoFlags::SUPPRESS);
+    let (a_events, why) = until_broken(&p.aevd);
+    let back: Vec<_> = a_events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Dto(c) if c.cookie == Cookie(77) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(back.len(), 1, "the refused write reported once: {a_events:?}");
+    assert_eq!((back[0].op, back[0].status), (DtoOp::RdmaWrite, want), "{:?}", back[0]);
+    assert!(why.contains("refused an RDMA write"), "A's reason: {why}");
+    // Nothing more of cookie 77 after the connection ended.
+    while let Some(e) = p.aevd.dequeue() {
+        assert!(!matches!(&e, Event::Dto(c) if c.cookie == Cookie(77)), "again: {e:?}");
+    }
+    let (b_events, bwhy) = until_broken(&p.bevd);
+    assert!(bwhy.contains("refused an RDMA write"), "B's reason: {bwhy}");
+    for e in &b_events {
+        if let Event::Dto(c) = e {
+            assert!(!c.status.is_ok(), "B completed a receive after the refusal: {c:?}");
+        }
+    }
+    assert_eq!(target.to_vec(0, target.len()).unwrap(), before, "refused write landed");
+    assert_eq!(rm.to_vec(0, 64).unwrap(), vec![0xEE; 64], "a message after it landed");
+}
+
+#[test]
+fn a_forged_key_is_refused() {
+    let p = pair();
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x33);
+    let good = tl.rmr_context();
+    let keys: Vec<u64> = good.keys().iter().map(|k| k ^ 0x5a5a_5a5a_0000_0001).collect();
+    let forged = RmrContext::with_keys(&keys, good.addr, good.len).unwrap();
+    refused(&p, forged.at(0), Status::BadKey, &t);
+}
+
+#[test]
+fn a_region_without_the_remote_write_right_is_refused() {
+    let p = pair();
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_READ | Access::LOCAL_WRITE, 0x21);
+    refused(&p, tl.rmr_context().at(0), Status::RemoteAccess, &t);
+}
+
+#[test]
+fn a_range_past_the_region_is_refused() {
+    let p = pair();
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x44);
+    // A forged context claiming a longer region: the target still refuses.
+    let good = tl.rmr_context();
+    let forged = RmrContext::with_keys(good.keys(), good.addr, good.len * 4).unwrap();
+    refused(&p, forged.at(60), Status::OutOfBounds, &t);
+}
+
+#[test]
+fn a_deregistered_region_is_refused() {
+    let p = pair();
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x55);
+    let ctx = tl.rmr_context();
+    tl.deregister().unwrap();
+    refused(&p, ctx.at(0), Status::BadKey, &t);
+}
+
+#[test]
+fn a_region_of_another_zone_is_refused() {
+    let p = pair();
+    let other = p._ia.create_pz().unwrap();
+    let (t, tl) = region(&other, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x66);
+    refused(&p, tl.rmr_context().at(0), Status::BadKey, &t);
+}
+
+/// A suppressed write with a forged key and a send right after it, as in
+/// a write + notify ping-pong (held or written alone, as timing decides):
+/// the writer gets it back with its cookie, the target is untouched.
+#[test]
+fn a_refused_write_before_a_send_is_reported_with_its_cookie() {
+    let p = pair();
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x77);
+    let (_rm, rl) = region(&p.pz, 64, Access::LOCAL_WRITE, 0);
+    let (_sm, sl) = region(&p.pz, 8, Access::empty(), 0x5A);
+    let src = [Sge::new(&*sl, 0, 8)];
+    // A round first, so the write follows a wait just left (it is held).
+    p.b.post_recv(&[Sge::new(&*rl, 0, 64)], Cookie(1), DtoFlags::empty()).unwrap();
+    p.a.post_send(&src, Cookie(2), DtoFlags::empty()).unwrap();
+    for evd in [&p.aevd, &p.bevd] {
+        match evd.wait(Some(WAIT), 1).unwrap() {
+            Event::Dto(c) => c.result().unwrap(),
+            e => panic!("{e:?}"),
+        }
+    }
+    let good = tl.rmr_context();
+    let keys: Vec<u64> = good.keys().iter().map(|k| k ^ 0x0101).collect();
+    let forged = RmrContext::with_keys(&keys, good.addr, good.len).unwrap();
+    p.b.post_recv(&[Sge::new(&*rl, 0, 64)], Cookie(3), DtoFlags::empty()).unwrap();
+    p.a.post_rdma_write(&src, forged.at(0), Cookie(55), DtoFlags::SUPPRESS).unwrap();
+    let _ = p.a.post_send(&src, Cookie(56), DtoFlags::SUPPRESS);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match p.aevd.wait(Some(left), 1).expect("the refused write's report") {
+            Event::Dto(c) if c.cookie == Cookie(55) => {
+                // Riding in the send, the receiver refused it (BadKey);
+                // written alone (not held, or a waiter or progress thread
+                // posted it first), the provider did, and `tcp` ends the
+                // connection, flushing it.
+                assert!(matches!(c.status, Status::BadKey | Status::Flushed), "{c:?}");
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(t.to_vec(0, 64).unwrap(), vec![0x77; 64], "the refused write landed");
+    // Reported once.
+    std::thread::sleep(Duration::from_millis(100));
+    while let Some(e) = p.aevd.dequeue() {
+        assert!(!matches!(&e, Event::Dto(c) if c.cookie == Cookie(55)), "again: {e:?}");
+    }
+}
