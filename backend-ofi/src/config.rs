@@ -48,12 +48,12 @@ pub struct OfiConfig {
     /// CQ takes about 16 endpoints, and an EVD's next ones in a PZ share a
     /// CQ with an fd.
     pub poll_set: Option<bool>,
-    /// On the `tcp` provider, a suppressed RDMA write of up to this many
-    /// bytes is held and rides in the next send's message, placed by the
-    /// receiver before it completes the receive; one that no send follows
-    /// is posted as it would have been corked out (`eager_max`,
-    /// `RMR_OFI_EAGER_MAX`, default and most 96; 0: never; needs what
-    /// corking needs).
+    /// A suppressed RDMA write of up to this many bytes rides in a
+    /// message, placed by the receiver before it completes the receive: on
+    /// the `tcp` provider it is held for the next send (posted alone when
+    /// none comes in time; needs what corking needs), and a write with
+    /// immediate rides in its own message (`eager_max`,
+    /// `RMR_OFI_EAGER_MAX`, default and most 88; 0: never).
     pub eager_max: u64,
 }
 

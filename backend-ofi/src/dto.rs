@@ -59,7 +59,7 @@ pub(crate) struct TxMeta {
     pub(crate) prov_signal: bool,
     read_like: bool,
     bytes: u64,
-    kind: TxKind,
+    pub(crate) kind: TxKind,
     #[allow(dead_code)]
     keep: Keep,
     /// Where an atomic's old value lands (region, offset).
@@ -111,7 +111,7 @@ impl TxState {
 
     /// Keeps a header buffer for reuse.
     pub(crate) fn give_hdr(&mut self, h: Vec<u8>) {
-        if self.hdrs.len() < HDR_POOL {
+        if self.hdrs.len() < HDR_POOL && h.len() == HDR_MAX {
             self.hdrs.push(h);
         }
     }
@@ -335,7 +335,10 @@ impl EpShared {
                                 desc: 0,
                             });
                             data = eager::cq_data(sp.kind, wire, sp.imm);
-                            flags |= sys::FI_REMOTE_CQ_DATA as u64;
+                            // A plain message with no header carries no data.
+                            if data != 0 {
+                                flags |= sys::FI_REMOTE_CQ_DATA as u64;
+                            }
                         } else if sp.plain != 0 {
                             data = sp.plain;
                             flags |= sys::FI_REMOTE_CQ_DATA as u64;
@@ -396,7 +399,14 @@ impl EpShared {
         Err(Error::QueueFull)
     }
 
-    fn user_meta(&self, cookie: u64, op: DtoOp, flags: DtoFlags, bytes: u64, keep: Keep) -> TxMeta {
+    pub(crate) fn user_meta(
+        &self,
+        cookie: u64,
+        op: DtoOp,
+        flags: DtoFlags,
+        bytes: u64,
+        keep: Keep,
+    ) -> TxMeta {
         TxMeta {
             seq: 0,
             cookie,
@@ -620,44 +630,6 @@ impl EpShared {
         )
     }
 
-    /// The goodbye mark of an orderly disconnect (see [`crate::ep`]).
-    pub(crate) fn post_bye(&self, key: u64, addr: u64) -> Result<()> {
-        self.post_ctl(Remote { addr, len: 8, key }, 8, TxKind::Bye)
-    }
-
-    /// An RDMA write of `r.len` bytes from the control words at `from`
-    /// into the peer's (a goodbye mark, a fault record).
-    pub(crate) fn post_ctl(&self, r: Remote, from: usize, kind: TxKind) -> Result<()> {
-        let desc = if self.ia.feat.mr_local { self.ctl_mr.desc() } else { 0 };
-        let iov = [Iov { addr: self.ctl.as_ptr() as usize + from, len: r.len as usize, desc }];
-        let meta = TxMeta {
-            seq: 0,
-            cookie: 0,
-            op: DtoOp::RdmaWrite,
-            user_signal: false,
-            prov_signal: true,
-            read_like: false,
-            bytes: r.len,
-            kind,
-            keep: SmallVec::from_elem(self.ctl.clone(), 1),
-            result: None,
-            operand: None,
-            corkable: false,
-            wire: r.len,
-            hdr: None,
-            hlen: 0,
-            held: None,
-        };
-        self.post_tx(
-            meta,
-            0,
-            None,
-            // SAFETY: the control region lives as long as the endpoint.
-            &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
-            "fi_writemsg",
-        )
-    }
-
     pub(crate) fn dto(&self, cookie: u64, op: DtoOp, status: Status, bytes: u64) -> DtoCompletion {
         DtoCompletion::new(self.id, Cookie(cookie), op, status, bytes)
     }
@@ -671,19 +643,6 @@ impl EpShared {
         }
         for m in rxq {
             self.rcv.push(Event::Dto(self.dto(m.cookie, DtoOp::Recv, Status::Flushed, 0)));
-        }
-    }
-
-    /// Drops the transmit record of sequence number `seq` (its low 32
-    /// bits) and `cookie`, if still there (a refused write, reported by
-    /// [`crate::fault`], must not be flushed again).
-    pub(crate) fn drop_record(&self, seq: u64, cookie: u64) {
-        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let at = tx.q.iter().position(|m| {
-            m.kind == TxKind::User && m.seq & 0xffff_ffff == seq & 0xffff_ffff && m.cookie == cookie
-        });
-        if let Some(m) = at.and_then(|i| tx.q.remove(i)) {
-            tx.recycle(m);
         }
     }
 

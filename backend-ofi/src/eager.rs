@@ -17,14 +17,15 @@
 //! and two segments per operation) starts with a *header* of `hlen`
 //! bytes, `hlen` a multiple of 8 up to [`HDR_MAX`], named in the
 //! message's remote CQ data: bits 62-63 the kind (plain, solicited,
-//! immediate), bits 32-39 `hlen`, bits 0-31 an immediate. A header is a
+//! immediate), bits 32-39 `hlen`, bits 0-31 an immediate (a plain message
+//! with an empty header carries no remote CQ data). A header is a
 //! list of entries, each starting with a word `type | len << 8 | id << 32`
 //! (`type` 8 bits, `len` 24, `id` 32):
 //! - [`T_WRITE`]: key, target address, the writer's cookie, then `len`
 //!   bytes of data padded to a word; `id` is the low 32 bits of the
 //!   write's sequence number at the writer;
-//! - [`T_IMM`]: an RDMA write with immediate's length (the message
-//!   carries no payload);
+//! - [`T_IMM`]: an RDMA write with immediate's length, in the `id` bits
+//!   (the message carries no payload);
 //! - [`T_PAD`]: the rest of the header is padding.
 //!
 //! Only suppressed writes ride (their success is never reported). One the
@@ -122,7 +123,7 @@ pub(crate) fn put_write(h: &mut [u8], at: usize, w: Write, len: usize) -> &mut [
 
 /// Puts an immediate's entry at `h[at..]`; it ends at `at + 8`.
 pub(crate) fn put_imm(h: &mut [u8], at: usize, len: u64) {
-    put(h, at, T_IMM | len.min(LEN_MAX) << 8);
+    put(h, at, T_IMM | len.min(u64::from(u32::MAX)) << 32);
 }
 
 /// The longest length an entry names.
@@ -159,7 +160,7 @@ pub(crate) fn entries(h: &[u8]) -> Result<smallvec::SmallVec<[Entry<'_>; 2]>, St
                 at = end;
             }
             T_IMM => {
-                out.push(Entry::Imm { len: len as u64 });
+                out.push(Entry::Imm { len: id });
                 at += 8;
             }
             _ => return Err(format!("unknown header entry {ty:#x}")),

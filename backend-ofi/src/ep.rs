@@ -216,7 +216,7 @@ impl EpShared {
         }
     }
 
-    fn my_hdr(&self) -> CmHdr {
+    pub(crate) fn my_hdr(&self) -> CmHdr {
         let addr = if self.ia.feat.virt_addr { self.ctl.addr() } else { 0 };
         CmHdr { magic: CmHdr::CONNECT, key: self.ctl_key, addr }
     }
@@ -326,7 +326,7 @@ impl EpShared {
     /// Connects with `cm` as the whole CM private data (rmr's header
     /// included): [`OfiEp::connect`] after the header is built, and
     /// [`hostile::connect_with_cm_data`]'s way to send any bytes.
-    fn connect_cm(
+    pub(crate) fn connect_cm(
         &self,
         remote: &str,
         service: u16,
@@ -580,51 +580,6 @@ impl EpShared {
 /// An endpoint of the libfabric backend. Dropping the last handle disconnects.
 pub struct OfiEp {
     pub(crate) sh: Arc<EpShared>,
-}
-
-/// What a hostile or broken peer does, for the backend's own tests: not
-/// part of the API.
-#[doc(hidden)]
-pub mod hostile {
-    use super::OfiEp;
-    use rmr_api::Result;
-    use std::time::Duration;
-
-    /// Connects `ep` sending `cm` as the whole connection private data
-    /// (rmr's header or not): what a peer that is not rmr, or a broken
-    /// one, sends.
-    ///
-    /// # Errors
-    /// As [`rmr_api::Ep::connect`].
-    pub fn connect_with_cm_data(
-        ep: &OfiEp,
-        remote: &str,
-        service: u16,
-        cm: &[u8],
-        timeout: Duration,
-    ) -> Result<Vec<u8>> {
-        ep.sh.connect_cm(remote, service, cm, timeout)
-    }
-
-    /// The CM header `ep` sends: its control word's key and address.
-    pub fn cm_header(ep: &OfiEp) -> Vec<u8> {
-        ep.sh.my_hdr().encode().to_vec()
-    }
-
-    /// Holds `ia`'s event-queue gate for `d` (the calling thread sleeps):
-    /// events that arrive meanwhile queue up unread, as they do behind a
-    /// slow reader, and every close of one of `ia`'s endpoints waits. Only
-    /// a gated queue (the `sockets` provider's) has one to hold; false for
-    /// others.
-    pub fn hold_event_queue(ia: &crate::OfiIa, d: Duration) -> bool {
-        match ia.sh.eq.close_gate() {
-            Some(_held) => {
-                std::thread::sleep(d);
-                true
-            }
-            None => false,
-        }
-    }
 }
 
 impl Drop for OfiEp {

@@ -15,8 +15,9 @@
 
 use crate::dto::TxKind;
 use crate::ep::EpShared;
-use crate::msg::Remote;
-use rmr_api::{Cookie, DtoCompletion, DtoOp, Event, Status};
+use crate::msg::{self, Iov, Remote};
+use rmr_api::{Cookie, DtoCompletion, DtoFlags, DtoOp, Event, Result, Status};
+use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 /// Bytes of an endpoint's control words.
@@ -98,5 +99,42 @@ impl EpShared {
             "the peer refused an RDMA write that rode in a message ({s:?}: {})",
             crate::eager::refusal(s)
         ))
+    }
+
+    /// The goodbye mark of an orderly disconnect (see [`crate::ep`]).
+    pub(crate) fn post_bye(&self, key: u64, addr: u64) -> Result<()> {
+        self.post_ctl(Remote { addr, len: 8, key }, 8, TxKind::Bye)
+    }
+
+    /// An RDMA write of `r.len` bytes from the control words at `from`
+    /// into the peer's (a goodbye mark, a fault record).
+    pub(crate) fn post_ctl(&self, r: Remote, from: usize, kind: TxKind) -> Result<()> {
+        let desc = if self.ia.feat.mr_local { self.ctl_mr.desc() } else { 0 };
+        let iov = [Iov { addr: self.ctl.as_ptr() as usize + from, len: r.len as usize, desc }];
+        let keep = SmallVec::from_elem(self.ctl.clone(), 1);
+        let mut meta = self.user_meta(0, DtoOp::RdmaWrite, DtoFlags::SUPPRESS, r.len, keep);
+        // Not the user's: always signalled (see `post_tx`), never reported.
+        meta.kind = kind;
+        self.post_tx(
+            meta,
+            0,
+            None,
+            // SAFETY: the control region lives as long as the endpoint.
+            &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
+            "fi_writemsg",
+        )
+    }
+
+    /// Drops the transmit record of sequence number `seq` (its low 32
+    /// bits) and `cookie`, if still there (a refused write, reported by
+    /// [`crate::fault`], must not be flushed again).
+    pub(crate) fn drop_record(&self, seq: u64, cookie: u64) {
+        let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
+        let at = tx.q.iter().position(|m| {
+            m.kind == TxKind::User && m.seq & 0xffff_ffff == seq & 0xffff_ffff && m.cookie == cookie
+        });
+        if let Some(m) = at.and_then(|i| tx.q.remove(i)) {
+            tx.recycle(m);
+        }
     }
 }

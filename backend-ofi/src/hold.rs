@@ -67,7 +67,11 @@ impl EpShared {
         let idx = self.tx_idx.load(Ordering::Relaxed);
         let signal = tx.blind + 1 >= (f.tx_size / 4).max(1);
         let Some(m) = tx.q.back_mut().filter(|m| m.held.is_some()) else {
+            // Flushed meanwhile: nothing is held any more.
             tx.holding = false;
+            if let Some(c) = tx.cork.as_mut() {
+                c.unhold(Some(by));
+            }
             return 0;
         };
         let (Some(r), Some(h)) = (m.held, m.hdr.as_ref()) else { return 0 };

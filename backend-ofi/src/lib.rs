@@ -121,7 +121,8 @@ mod waitset;
 pub use config::{KNOBS, OfiConfig, OfiConfigBuilder};
 pub use ep::OfiEp;
 #[doc(hidden)]
-pub use ep::hostile;
+#[doc(hidden)]
+pub mod hostile;
 pub use evd::OfiEvd;
 #[doc(hidden)]
 pub use evd::hooks;

@@ -233,7 +233,17 @@ impl EpShared {
             }
             None => &[][..],
         };
-        for e in eager::entries(&staged[..hlen]).map_err(bad)? {
+        // The whole header is checked before any of it is applied.
+        let entries = eager::entries(&staged[..hlen]).map_err(bad)?;
+        for e in &entries {
+            if let Entry::Imm { len } = e {
+                imm_len = Some(*len);
+            }
+        }
+        if kind == KIND_IMM && (imm_len.is_none() || n != 0) {
+            return Err(bad("an immediate without its length, or with a payload".into()));
+        }
+        for e in entries {
             match e {
                 Entry::Write { w, data } => {
                     let placed = self
@@ -252,13 +262,11 @@ impl EpShared {
                         return Err((Status::Flushed, 0, why));
                     }
                 }
-                Entry::Imm { len } => imm_len = Some(len),
+                Entry::Imm { .. } => {}
             }
         }
         if kind == KIND_IMM {
-            let Some(wlen) = imm_len.filter(|_| n == 0) else {
-                return Err(bad("an immediate without its length, or with a payload".into()));
-            };
+            let wlen = imm_len.unwrap_or(0);
             let mut d = self.dto(m.cookie, DtoOp::RecvWriteImm, Status::Success, wlen);
             d.imm = Some(u64::from(imm));
             return Ok(d);

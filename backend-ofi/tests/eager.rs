@@ -205,3 +205,85 @@ fn a_refused_write_before_a_send_is_reported_with_its_cookie() {
         assert!(!matches!(&e, Event::Dto(c) if c.cookie == Cookie(55)), "again: {e:?}");
     }
 }
+
+/// A remote CQ data word as rmr's messages carry it.
+fn cq_data(kind: u64, hlen: u64, imm: u32) -> u64 {
+    kind << 62 | hlen << 32 | u64::from(imm)
+}
+
+fn le(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The same write entry in a well-formed header is applied: the hostile
+/// cases below would fail for what they mean to, not for the entry.
+#[test]
+fn a_well_formed_raw_header_is_applied() {
+    let p = pair();
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x11);
+    let ctx = tl.rmr_context();
+    let a = p.a.as_any().downcast_ref::<backend_ofi::OfiEp>().unwrap();
+    let addr = backend_ofi::hostile::remote_addr(a, &ctx, 0);
+    let good = le(&[1 | 8 << 8, ctx.keys()[0], addr, 7, u64::MAX]);
+    let (_rm, rl) = region(&p.pz, 64, Access::LOCAL_WRITE, 0xEE);
+    p.b.post_recv(&[Sge::new(&*rl, 0, 64)], Cookie(1), DtoFlags::empty()).unwrap();
+    backend_ofi::hostile::send_raw(a, &[good, b"hi".to_vec()].concat(), cq_data(0, 40, 0)).unwrap();
+    match p.bevd.wait(Some(WAIT), 1).unwrap() {
+        Event::Dto(c) => assert_eq!((c.status, c.bytes), (Status::Success, 2), "{c:?}"),
+        e => panic!("{e:?}"),
+    }
+    assert_eq!(t.to_vec(0, 16).unwrap(), [[0xff; 8], [0x11; 8]].concat());
+}
+
+/// Messages whose header is malformed, sent past the backend's framing by
+/// a hostile peer: the receiver breaks the connection, names it, and
+/// applies nothing of the header (a well-formed write entry, naming a
+/// region the receiver really granted, before the malformed one included).
+#[test]
+fn malformed_headers_break_the_receiver_and_apply_nothing() {
+    for (what, recv_len) in [
+        ("unknown entry", 64),
+        ("an entry past the header", 64),
+        ("a header longer than the message", 64),
+        ("a header longer than 128 bytes", 64),
+        ("reserved data bits", 64),
+        ("an immediate without its length", 64),
+        ("a large message with a short header", 100 << 10),
+    ] {
+        let p = pair();
+        let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x11);
+        let ctx = tl.rmr_context();
+        // A well-formed 8-byte write entry: type 1, length 8, id 0, key,
+        // address, cookie, data.
+        let a = p.a.as_any().downcast_ref::<backend_ofi::OfiEp>().unwrap();
+        let addr = backend_ofi::hostile::remote_addr(a, &ctx, 0);
+        let good = le(&[1 | 8 << 8, ctx.keys()[0], addr, 7, u64::MAX]);
+        let (payload, data) = match what {
+            "unknown entry" => ([good.clone(), le(&[9])].concat(), cq_data(0, 48, 0)),
+            "an entry past the header" => {
+                ([good.clone(), le(&[1 | 64 << 8])].concat(), cq_data(0, 48, 0))
+            }
+            "a header longer than the message" => (good.clone(), cq_data(0, 48, 0)),
+            "a header longer than 128 bytes" => (vec![0; 136], cq_data(0, 136, 0)),
+            "reserved data bits" => (good.clone(), cq_data(0, 40, 0) | 1 << 45),
+            "an immediate without its length" => (good.clone(), cq_data(2, 40, 5)),
+            _ => ([good.clone(), vec![0; 200]].concat(), cq_data(0, 40, 0)),
+        };
+        let (rm, rl) = region(&p.pz, recv_len, Access::LOCAL_WRITE, 0xEE);
+        p.b.post_recv(&[Sge::new(&*rl, 0, recv_len as u64)], Cookie(1), DtoFlags::empty()).unwrap();
+        backend_ofi::hostile::send_raw(a, &payload, data).unwrap();
+        let (events, why) = until_broken(&p.bevd);
+        assert!(why.contains("malformed message"), "{what}: {why} ({events:?})");
+        for e in &events {
+            if let Event::Dto(c) = e {
+                assert!(!c.status.is_ok(), "{what}: a receive completed: {c:?}");
+            }
+        }
+        assert_eq!(t.to_vec(0, 64).unwrap(), vec![0x11; 64], "{what}: a write was applied");
+        if recv_len == 64 {
+            // (A receive posted in place takes what arrives, as any
+            // oversize message fills it before its error.)
+            assert_eq!(rm.to_vec(0, 64).unwrap(), vec![0xEE; 64], "{what}: the receive was filled");
+        }
+    }
+}
