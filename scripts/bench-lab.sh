@@ -58,7 +58,7 @@ fipp() {
   wait || true
 }
 # benches/c/fi_wpp.c's three 8 B ping-pongs over the rail (a send; an RMA
-# write then a 128 B send, as the ofi backend posts them; the two as one
+# write then a 24 B send, as the ofi backend posted them before small writes rode in sends; the two as one
 # RMA write with remote CQ data), 10 blocks of each in turn: JSON rows.
 fiwpp() {
   taskset -c 1 ip netns exec $P-b "$CBIN/fi_wpp" server tcp 9230 >/dev/null 2>&1 &

@@ -6,7 +6,7 @@
 # round trips; means) and RDMA-write bandwidth (64 KiB, 1 MiB), which build
 # goes first alternating: on loopback, then on one shaped 1 Gbit/s lab
 # rail; on both each round also runs the tcp backend (new build) and
-# `fi_pingpong -p tcp -e msg` at 8, 128 and 4096 bytes, the floors of
+# `fi_pingpong -p tcp -e msg` at 8, 16 and 4096 bytes, the floors of
 # [ofi-fast]. With OLD_ENV="VAR=VALUE ..." the "old" side is this build
 # run with those variables on both ends (a setting's A/B; REV unused).
 # Servers on CPU 1, clients on CPU 0. Prints one line per
@@ -79,7 +79,7 @@ import json, sys
 for l in sys.stdin:
     d = json.loads(l)
     print('$link $r tcp lat', d['size'], d['lat_mean_us'])"
-      for s in 8 128 4096; do fipp $s "$link $r" "$ns" "$nsb" "$addr"; done
+      for s in 8 16 4096; do fipp $s "$link $r" "$ns" "$nsb" "$addr"; done
     fi
   done
 }
@@ -115,7 +115,7 @@ for link, test, size in sorted({k[:3] for k in d if k[3] in ("old", "new")}):
     o, n = (link, test, size, "old"), (link, test, size, "new")
     print(f"{link} {test} {size}: old {med(o):.2f} new {med(n):.2f} new/old {ratio(n, o)}")
 for link in ("loopback", "lab"):
-    for size, fs in ((8, 8), (4096, 4096), (0, 128)):
+    for size, fs in ((8, 8), (4096, 4096), (0, 16)):
         for who in ("old", "new"):
             n = (link, "lat", size, who)
             if n in d:

@@ -27,7 +27,7 @@ sleep 0.5
 CBIN=$(mktemp -d /tmp/rmr-ofi-c.XXXXXX)
 cc -O2 -o "$CBIN/fi_wpp" benches/c/fi_wpp.c -lfabric
 # `--sizes 0`: the ping-pong without an RDMA write, each way one send of
-# rmr-bench's 128-byte control message: like with like for fi_pingpong -S 128.
+# rmr-bench's 16-byte control message: like with like for fi_pingpong -S 16.
 lat() { taskset -c 0 "$B" client --json --test lat --sizes 0,8,4K --iters 3000 --rails 127.0.0.1 "$@" 2>/dev/null | grep -v '"test":"meta"' | sed 's/}$/,"link":"loopback"}/'; }
 fipp() { # provider size
   local prov=$1 size=$2 it=3000
@@ -38,7 +38,7 @@ fipp() { # provider size
     | awk -v p="$prov" -v s="$size" '/usec\/xfer/ { h = 1; next } h && NF >= 7 { h = 0; printf "{\"test\": \"fi_pingpong\", \"backend\": \"fi_pingpong:%s\", \"rails\": 1, \"size\": %d, \"lat_mean_us\": %s, \"link\": \"loopback\"}\n", p, s, $7 }'
   wait "$!" 2>/dev/null || true
 }
-# benches/c/fi_wpp.c's three 8 B ping-pongs (send; write + 128 B send; the
+# benches/c/fi_wpp.c's three 8 B ping-pongs (send; write + 24 B send; the
 # two as one RMA write with remote CQ data), 10 blocks of each in turn.
 fiwpp() {
   taskset -c 1 "$CBIN/fi_wpp" server tcp 9239 >/dev/null 2>&1 &
@@ -51,7 +51,7 @@ for round in $(seq "${ROUNDS:-5}"); do
   lat --backend ofi:tcp --port 7580
   lat --port 7581
   for size in 8 4096; do fipp tcp $size; fipp sockets $size; done
-  fipp tcp 128
+  fipp tcp 16
   fiwpp
 done | tee "$OUT"
 for n in 8 12 16; do

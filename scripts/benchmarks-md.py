@@ -245,10 +245,10 @@ if dsmr:
 
 # --- the ofi backend against fi_pingpong and the tcp backend on loopback
 ofi_lat_verdicts(ofilo, "loopback: ")
-fp128 = med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == 128)
+fp16 = med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_pingpong" and r["backend"] == "fi_pingpong:tcp" and r["size"] == 16)
 ro0 = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == 0 and r.get("lat_mean_us"))
-if fp128 and ro0:
-    verdict("loopback: ofi:tcp send-only ping-pong, 128 B / fi_pingpong -p tcp -e msg -S 128 (like with like; means, median of rounds)", f"{ro0 / fp128:.2f} ({ro0:.1f} vs {fp128:.1f} us)", ro0 / fp128 <= 1.2, "<= 1.2")
+if fp16 and ro0:
+    verdict("loopback: ofi:tcp send-only ping-pong, 16 B / fi_pingpong -p tcp -e msg -S 16 (like with like; means, median of rounds)", f"{ro0 / fp16:.2f} ({ro0:.1f} vs {fp16:.1f} us)", ro0 / fp16 <= 1.2, "<= 1.2")
 osr = next((r for r in barofi if r.get("algo") == "sendrecv" and r["procs"] == 8 and r.get("backend") == "ofi:tcp"), None)
 ordma = next((r for r in barofi if r.get("algo") == "rdma" and r["procs"] == 8 and r.get("backend") == "ofi:tcp"), None)
 tsr = next((r for r in barofi if r.get("reference") and r["procs"] == 8), None)
@@ -583,22 +583,22 @@ if ofilo:
         rt = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == s_ and r.get("lat_mean_us"))
         q = lambda x: f"{x:.1f}" if x else "-"
         print(f"| {s_} B write+notify | {q(fp)} | {q(ro)} | {f'{ro / fp:.2f}' if ro and fp else '-'} | {q(fs)} | {q(rt)} | {f'{ro / rt:.2f}' if ro and rt else '-'} |")
-    fp = med(r["lat_mean_us"] for r in ofilo if r["backend"] == "fi_pingpong:tcp" and r["size"] == 128)
+    fp = med(r["lat_mean_us"] for r in ofilo if r["backend"] == "fi_pingpong:tcp" and r["size"] == 16)
     ro = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "ofi:tcp" and r["size"] == 0 and r.get("lat_mean_us"))
     rt = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == 0 and r.get("lat_mean_us"))
     if fp and ro:
-        print(f"| 128 B send only (like with like) | {q(fp)} | {q(ro)} | {ro / fp:.2f} | - | {q(rt)} | {f'{ro / rt:.2f}' if rt else '-'} |")
+        print(f"| 16 B send only (like with like) | {q(fp)} | {q(ro)} | {ro / fp:.2f} | - | {q(rt)} | {f'{ro / rt:.2f}' if rt else '-'} |")
     print("\nrmr's write+notify is two libfabric operations each way (an RMA write, then the send that tells "
           "the peer), and libfabric's `tcp` provider hands each to the kernel in a `sendmsg` of its own "
           "(on loopback, the peer's receive processing runs inside that call); fi_pingpong's is one send. "
-          "The send-only row (rmr-bench `--sizes 0`: one 128-byte control message each way, beside "
-          "`fi_pingpong -S 128`) is the like-with-like pair. The tcp backend sends the write and the "
+          "The send-only row (rmr-bench `--sizes 0`: one 16-byte control message each way, beside "
+          "`fi_pingpong -S 16`) is the like-with-like pair. The tcp backend sends the write and the "
           "notify in one `sendmsg`.")
     wpp = {m: med(r["lat_mean_us"] for r in ofilo if r["test"] == "fi_wpp" and r["mode"] == m) for m in ("msg", "wn", "wd")}
     if all(wpp.values()):
         print("\nThe same in plain libfabric (`benches/c/fi_wpp.c`, one `tcp` endpoint busy-polling its CQ, three 8 B "
               "ping-pongs taking turns; us, median over the rounds, and ratios of those medians): a send "
-              f"{wpp['msg']:.1f}; an RMA write then a 128 B send, the ofi backend's two operations, {wpp['wn']:.1f} "
+              f"{wpp['msg']:.1f}; an RMA write then a 24 B send, the ofi backend's two operations, {wpp['wn']:.1f} "
               f"({wpp['wn'] / wpp['msg']:.2f}x the send); the same bytes as one RMA write of two pieces with remote CQ "
               f"data {wpp['wd']:.1f} ({wpp['wd'] / wpp['msg']:.2f}x).")
 

@@ -3,10 +3,11 @@
  * busy-polling its CQ (as fi_pingpong does), in the same run.
  *
  *   msg  a send of 8 B into a posted receive (fi_pingpong's pattern);
- *   wn   an 8 B RMA write, then a send of 128 B (rmr's write+notify as two
- *        operations, what the ofi backend posts);
+ *   wn   an 8 B RMA write, then a send of 24 B (rmr's write+notify as two
+ *        operations, what the ofi backend posted before small writes rode
+ *        in its messages);
  *   wd   the same bytes as ONE operation: an RMA write of two pieces (the
- *        8 B to their target, the 128 B message into a slot of a ring the
+ *        8 B to their target, the 24 B message into a slot of a ring the
  *        peer registered) carrying remote CQ data, which gives the peer a
  *        completion without a posted receive (how a backend-owned ring
  *        could carry a write and its notify together).
@@ -49,7 +50,7 @@ static struct fid_cq *cq;
 static struct fid_ep *ep;
 static struct fid_mr *mr;
 /* Layout: [0, 64) the write target; [64, 192) receive buffer;
- * [256, 384) send buffer; [512, 520) write source; [1024, 1024+128) the
+ * [256, 384) send buffer; [512, 520) write source; [1024, 1024+MSGLEN) the
  * ring slot the peer writes messages into. */
 static char buf[4096] __attribute__((aligned(4096)));
 #define TARGET 0
@@ -57,7 +58,7 @@ static char buf[4096] __attribute__((aligned(4096)));
 #define SEND 256
 #define SRC 512
 #define SLOT 1024
-#define MSGLEN 128
+#define MSGLEN 24
 
 struct peer { uint64_t addr, key; };
 static struct peer peer;

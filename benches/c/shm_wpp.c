@@ -7,7 +7,7 @@
  *   floor  an 8-byte counter on one cache line each way (benches/c/shm_floor.c);
  *   ring   a ring like the shm backend's (backend-shm/src/ring.rs): the
  *          8 B "RDMA write" stored into a word of the peer's memory, then a
- *          frame (a 64-byte header and the 128-byte notify) appended to a
+ *          frame (a 64-byte header and the 24-byte notify) appended to a
  *          single-producer ring and published by a sequentially consistent
  *          store of the ring's head on its own line, after which the
  *          producer looks at the consumer's "about to sleep" flag, as the
@@ -17,10 +17,10 @@
  *          word and stores the ring's tail on its own line. (The backend
  *          publishes its tail once per batch; here every frame is a batch.)
  *   lines  a leaner layout, for comparison (not the backend's): the same
- *          write and the same 128-byte notify, its 8-byte header and the
- *          message spread over three lines of a slot that each end in the
- *          message's sequence number, written last; the peer spins on the
- *          three stamps (no head, no tail: in a ping-pong the answer tells
+ *          write and the same 24-byte notify, its 8-byte header and the
+ *          message spread over the 56-byte lines of a slot (one, for 24
+ *          bytes) that each end in the message's sequence number, written
+ *          last; the peer spins on the stamps (no head, no tail: in a ping-pong the answer tells
  *          that a slot is free), then copies the message out and reads the
  *          written word.
  *
@@ -46,9 +46,9 @@
 
 #define RING (64 << 10) /* bytes of frames per direction */
 #define HDR 64
-#define MSG 128
+#define MSG 24
 #define SLOTS 64
-#define LINES 3 /* 3 x 56 bytes hold the 8-byte header and the message */
+#define LINES ((8 + MSG + 55) / 56) /* 56-byte lines hold the 8-byte header and the message */
 
 /* One direction: control lines, then the frames. */
 struct ring {

@@ -76,17 +76,28 @@ impl Ctrl {
         Ctrl { kind, seq, size: 0, iters: 0, val: 0.0, ctx: None }
     }
 
-    fn encode(&self) -> [u8; CTRL as usize] {
+    /// The message and its length: only as many bytes as it carries (a
+    /// notify or a pong 16, a ping 24, a context's message 40 and the
+    /// context), as an MPI header is; receives take up to [`CTRL`].
+    fn encode(&self) -> ([u8; CTRL as usize], u64) {
         let mut b = [0u8; CTRL as usize];
         b[0] = self.kind as u8;
         b[8..16].copy_from_slice(&self.seq.to_le_bytes());
         b[16..24].copy_from_slice(&self.size.to_le_bytes());
         b[24..32].copy_from_slice(&self.iters.to_le_bytes());
         b[32..40].copy_from_slice(&self.val.to_bits().to_le_bytes());
+        let mut len = if self.iters != 0 || self.val.to_bits() != 0 {
+            40
+        } else if self.size != 0 {
+            24
+        } else {
+            16
+        };
         if let Some(c) = self.ctx {
             b[40..40 + RmrContext::WIRE_SIZE].copy_from_slice(&c.to_bytes());
+            len = 40 + RmrContext::WIRE_SIZE as u64;
         }
-        b
+        (b, len)
     }
 
     fn decode(b: &[u8]) -> Result<Ctrl> {
@@ -269,9 +280,10 @@ impl Conn {
     fn send(&mut self, m: &Ctrl) -> Result<()> {
         let slot = RING + self.send_slot % RING;
         self.send_slot += 1;
-        self.ctl.write(slot * CTRL, &m.encode())?;
+        let (b, len) = m.encode();
+        self.ctl.write(slot * CTRL, &b[..len as usize])?;
         self.ep.post_send(
-            &[Sge::new(&*self.ctl_lmr, slot * CTRL, CTRL)],
+            &[Sge::new(&*self.ctl_lmr, slot * CTRL, len)],
             Cookie(SEND_BIT | slot),
             DtoFlags::SUPPRESS,
         )
@@ -299,8 +311,10 @@ impl Conn {
                 continue;
             }
             let slot = c.cookie.0;
+            // What arrived (the rest of the slot holds older bytes).
             let mut b = [0u8; CTRL as usize];
-            self.ctl.read(slot * CTRL, &mut b)?;
+            let got = c.bytes.min(CTRL) as usize;
+            self.ctl.read(slot * CTRL, &mut b[..got])?;
             self.ep.post_recv(
                 &[Sge::new(&*self.ctl_lmr, slot * CTRL, CTRL)],
                 Cookie(slot),
