@@ -270,6 +270,15 @@ impl Cork {
         }
     }
 
+    /// Takes back a hold for a write that was not held after all.
+    pub(crate) fn cancel_hold(&mut self) {
+        if self.holding {
+            self.holding = false;
+            self.counts[5] -= 1;
+            CORKED.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
     /// Lists the endpoint again (a held write could not be posted yet:
     /// the next waiter or progress pass tries again).
     pub(crate) fn relist(&mut self, ep: &Weak<crate::ep::EpShared>) {

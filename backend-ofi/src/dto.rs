@@ -11,8 +11,10 @@
 //! when the user never asks for one. Reads and atomics always carry one.
 //!
 //! Receives of up to `RMR_OFI_BOUNCE_MAX` bytes are staged in a bounce
-//! buffer one byte larger than the posted list: a message that does not fit
-//! fails with `RecvTooSmall` and never touches the user's buffer.
+//! buffer one byte larger than the posted list (and a header's
+//! [`HDR_MAX`] bytes larger where messages carry one, see
+//! [`crate::eager`]): a message that does not fit fails with
+//! `RecvTooSmall` and never touches the user's buffer.
 
 use crate::cq::Cqe;
 use crate::eager::{self, HDR_MAX, KIND_IMM, KIND_SHIFT, KIND_SOLICITED};
@@ -49,6 +51,8 @@ pub(crate) enum TxKind {
     Bye,
     /// A fault record (see [`crate::fault`]).
     Fault,
+    /// A read of the peer's placed number (see [`crate::order`]).
+    Probe,
 }
 
 pub(crate) struct TxMeta {
@@ -94,6 +98,9 @@ pub(crate) struct TxState {
     /// The connection's socket, where small writes are corked (see
     /// [`crate::cork`]).
     pub(crate) cork: Option<crate::cork::Cork>,
+    /// Writes that rode in messages, not yet known placed by the peer
+    /// (see [`crate::order`]).
+    pub(crate) rides: VecDeque<crate::order::Ride>,
     /// Whether the last record is a held write (see [`crate::eager`]).
     pub(crate) holding: bool,
     /// Header buffers for reuse.
@@ -102,6 +109,19 @@ pub(crate) struct TxState {
 
 /// Header buffers an endpoint keeps for reuse.
 const HDR_POOL: usize = 64;
+
+impl TxMeta {
+    /// Whether this is the record of a suppressed write that rode in a
+    /// message, numbered `seq` (low 32 bits) with `cookie`.
+    pub(crate) fn rode_as(&self, seq: u64, cookie: u64) -> bool {
+        self.kind == TxKind::User
+            && self.op == DtoOp::RdmaWrite
+            && !self.user_signal
+            && self.held.is_none()
+            && self.seq & 0xffff_ffff == seq & 0xffff_ffff
+            && self.cookie == cookie
+    }
+}
 
 impl TxState {
     /// A header buffer of [`HDR_MAX`] bytes (its contents stale).
@@ -153,6 +173,25 @@ pub(crate) struct SendPart<'a> {
     pub(crate) n: u64,
     pub(crate) own: &'a [u8],
     pub(crate) plain: u64,
+    /// Where in `own` a write entry starts whose id is the message's own
+    /// sequence number (a write with immediate that rides in it), and
+    /// where that write goes.
+    pub(crate) patch: Option<usize>,
+    pub(crate) ride: Option<Remote>,
+}
+
+/// Puts `add` at `b[base..]` (a header buffer of [`HDR_MAX`] bytes) and
+/// returns the header's length on the wire: padded with zeros to a slot
+/// when header and payload (`n` bytes) exceed one (see `crate::eager`).
+fn fill(b: &mut [u8], base: usize, add: &[u8], n: u64) -> usize {
+    let hlen = base + add.len();
+    b[base..hlen].copy_from_slice(add);
+    if hlen as u64 + n > HDR_MAX as u64 {
+        b[hlen..HDR_MAX].fill(0);
+        HDR_MAX
+    } else {
+        hlen
+    }
 }
 
 pub(crate) fn token(idx: u32, rx: bool, seq: u64) -> u64 {
@@ -263,7 +302,8 @@ impl EpShared {
                 let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
                 let rides = tx.holding
                     && send.as_ref().is_some_and(|sp| {
-                        tx.q.back().is_some_and(|h| h.hlen + sp.own.len() <= HDR_MAX)
+                        tx.q.back()
+                            .is_some_and(|h| h.held.is_some() && h.hlen + sp.own.len() <= HDR_MAX)
                     });
                 if tx.holding && !rides {
                     let ret = self.post_held(ep, &mut tx, crate::cork::By::Post);
@@ -293,47 +333,47 @@ impl EpShared {
                     }
                     // The message's header: the held write's (with this
                     // message's entries after it), its own, or none.
-                    let (mut pre, mut data, mut rode) = (None, 0, None);
+                    let (mut pre, mut data, mut rode, mut acked) = (None, 0, None, None);
                     if let Some(sp) = &send {
                         if f.eager {
-                            let (buf, hlen) = if rides {
-                                let h = tx.q.back_mut().expect("a held record");
-                                let at = h.hlen;
-                                let b = h.hdr.as_mut().expect("a held write's header");
-                                b[at..at + sp.own.len()].copy_from_slice(sp.own);
-                                rode = Some(at);
-                                h.hlen += sp.own.len();
-                                (b.as_mut_ptr(), h.hlen)
-                            } else if !sp.own.is_empty() {
-                                let mut b = tx.take_hdr();
-                                b[..sp.own.len()].copy_from_slice(sp.own);
-                                let ptr = b.as_mut_ptr();
-                                meta.hdr = Some(b);
-                                meta.hlen = sp.own.len();
-                                (ptr, sp.own.len())
-                            } else {
-                                (eager::PAD.as_ptr().cast_mut(), 0)
-                            };
-                            // A header and payload longer than a slot: the
-                            // header is padded to one (see `crate::eager`).
-                            let wire = if hlen as u64 + sp.n > HDR_MAX as u64 {
-                                if hlen > 0 {
-                                    // SAFETY: `buf` is a header buffer of HDR_MAX bytes
-                                    // this thread holds under the transmit lock, unread
-                                    // by libfabric (not posted yet).
-                                    unsafe {
-                                        std::ptr::write_bytes(buf.add(hlen), 0, HDR_MAX - hlen)
-                                    };
+                            let base = if rides { tx.q.back().map_or(0, |h| h.hlen) } else { 0 };
+                            // This message's entries: its own (a riding
+                            // write numbered with this message's sequence
+                            // number), then the acknowledgement of the
+                            // peer's riding writes, if due and room is left.
+                            let mut add = [0u8; HDR_MAX];
+                            let mut n_add = sp.own.len();
+                            add[..n_add].copy_from_slice(sp.own);
+                            if let Some(at) = sp.patch {
+                                eager::set_write_id(&mut add, at, seq);
+                            }
+                            if let Some(p) = self.ack_due() {
+                                if base + n_add + 8 <= HDR_MAX {
+                                    eager::put_ack(&mut add, n_add, p);
+                                    n_add += 8;
+                                    acked = Some(p);
                                 }
-                                HDR_MAX
+                            }
+                            let (addr, wire) = if rides {
+                                let h = tx.q.back_mut().expect("a held record");
+                                let b = h.hdr.as_mut().expect("a held write's header");
+                                let wire = fill(b, base, &add[..n_add], sp.n);
+                                rode = Some((base, h.held));
+                                h.hlen = base + n_add;
+                                (b.as_ptr() as usize, wire)
+                            } else if n_add > 0 {
+                                let mut b = tx.take_hdr();
+                                let wire = fill(&mut b, 0, &add[..n_add], sp.n);
+                                let addr = b.as_ptr() as usize;
+                                meta.hdr = Some(b);
+                                meta.hlen = n_add;
+                                (addr, wire)
                             } else {
-                                hlen
+                                // Nothing rides: a large message pads with zeros.
+                                let wire = if sp.n > HDR_MAX as u64 { HDR_MAX } else { 0 };
+                                (eager::PAD.as_ptr() as usize, wire)
                             };
-                            pre = (wire > 0).then_some(Iov {
-                                addr: buf as usize,
-                                len: wire,
-                                desc: 0,
-                            });
+                            pre = (wire > 0).then_some(Iov { addr, len: wire, desc: 0 });
                             data = eager::cq_data(sp.kind, wire, sp.imm);
                             // A plain message with no header carries no data.
                             if data != 0 {
@@ -360,17 +400,29 @@ impl EpShared {
                         c.after_post(release, ret == 0);
                     }
                     rmr_api::stages::stamp(rmr_api::stages::Stage::TxDone);
-                    if let Some(at) = rode {
+                    if let Some((at, held)) = rode {
                         let h = tx.q.back_mut().expect("a held record");
                         if ret == 0 {
                             // The held write left in this message.
                             h.held = None;
+                            let id = h.seq;
                             tx.holding = false;
                             if let Some(c) = tx.cork.as_mut() {
                                 c.unhold(None);
                             }
+                            if let Some(r) = held {
+                                crate::order::rode(&mut tx, r, id);
+                            }
                         } else {
                             h.hlen = at;
+                        }
+                    }
+                    if ret == 0 {
+                        if let Some(r) = send.as_ref().and_then(|sp| sp.ride) {
+                            crate::order::rode(&mut tx, r, seq);
+                        }
+                        if let Some(p) = acked {
+                            self.ack_sent(p);
                         }
                     }
                     if ret == 0 {
@@ -449,7 +501,15 @@ impl EpShared {
         let base = self.fence_flags(flags)?;
         let solicited = flags.contains(DtoFlags::SOLICITED) && self.ia.feat.cq_data >= 8;
         let kind = if solicited { KIND_SOLICITED } else { 0 };
-        let part = SendPart { kind, imm: 0, n: total, own: &[], plain: kind << KIND_SHIFT };
+        let part = SendPart {
+            kind,
+            imm: 0,
+            n: total,
+            own: &[],
+            plain: kind << KIND_SHIFT,
+            patch: None,
+            ride: None,
+        };
         let meta = self.user_meta(cookie, DtoOp::Send, flags, total, keep);
         self.post_tx(
             meta,
@@ -487,7 +547,8 @@ impl EpShared {
             && total > 0
             && total <= f.eager_max
             && flags.contains(DtoFlags::SUPPRESS)
-            && base == 0;
+            && base == 0
+            && crate::order::room(&self.tx.lock().unwrap_or_else(|e| e.into_inner()));
         match imm {
             None => {
                 let mut meta = self.user_meta(cookie, op, flags, total, keep);
@@ -498,6 +559,8 @@ impl EpShared {
                         None => return Ok(()),
                     }
                 }
+                // After the writes that rode in messages it overlaps.
+                self.confirm(&r)?;
                 self.post_tx(
                     meta,
                     base,
@@ -515,13 +578,13 @@ impl EpShared {
                 let mut own = [0u8; HDR_MAX];
                 let mut at = 0;
                 if rides {
-                    // Its sequence number: the message's own, posted next.
-                    let seq = self.tx.lock().unwrap_or_else(|e| e.into_inner()).next_seq;
-                    let w = eager::Write { key: r.key, addr: r.addr, seq, cookie };
+                    // Its id: the message's sequence number, set as it is posted.
+                    let w = eager::Write { key: r.key, addr: r.addr, seq: 0, cookie };
                     let dst = eager::put_write(&mut own, 0, w, total as usize);
                     copy_from(local, dst)?;
                     at = eager::write_room(total as usize);
                 } else {
+                    self.confirm(&r)?;
                     let mut wmeta =
                         self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
                     // The write waits in the socket for its announcing send.
@@ -538,7 +601,15 @@ impl EpShared {
                     )?;
                 }
                 eager::put_imm(&mut own, at, total);
-                let part = SendPart { kind: KIND_IMM, imm, n: 0, own: &own[..at + 8], plain: 0 };
+                let part = SendPart {
+                    kind: KIND_IMM,
+                    imm,
+                    n: 0,
+                    own: &own[..at + 8],
+                    plain: 0,
+                    patch: rides.then_some(0),
+                    ride: rides.then_some(r),
+                };
                 let mut smeta = self.user_meta(cookie, op, flags, total, keep);
                 smeta.wire = 0;
                 self.post_tx(
@@ -569,7 +640,15 @@ impl EpShared {
                 )?;
                 let plain =
                     (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
-                let part = SendPart { kind: KIND_IMM, imm, n: 0, own: &[], plain };
+                let part = SendPart {
+                    kind: KIND_IMM,
+                    imm,
+                    n: 0,
+                    own: &[],
+                    plain,
+                    patch: None,
+                    ride: None,
+                };
                 let mut smeta = self.user_meta(cookie, op, flags, total, keep);
                 smeta.wire = 0;
                 self.post_tx(
@@ -611,6 +690,7 @@ impl EpShared {
         let (iov, keep, _) = self.check_sges(&[result], Access::LOCAL_WRITE)?;
         let r = self.remote(remote, remote_offset, 8)?;
         let base = self.fence_flags(flags)?;
+        self.confirm(&r)?;
         let op = if compare.is_some() { DtoOp::CmpSwap } else { DtoOp::FetchAdd };
         let mut meta = self.user_meta(cookie, op, flags, 8, keep);
         let ops = Box::new([operand, compare.unwrap_or(0)]);
@@ -663,10 +743,10 @@ impl EpShared {
         drop(tx);
         if m.kind != TxKind::User {
             let mut c = self.conn.lock().unwrap_or_else(|e| e.into_inner());
-            if m.kind == TxKind::Bye {
-                c.bye_done = true;
-            } else {
-                c.fault_done = true;
+            match m.kind {
+                TxKind::Bye => c.bye_done = true,
+                TxKind::Fault => c.fault_done = true,
+                _ => c.probes += 1,
             }
             return None;
         }

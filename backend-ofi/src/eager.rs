@@ -26,16 +26,24 @@
 //!   write's sequence number at the writer;
 //! - [`T_IMM`]: an RDMA write with immediate's length, in the `id` bits
 //!   (the message carries no payload);
+//! - [`T_ACK`]: the sender has placed the peer's riding writes up to
+//!   the one numbered `id` (see [`crate::order`]);
 //! - [`T_PAD`]: the rest of the header is padding.
 //!
 //! Only suppressed writes ride (their success is never reported). One the
 //! receiver refuses (a bad key, no remote write right, out of bounds, a
-//! deregistered region) places nothing; the receiver then applies nothing
-//! more, RDMA-writes a *fault record* (status, id, cookie) into the
-//! writer's control words and breaks the connection, and the writer
-//! reports the write with that status and its cookie, exactly once, before
-//! the connection's end (an RDMA write refused by a real NIC ends an RC
-//! connection too).
+//! deregistered region) places nothing; the receiver then takes in no
+//! later message (nor the writes riding in it), RDMA-writes a *fault
+//! record* (status, id, cookie) into the writer's control words and
+//! breaks the connection (until it closes, its provider still serves the
+//! peer's RDMA operations, as it would have served them before the
+//! refusal was seen), and the writer reports the write with that status
+//! and its cookie, once, as its connection ends (an RDMA write refused by
+//! a real NIC ends an RC connection too). If the writer's own end of the
+//! connection comes first (it disconnected meanwhile), the record is not
+//! seen and the write goes unreported, as a suppressed write's fate goes
+//! on any connection that ends. Riding writes are ordered with later RDMA
+//! operations by [`crate::order`].
 //!
 //! A message whose header and payload together exceed [`HDR_MAX`] pads its
 //! header to exactly [`HDR_MAX`]. So the receiver can post a receive in
@@ -56,6 +64,7 @@ pub(crate) const EAGER_MAX: usize = HDR_MAX - WRITE_HEAD - 8;
 pub(crate) const T_PAD: u64 = 0;
 pub(crate) const T_WRITE: u64 = 1;
 pub(crate) const T_IMM: u64 = 2;
+pub(crate) const T_ACK: u64 = 3;
 
 /// What a message's header is padded with (and a large message's header
 /// where nothing rides).
@@ -121,6 +130,17 @@ pub(crate) fn put_write(h: &mut [u8], at: usize, w: Write, len: usize) -> &mut [
     &mut h[at + WRITE_HEAD..at + WRITE_HEAD + len]
 }
 
+/// Puts an acknowledgement's entry at `h[at..]`; it ends at `at + 8`.
+pub(crate) fn put_ack(h: &mut [u8], at: usize, id: u64) {
+    put(h, at, T_ACK | (id & 0xffff_ffff) << 32);
+}
+
+/// Sets the `id` of the write entry at `h[at..]`.
+pub(crate) fn set_write_id(h: &mut [u8], at: usize, id: u64) {
+    let w = word(h, at) & 0xffff_ffff;
+    put(h, at, w | (id & 0xffff_ffff) << 32);
+}
+
 /// Puts an immediate's entry at `h[at..]`; it ends at `at + 8`.
 pub(crate) fn put_imm(h: &mut [u8], at: usize, len: u64) {
     put(h, at, T_IMM | len.min(u64::from(u32::MAX)) << 32);
@@ -137,6 +157,7 @@ pub(crate) const WRITE_DATA: usize = WRITE_HEAD;
 pub(crate) enum Entry<'a> {
     Write { w: Write, data: &'a [u8] },
     Imm { len: u64 },
+    Ack { id: u64 },
 }
 
 /// Reads a received header. Every entry is checked to lie inside it
@@ -158,6 +179,10 @@ pub(crate) fn entries(h: &[u8]) -> Result<smallvec::SmallVec<[Entry<'_>; 2]>, St
                 let (key, addr, cookie) = (word(h, at + 8), word(h, at + 16), word(h, at + 24));
                 out.push(Entry::Write { w: Write { key, addr, seq: id, cookie }, data });
                 at = end;
+            }
+            T_ACK => {
+                out.push(Entry::Ack { id });
+                at += 8;
             }
             T_IMM => {
                 out.push(Entry::Imm { len: id });

@@ -4,10 +4,12 @@
 //!
 //! Orderly or broken: libfabric reports both an orderly `fi_shutdown` by the
 //! peer and a dead peer as FI_SHUTDOWN. To tell them apart, each side
-//! registers an 8-byte *control word* and passes its key in the connection's
+//! registers its *control words* and passes their key in the connection's
 //! private data; an orderly [`rmr_api::Ep::disconnect`] first RDMA-writes a
-//! goodbye mark into the peer's word (and waits for it to complete), then
-//! shuts down. A shutdown without the mark is a broken connection.
+//! goodbye mark into the peer's first word (and waits for it to complete),
+//! then shuts down. A shutdown without the mark is a broken connection.
+//! The other words hold a fault record (see [`crate::fault`]) and the
+//! number of the peer's riding writes placed (see [`crate::order`]).
 
 use crate::dto::TxState;
 use crate::evd::{CqDriver, EvdShared};
@@ -21,7 +23,7 @@ use rmr_api::{DtoFlags, Ep, EpAttr, EpEvds, EpId, EpState, Error, Event, MemRegi
 use smallvec::SmallVec;
 use std::any::Any;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -100,6 +102,8 @@ pub(crate) struct ConnState {
     /// [`crate::fault`]), and whether its write completed.
     pub(crate) fault: Option<[u64; 3]>,
     pub(crate) fault_done: bool,
+    /// Reads of the peer's placed number completed (see [`crate::order`]).
+    pub(crate) probes: u64,
 }
 
 pub(crate) struct EpShared {
@@ -143,6 +147,10 @@ pub(crate) struct EpShared {
     /// A write that rode in a message was refused: nothing more arriving
     /// is applied (see [`crate::eager`]).
     pub(crate) refused: AtomicBool,
+    /// The peer's riding writes placed (see [`crate::order`]), and the
+    /// number last acknowledged.
+    pub(crate) placed: AtomicU64,
+    pub(crate) acked: AtomicU64,
 }
 
 impl EpShared {
@@ -156,7 +164,9 @@ impl EpShared {
         let conn_evd = crate::ia::ofi_evd(&evds.conn, ia)?;
         let ctl = MemRegion::new(crate::fault::CTL_LEN);
         ctl.store_u64(8, BYE)?;
-        let access = crate::lmr::fi_access(rmr_api::Access::REMOTE_WRITE);
+        // The peer writes its marks and reads the placed number.
+        let access =
+            crate::lmr::fi_access(rmr_api::Access::REMOTE_WRITE | rmr_api::Access::REMOTE_READ);
         let (ctl_mr, ctl_key) =
             crate::lmr::reg_raw(pz, ctl.as_ptr(), crate::fault::CTL_LEN, access)?;
         let sh = Arc::new_cyclic(|me| EpShared {
@@ -186,6 +196,8 @@ impl EpShared {
             peer: OnceLock::new(),
             atomics_ok: AtomicBool::new(false),
             refused: AtomicBool::new(false),
+            placed: AtomicU64::new(0),
+            acked: AtomicU64::new(0),
         });
         Ok(sh)
     }
@@ -536,14 +548,15 @@ impl EpShared {
         if self.ended.swap(true, Ordering::AcqRel) {
             return;
         }
-        // A refusal this side made is told to the peer first; one the
-        // peer made is reported here (see `crate::fault`).
-        self.send_fault();
+        // A refusal the peer made is reported here; one this side made is
+        // told to the peer, once nothing more is posted (see
+        // `crate::fault`).
         let why = match self.peer_fault() {
             Some(reason) => Some(reason),
             None => why,
         };
         self.set_state(if why.is_some() { EpState::Broken } else { EpState::Disconnected });
+        self.send_fault();
         self.close_fid();
         self.req.drain_soon();
         if !Arc::ptr_eq(&self.req, &self.rcv) {

@@ -21,7 +21,7 @@ use smallvec::SmallVec;
 use std::time::{Duration, Instant};
 
 /// Bytes of an endpoint's control words.
-pub(crate) const CTL_LEN: usize = 64;
+pub(crate) const CTL_LEN: usize = 80;
 /// Where the peer writes its fault record.
 const PEER_AT: u64 = 16;
 /// Where this side's record is staged.
@@ -107,12 +107,15 @@ impl EpShared {
     }
 
     /// An RDMA write of `r.len` bytes from the control words at `from`
-    /// into the peer's (a goodbye mark, a fault record).
+    /// into the peer's (a goodbye mark, a fault record), or for a probe
+    /// (see [`crate::order`]) a read of the peer's into ours at `from`.
     pub(crate) fn post_ctl(&self, r: Remote, from: usize, kind: TxKind) -> Result<()> {
         let desc = if self.ia.feat.mr_local { self.ctl_mr.desc() } else { 0 };
         let iov = [Iov { addr: self.ctl.as_ptr() as usize + from, len: r.len as usize, desc }];
         let keep = SmallVec::from_elem(self.ctl.clone(), 1);
-        let mut meta = self.user_meta(0, DtoOp::RdmaWrite, DtoFlags::SUPPRESS, r.len, keep);
+        let read = kind == TxKind::Probe;
+        let op = if read { DtoOp::RdmaRead } else { DtoOp::RdmaWrite };
+        let mut meta = self.user_meta(0, op, DtoFlags::SUPPRESS, r.len, keep);
         // Not the user's: always signalled (see `post_tx`), never reported.
         meta.kind = kind;
         self.post_tx(
@@ -120,21 +123,21 @@ impl EpShared {
             0,
             None,
             // SAFETY: the control region lives as long as the endpoint.
-            &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
-            "fi_writemsg",
+            &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, read, &iov, r, tok, 0, fl) },
+            if read { "fi_readmsg" } else { "fi_writemsg" },
         )
     }
 
-    /// Drops the transmit record of sequence number `seq` (its low 32
-    /// bits) and `cookie`, if still there (a refused write, reported by
-    /// [`crate::fault`], must not be flushed again).
+    /// Drops the record of the suppressed write (or write with
+    /// immediate) that rode, numbered `seq` (its low 32 bits) with
+    /// `cookie`, if still there: a refused write, reported by
+    /// [`crate::fault`], must not be flushed again. Its header buffer is
+    /// dropped, not reused (the endpoint is still open).
     pub(crate) fn drop_record(&self, seq: u64, cookie: u64) {
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let at = tx.q.iter().position(|m| {
-            m.kind == TxKind::User && m.seq & 0xffff_ffff == seq & 0xffff_ffff && m.cookie == cookie
-        });
-        if let Some(m) = at.and_then(|i| tx.q.remove(i)) {
-            tx.recycle(m);
+        let at = tx.q.iter().position(|m| m.rode_as(seq, cookie));
+        if let Some(i) = at {
+            tx.q.remove(i);
         }
     }
 }

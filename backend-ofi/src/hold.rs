@@ -32,7 +32,8 @@ impl EpShared {
             return Ok(Some(meta));
         }
         let mut tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        if tx.holding || tx.q.len() + 1 >= self.ia.feat.tx_size {
+        if tx.holding || tx.q.len() + 1 >= self.ia.feat.tx_size || !crate::order::may_hold(&tx, &r)
+        {
             return Ok(Some(meta));
         }
         let Some(c) = tx.cork.as_mut() else { return Ok(Some(meta)) };
@@ -45,7 +46,7 @@ impl EpShared {
         if let Err(e) = crate::dto::copy_from(local, dst) {
             tx.give_hdr(b);
             if let Some(c) = tx.cork.as_mut() {
-                c.unhold(Some(By::Post));
+                c.cancel_hold();
             }
             return Err(e);
         }

@@ -112,6 +112,7 @@ mod hold;
 mod ia;
 mod lmr;
 mod msg;
+mod order;
 mod psp;
 mod pz;
 mod recv;

@@ -243,6 +243,7 @@ impl EpShared {
         if kind == KIND_IMM && (imm_len.is_none() || n != 0) {
             return Err(bad("an immediate without its length, or with a payload".into()));
         }
+        let mut last = None;
         for e in entries {
             match e {
                 Entry::Write { w, data } => {
@@ -261,9 +262,15 @@ impl EpShared {
                         );
                         return Err((Status::Flushed, 0, why));
                     }
+                    last = Some(w.seq);
                 }
+                Entry::Ack { id } => self.confirmed(id),
                 Entry::Imm { .. } => {}
             }
+        }
+        if let Some(id) = last {
+            // Acknowledged in this side's next message (see `crate::order`).
+            self.placed(id);
         }
         if kind == KIND_IMM {
             let wlen = imm_len.unwrap_or(0);

@@ -90,8 +90,11 @@ fn held(ep: &Arc<dyn Ep>) -> [u64; 5] {
     note(ep).unwrap()[6..].try_into().unwrap()
 }
 
+/// The holding cases' IA (pinned: the environment may say otherwise).
+const HOLDING: &str = "ofi:tcp:127.0.0.1;eager_max=88;cork_max=16384";
+
 /// The kernel corking cases' IA: no write is held.
-const CORKING: &str = "ofi:tcp:127.0.0.1;eager_max=0";
+const CORKING: &str = "ofi:tcp:127.0.0.1;eager_max=0;cork_max=16384";
 
 /// The EP's cork counts: corked, sent by a post, by a waiter, by the
 /// progress thread; `None` when it corks nothing.
@@ -444,7 +447,7 @@ fn the_sockets_provider_and_cork_max_0_never_cork() {
 
 #[test]
 fn small_writes_are_held_and_ride_in_their_sends() {
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(HOLDING);
     assert_eq!(held(&a.ep), [0; 5]);
     // `round` checks each write is in place when its send completes.
     for i in 0..300 {
@@ -466,7 +469,7 @@ fn a_lone_held_write_is_posted_by_a_progress_thread_while_its_poster_sleeps() {
     if ran_alone("a_lone_held_write_is_posted_by_a_progress_thread_while_its_poster_sleeps") {
         return;
     }
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(HOLDING);
     let (v, before) = lone_write(&a, &b, 0, 6);
     // A sleeps; B only loads its memory: a progress thread must post it.
     b.sees(v);
@@ -480,7 +483,7 @@ fn a_lone_held_write_is_posted_as_its_poster_begins_to_wait() {
     if ran_alone("a_lone_held_write_is_posted_as_its_poster_begins_to_wait") {
         return;
     }
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(HOLDING);
     for t in 0..20 {
         let (v, before) = lone_write(&a, &b, 100 * t, 6);
         a.post_recv();
@@ -503,7 +506,7 @@ fn a_lone_held_write_is_posted_as_its_poster_begins_to_wait() {
 
 #[test]
 fn small_writes_with_immediate_ride_in_their_own_message() {
-    let (_s, a, b) = connected("ofi:tcp:127.0.0.1");
+    let (_s, a, b) = connected(HOLDING);
     // `imm_round` checks the immediate and that the write is in place.
     for i in 0..50 {
         imm_round(&a, &b, i, 8);
