@@ -17,7 +17,7 @@
 //! `RecvTooSmall` and never touches the user's buffer.
 
 use crate::cq::Cqe;
-use crate::eager::{self, HDR_MAX, KIND_IMM, KIND_SHIFT, KIND_SOLICITED};
+use crate::eager::{self, HDR_MAX, KIND_SHIFT, KIND_SOLICITED};
 use crate::ep::EpShared;
 use crate::ffi::{EAGAIN, fi_error};
 use crate::lmr::OfiLmr;
@@ -67,16 +67,16 @@ pub(crate) struct TxMeta {
     #[allow(dead_code)]
     keep: Keep,
     /// Where an atomic's old value lands (region, offset).
-    result: Option<(Arc<MemRegion>, u64)>,
+    pub(crate) result: Option<(Arc<MemRegion>, u64)>,
     /// An atomic's operand and compare value (libfabric reads them until completion).
     #[allow(dead_code)]
-    operand: Option<Box<[u64; 2]>>,
+    pub(crate) operand: Option<Box<[u64; 2]>>,
     /// An RDMA write (without immediate) that, if small, may wait in the
     /// socket for what follows (see [`crate::cork`]).
-    corkable: bool,
+    pub(crate) corkable: bool,
     /// Payload bytes the operation puts on the wire (a read's or an
     /// immediate's request frame carries none, an atomic's its operands).
-    wire: u64,
+    pub(crate) wire: u64,
     /// A message's header (see [`crate::eager`]), or a held write's
     /// entry and data: libfabric reads it until the operation completes.
     pub(crate) hdr: Option<Vec<u8>>,
@@ -253,7 +253,7 @@ impl EpShared {
         Ok((iov, keep, total))
     }
 
-    fn remote(&self, ctx: &RmrContext, off: u64, len: u64) -> Result<Remote> {
+    pub(crate) fn remote(&self, ctx: &RmrContext, off: u64, len: u64) -> Result<Remote> {
         if off.checked_add(len).is_none_or(|e| e > ctx.len) {
             return Err(Error::OutOfBounds { offset: off, len, limit: ctx.len });
         }
@@ -484,7 +484,7 @@ impl EpShared {
         }
     }
 
-    fn fence_flags(&self, flags: DtoFlags) -> Result<u64> {
+    pub(crate) fn fence_flags(&self, flags: DtoFlags) -> Result<u64> {
         if !flags.contains(DtoFlags::BARRIER_FENCE) {
             return Ok(0);
         }
@@ -519,194 +519,6 @@ impl EpShared {
             // the record or a static the header, until completion or flush.
             &mut |ep, tok, fl, pre, data| unsafe { msg::send(ep, &with(pre, &iov), tok, data, fl) },
             "fi_sendmsg",
-        )
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn post_rma(
-        &self,
-        read: bool,
-        local: &[Sge<'_>],
-        remote: &RmrContext,
-        remote_offset: u64,
-        imm: Option<u32>,
-        cookie: u64,
-        flags: DtoFlags,
-    ) -> Result<()> {
-        let need = if read { Access::LOCAL_WRITE } else { Access::empty() };
-        let (iov, keep, total) = self.check_sges(local, need)?;
-        let r = self.remote(remote, remote_offset, total)?;
-        let base = self.fence_flags(flags)?;
-        let op = if read { DtoOp::RdmaRead } else { DtoOp::RdmaWrite };
-        let call = if read { "fi_readmsg" } else { "fi_writemsg" };
-        let f = &self.ia.feat;
-        // Small enough to ride in a message (see `crate::eager`).
-        // Only suppressed writes ride: their success is never reported
-        // (a refusal is, see `crate::eager`).
-        let rides = !read
-            && total > 0
-            && total <= f.eager_max
-            && flags.contains(DtoFlags::SUPPRESS)
-            && base == 0
-            && crate::order::room(&self.tx.lock().unwrap_or_else(|e| e.into_inner()));
-        match imm {
-            None => {
-                let mut meta = self.user_meta(cookie, op, flags, total, keep);
-                meta.corkable = !read;
-                if rides && f.hold {
-                    match self.hold(local, r, meta)? {
-                        Some(m) => meta = m,
-                        None => return Ok(()),
-                    }
-                }
-                // After the writes that rode in messages it overlaps.
-                self.confirm(&r)?;
-                self.post_tx(
-                    meta,
-                    base,
-                    None,
-                    // SAFETY: `keep` holds every region of `iov` until completion or flush.
-                    &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, read, &iov, r, tok, 0, fl) },
-                    call,
-                )
-            }
-            Some(imm) if f.eager => {
-                // Write with immediate: a message whose header carries the
-                // write's length (and, if small, the write itself) and
-                // whose remote CQ data the immediate, after the write
-                // (FI_ORDER_SAW makes the data visible first).
-                let mut own = [0u8; HDR_MAX];
-                let mut at = 0;
-                if rides {
-                    // Its id: the message's sequence number, set as it is posted.
-                    let w = eager::Write { key: r.key, addr: r.addr, seq: 0, cookie };
-                    let dst = eager::put_write(&mut own, 0, w, total as usize);
-                    copy_from(local, dst)?;
-                    at = eager::write_room(total as usize);
-                } else {
-                    self.confirm(&r)?;
-                    let mut wmeta =
-                        self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
-                    // The write waits in the socket for its announcing send.
-                    wmeta.corkable = true;
-                    self.post_tx(
-                        wmeta,
-                        base,
-                        None,
-                        // SAFETY: as above.
-                        &mut |ep, tok, fl, _, _| unsafe {
-                            msg::rma(ep, false, &iov, r, tok, 0, fl)
-                        },
-                        call,
-                    )?;
-                }
-                eager::put_imm(&mut own, at, total);
-                let part = SendPart {
-                    kind: KIND_IMM,
-                    imm,
-                    n: 0,
-                    own: &own[..at + 8],
-                    plain: 0,
-                    patch: rides.then_some(0),
-                    ride: rides.then_some(r),
-                };
-                let mut smeta = self.user_meta(cookie, op, flags, total, keep);
-                smeta.wire = 0;
-                self.post_tx(
-                    smeta,
-                    0,
-                    Some(part),
-                    // SAFETY: the header lives in the record until completion or flush.
-                    &mut |ep, tok, fl, pre, data| unsafe {
-                        msg::send(ep, &with(pre, &[]), tok, data, fl)
-                    },
-                    "fi_sendmsg",
-                )
-            }
-            Some(imm) => {
-                // Without rmr's header: the write (suppressed), then a
-                // zero-length send whose remote CQ data carries the
-                // immediate and the write's length.
-                let mut wmeta =
-                    self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
-                wmeta.corkable = true;
-                self.post_tx(
-                    wmeta,
-                    base,
-                    None,
-                    // SAFETY: as above.
-                    &mut |ep, tok, fl, _, _| unsafe { msg::rma(ep, false, &iov, r, tok, 0, fl) },
-                    call,
-                )?;
-                let plain =
-                    (KIND_IMM << KIND_SHIFT) | ((total.min(LEN_MASK)) << 32) | u64::from(imm);
-                let part = SendPart {
-                    kind: KIND_IMM,
-                    imm,
-                    n: 0,
-                    own: &[],
-                    plain,
-                    patch: None,
-                    ride: None,
-                };
-                let mut smeta = self.user_meta(cookie, op, flags, total, keep);
-                smeta.wire = 0;
-                self.post_tx(
-                    smeta,
-                    0,
-                    Some(part),
-                    // SAFETY: a zero-length send reads no memory.
-                    &mut |ep, tok, fl, _, data| unsafe { msg::send(ep, &[], tok, data, fl) },
-                    "fi_sendmsg",
-                )
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn post_atomic(
-        &self,
-        result: Sge<'_>,
-        remote: &RmrContext,
-        remote_offset: u64,
-        operand: u64,
-        compare: Option<u64>,
-        cookie: u64,
-        flags: DtoFlags,
-    ) -> Result<()> {
-        let what = if compare.is_some() { "compare-and-swap" } else { "fetch-and-add" };
-        if !self.ia.attr.caps.contains(rmr_api::Caps::ATOMICS) {
-            return Err(Error::Unsupported(what));
-        }
-        if self.state() == rmr_api::EpState::Connected && !self.atomics_ok.load(Ordering::Acquire) {
-            return Err(Error::Unsupported(what));
-        }
-        if result.len != 8 {
-            return Err(Error::invalid("an atomic's result segment must be 8 bytes"));
-        }
-        if (remote.addr + remote_offset) % 8 != 0 {
-            return Err(Error::invalid("atomic target must be 8-byte aligned"));
-        }
-        let (iov, keep, _) = self.check_sges(&[result], Access::LOCAL_WRITE)?;
-        let r = self.remote(remote, remote_offset, 8)?;
-        let base = self.fence_flags(flags)?;
-        self.confirm(&r)?;
-        let op = if compare.is_some() { DtoOp::CmpSwap } else { DtoOp::FetchAdd };
-        let mut meta = self.user_meta(cookie, op, flags, 8, keep);
-        let ops = Box::new([operand, compare.unwrap_or(0)]);
-        let (p_op, p_cmp) = (&ops[0] as *const u64, &ops[1] as *const u64);
-        meta.operand = Some(ops);
-        meta.result = Some((result.lmr.region().clone(), result.lmr.offset() + result.offset));
-        let res = iov[0];
-        self.post_tx(
-            meta,
-            base,
-            None,
-            // SAFETY: the operand box and the result region live in the record until completion.
-            &mut |ep, tok, fl, _, _| unsafe {
-                msg::atomic(ep, p_op, compare.map(|_| p_cmp), res, r, tok, fl)
-            },
-            if compare.is_some() { "fi_compare_atomicmsg" } else { "fi_fetch_atomicmsg" },
         )
     }
 
@@ -777,7 +589,7 @@ impl EpShared {
 }
 
 /// A message's segments: its header's, then the payload's.
-fn with(pre: Option<Iov>, iov: &[Iov]) -> SmallVec<[Iov; 5]> {
+pub(crate) fn with(pre: Option<Iov>, iov: &[Iov]) -> SmallVec<[Iov; 5]> {
     pre.into_iter().chain(iov.iter().copied()).collect()
 }
 
@@ -812,6 +624,7 @@ pub(crate) fn on_cqe(c: &Cqe, ep: Arc<EpShared>) -> Option<(Option<Event>, Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::eager::KIND_IMM;
 
     #[test]
     fn tokens_carry_endpoint_direction_and_sequence() {

@@ -116,6 +116,7 @@ mod order;
 mod psp;
 mod pz;
 mod recv;
+mod rma;
 mod sockaddr;
 mod waitset;
 
