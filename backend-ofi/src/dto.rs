@@ -85,6 +85,9 @@ pub(crate) struct TxMeta {
     /// A held write not posted yet (the endpoint's last record), and
     /// where it goes.
     pub(crate) held: Option<Remote>,
+    /// Where an RDMA operation posted as one goes: it waits for the
+    /// writes that rode in messages and overlap it (see [`crate::order`]).
+    pub(crate) target: Option<Remote>,
 }
 
 #[derive(Default)]
@@ -317,6 +320,15 @@ impl EpShared {
                         return Err(fi_error("fi_writemsg", ret));
                     }
                 }
+                // After the rides it overlaps, checked under the lock it
+                // is posted under (another thread's message may have just
+                // taken a held write along).
+                if let Some(t) = meta.target.filter(|t| crate::order::overlapping(&tx, t)) {
+                    drop(tx);
+                    drop(g);
+                    self.confirm(&t)?;
+                    continue;
+                }
                 if tx.q.len() < f.tx_size {
                     let seq = tx.next_seq;
                     meta.seq = seq;
@@ -481,6 +493,7 @@ impl EpShared {
             hdr: None,
             hlen: 0,
             held: None,
+            target: None,
         }
     }
 

@@ -41,7 +41,7 @@ pub(crate) struct CmHdr {
 }
 
 impl CmHdr {
-    pub(crate) const CONNECT: [u8; 4] = *b"RMO2";
+    pub(crate) const CONNECT: [u8; 4] = *b"RMO3";
     pub(crate) const REJECT: [u8; 4] = *b"RMOR";
 
     pub(crate) fn reject() -> CmHdr {
@@ -144,8 +144,8 @@ pub(crate) struct EpShared {
     ctl_key: u64,
     peer: OnceLock<SocketAddr>,
     pub(crate) atomics_ok: AtomicBool,
-    /// A write that rode in a message was refused: nothing more arriving
-    /// is applied (see [`crate::eager`]).
+    /// A message failed or a write that rode in one was refused: nothing
+    /// more arriving is applied (see [`crate::eager`]).
     pub(crate) refused: AtomicBool,
     /// The peer's riding writes placed (see [`crate::order`]), and the
     /// number last acknowledged.

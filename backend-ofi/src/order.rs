@@ -13,9 +13,13 @@
 //! - a write overlapping an unacknowledged ride is not held (it could be
 //!   posted alone);
 //! - before an RDMA operation whose target overlaps an unacknowledged
-//!   ride, the writer reads the peer's control words (an RDMA read,
-//!   served after the message, so it sees the number once rmr placed it)
-//!   until the ride is acknowledged;
+//!   ride (checked under the transmit lock it is posted under), the
+//!   writer reads the peer's control words (an RDMA read, served after
+//!   the message, so it sees the number once rmr placed it) until the
+//!   ride is acknowledged: the post waits for the peer, at most 10 s
+//!   (then `Error::Timeout`);
+//! - rides are told apart by key: the same bytes registered twice, under
+//!   two keys, are not ordered across them;
 //! - at most [`RIDES_MAX`] rides wait for acknowledgement: beyond, writes
 //!   go alone.
 //!
@@ -73,6 +77,11 @@ pub(crate) fn may_hold(tx: &TxState, r: &Remote) -> bool {
     room(tx) && !tx.rides.iter().any(|x| overlaps(x, r))
 }
 
+/// Whether a ride waiting for acknowledgement overlaps `r`.
+pub(crate) fn overlapping(tx: &TxState, r: &Remote) -> bool {
+    tx.rides.iter().any(|x| overlaps(x, r))
+}
+
 /// Notes that the write to `r` numbered `seq` rode in a message.
 pub(crate) fn rode(tx: &mut TxState, r: Remote, seq: u64) {
     tx.rides.push_back(Ride { key: r.key, addr: r.addr, len: r.len, id: seq as u32 });
@@ -111,10 +120,7 @@ impl EpShared {
     pub(crate) fn confirm(&self, r: &Remote) -> Result<()> {
         let deadline = Instant::now() + CONFIRM_FOR;
         loop {
-            let waits = {
-                let tx = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-                tx.rides.iter().any(|x| overlaps(x, r))
-            };
+            let waits = overlapping(&self.tx.lock().unwrap_or_else(|e| e.into_inner()), r);
             if !waits {
                 return Ok(());
             }
@@ -138,6 +144,7 @@ impl EpShared {
         let r = Remote { addr: addr + PLACED_AT, len: 8, key };
         self.post_ctl(r, PROBE_AT as usize, TxKind::Probe)?;
         let deadline = Instant::now() + Duration::from_secs(5);
+        let mut spins = 0u32;
         while self.lock_conn().probes == before {
             if Instant::now() > deadline {
                 return Err(Error::Timeout);
@@ -145,7 +152,11 @@ impl EpShared {
             if self.state() != rmr_api::EpState::Connected {
                 return Err(self.not_connected());
             }
-            if !self.req.progress(Duration::from_millis(1)) {
+            // A read takes a round trip: look without sleeping first (a
+            // progress thread may take its completion meanwhile).
+            spins += 1;
+            let block = if spins < 2000 { Duration::ZERO } else { Duration::from_millis(1) };
+            if !self.req.progress(block) {
                 std::thread::yield_now();
             }
         }

@@ -179,6 +179,9 @@ impl EpShared {
                 sys::FI_ECANCELED => (Status::Flushed, None),
                 _ => (Status::Broken, None),
             };
+            if status != Status::Flushed {
+                self.stop_taking();
+            }
             return (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, c.len))), why);
         }
         let r = self.take_message(&m, c);
@@ -188,9 +191,16 @@ impl EpShared {
         match r {
             Ok(d) => (Some(Event::Dto(d)), None),
             Err((status, len, why)) => {
+                self.stop_taking();
                 (Some(Event::Dto(self.dto(m.cookie, DtoOp::Recv, status, len))), Some(why))
             }
         }
+    }
+
+    /// Takes in no later message: this one failed and the connection
+    /// breaks (no later message's writes are placed, nor acknowledged).
+    fn stop_taking(&self) {
+        self.refused.store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Reads a received message: its header (the writes that rode in it
@@ -201,8 +211,8 @@ impl EpShared {
         let bad =
             |why: String| (Status::Broken, 0, format!("malformed message from the peer: {why}"));
         if self.refused.load(std::sync::atomic::Ordering::Acquire) {
-            // Nothing after a refused write is applied (see `crate::fault`).
-            return Err((Status::Flushed, 0, "after a refused RDMA write".into()));
+            // Nothing after a failed message is applied (see `crate::fault`).
+            return Err((Status::Flushed, 0, "after a message that failed".into()));
         }
         let has_data = c.flags & sys::FI_REMOTE_CQ_DATA as u64 != 0;
         // Without rmr's header, an immediate's length rides in the data.

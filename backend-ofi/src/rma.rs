@@ -10,7 +10,16 @@ use crate::msg;
 use rmr_api::{Access, DtoFlags, DtoOp, Error, Result, RmrContext, Sge};
 use std::sync::atomic::Ordering;
 
+/// The largest write with immediate that rides in its own message (its
+/// entry, the immediate's and an acknowledgement fill a header).
+const IMM_RIDE_MAX: u64 = 80;
+
 impl EpShared {
+    /// Whether another write may ride (see [`crate::order::room`]).
+    fn ride_room(&self) -> bool {
+        crate::order::room(&self.tx.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn post_rma(
         &self,
@@ -37,19 +46,19 @@ impl EpShared {
             && total <= f.eager_max
             && flags.contains(DtoFlags::SUPPRESS)
             && base == 0
-            && crate::order::room(&self.tx.lock().unwrap_or_else(|e| e.into_inner()));
+            && f.hold;
         match imm {
             None => {
                 let mut meta = self.user_meta(cookie, op, flags, total, keep);
                 meta.corkable = !read;
-                if rides && f.hold {
+                if rides {
                     match self.hold(local, r, meta)? {
                         Some(m) => meta = m,
                         None => return Ok(()),
                     }
                 }
                 // After the writes that rode in messages it overlaps.
-                self.confirm(&r)?;
+                meta.target = Some(r);
                 self.post_tx(
                     meta,
                     base,
@@ -66,6 +75,8 @@ impl EpShared {
                 // (FI_ORDER_SAW makes the data visible first).
                 let mut own = [0u8; HDR_MAX];
                 let mut at = 0;
+                // Room is left for its length and an acknowledgement.
+                let rides = rides && total <= IMM_RIDE_MAX && self.ride_room();
                 if rides {
                     // Its id: the message's sequence number, set as it is posted.
                     let w = eager::Write { key: r.key, addr: r.addr, seq: 0, cookie };
@@ -73,11 +84,11 @@ impl EpShared {
                     copy_from(local, dst)?;
                     at = eager::write_room(total as usize);
                 } else {
-                    self.confirm(&r)?;
                     let mut wmeta =
                         self.user_meta(cookie, op, flags | DtoFlags::SUPPRESS, total, keep.clone());
                     // The write waits in the socket for its announcing send.
                     wmeta.corkable = true;
+                    wmeta.target = Some(r);
                     self.post_tx(
                         wmeta,
                         base,
@@ -179,12 +190,12 @@ impl EpShared {
         let (iov, keep, _) = self.check_sges(&[result], Access::LOCAL_WRITE)?;
         let r = self.remote(remote, remote_offset, 8)?;
         let base = self.fence_flags(flags)?;
-        self.confirm(&r)?;
         let op = if compare.is_some() { DtoOp::CmpSwap } else { DtoOp::FetchAdd };
         let mut meta = self.user_meta(cookie, op, flags, 8, keep);
         let ops = Box::new([operand, compare.unwrap_or(0)]);
         let (p_op, p_cmp) = (&ops[0] as *const u64, &ops[1] as *const u64);
         meta.operand = Some(ops);
+        meta.target = Some(r);
         meta.result = Some((result.lmr.region().clone(), result.lmr.offset() + result.offset));
         let res = iov[0];
         self.post_tx(

@@ -98,7 +98,7 @@ fn connection_data_that_is_not_rmrs_is_refused_and_the_listener_goes_on() {
         let cases: [(&str, Vec<u8>); 6] = [
             ("empty", vec![]),
             ("three bytes", vec![1, 2, 3]),
-            ("the magic alone", b"RMO2".to_vec()),
+            ("the magic alone", b"RMO3".to_vec()),
             ("a wrong magic", [b"RMOX".as_slice(), &[0u8; 20]].concat()),
             ("a reject header", [b"RMOR".as_slice(), &[0u8; 20]].concat()),
             ("noise", noise),
