@@ -346,6 +346,8 @@ impl EpShared {
                     // The message's header: the held write's (with this
                     // message's entries after it), its own, or none.
                     let (mut pre, mut data, mut rode, mut acked) = (None, 0, None, None);
+                    // Whether `meta.hdr` is a buffer taken in this try.
+                    let mut fresh = false;
                     if let Some(sp) = &send {
                         if f.eager {
                             let base = if rides { tx.q.back().map_or(0, |h| h.hlen) } else { 0 };
@@ -379,6 +381,7 @@ impl EpShared {
                                 let addr = b.as_ptr() as usize;
                                 meta.hdr = Some(b);
                                 meta.hlen = n_add;
+                                fresh = true;
                                 (addr, wire)
                             } else {
                                 // Nothing rides: a large message pads with zeros.
@@ -446,7 +449,9 @@ impl EpShared {
                         tx.q.push_back(meta);
                         return Ok(());
                     }
-                    if let Some(b) = meta.hdr.take() {
+                    // A buffer taken for this try goes back (one the
+                    // caller gave, which `post` points into, stays).
+                    if let Some(b) = meta.hdr.take_if(|_| fresh) {
                         tx.give_hdr(b);
                     }
                     if ret != EAGAIN {

@@ -340,11 +340,17 @@ fn a_lone_corked_write_is_sent_as_its_poster_begins_to_wait() {
     if ran_alone("a_lone_corked_write_is_sent_as_its_poster_begins_to_wait") {
         return;
     }
-    let (_s, a, b) = connected(CORKING);
-    // A progress thread waking in the microseconds between the cork and
-    // the wait sends it too: then another try.
+    // Note numbers: corked, sent by a waiter, by the progress thread.
+    lone_write_goes_as_its_poster_waits(CORKING, [0, 3, 4]);
+}
+
+/// Lone writes (each moving note number `n[0]`) until one is sent by its
+/// poster's wait (moving `n[1]`); each that is not went by the progress
+/// thread (`n[2]`), which may wake in the microseconds before the wait.
+fn lone_write_goes_as_its_poster_waits(spec: &str, n: [usize; 3]) {
+    let (_s, a, b) = connected(spec);
     for t in 0..20 {
-        let (v, before) = corked_lone_write(&a, &b, 100 * t);
+        let (v, before) = lone_write(&a, &b, 100 * t, n[0]);
         a.post_recv();
         std::thread::scope(|sc| {
             sc.spawn(|| {
@@ -354,11 +360,15 @@ fn a_lone_corked_write_is_sent_as_its_poster_begins_to_wait() {
             // A waits for B's answer, which B sends only once A's write landed.
             assert_eq!(a.recv(), v);
         });
-        let after = counts(&a.ep).unwrap();
-        if after[2] > before[2] {
+        let after = note(&a.ep).unwrap();
+        if after[n[1]] > before[n[1]] {
             return;
         }
-        assert_eq!(after[3], before[3] + 1, "neither the wait nor a progress thread: {after:?}");
+        assert_eq!(
+            after[n[2]],
+            before[n[2]] + 1,
+            "neither the wait nor a progress thread: {after:?}"
+        );
     }
     panic!("a progress thread sent the lone write every time");
 }
@@ -483,25 +493,8 @@ fn a_lone_held_write_is_posted_as_its_poster_begins_to_wait() {
     if ran_alone("a_lone_held_write_is_posted_as_its_poster_begins_to_wait") {
         return;
     }
-    let (_s, a, b) = connected(HOLDING);
-    for t in 0..20 {
-        let (v, before) = lone_write(&a, &b, 100 * t, 6);
-        a.post_recv();
-        std::thread::scope(|sc| {
-            sc.spawn(|| {
-                b.sees(v);
-                b.write(&a.tl.rmr_context(), v, true, 8);
-            });
-            // A waits for B's answer, which B sends only once A's write landed.
-            assert_eq!(a.recv(), v);
-        });
-        let after = note(&a.ep).unwrap();
-        if after[9] > before[9] {
-            return;
-        }
-        assert_eq!(after[10], before[10] + 1, "neither the wait nor a progress thread: {after:?}");
-    }
-    panic!("a progress thread posted the lone write every time");
+    // Note numbers: held, posted alone by a waiter, by the progress thread.
+    lone_write_goes_as_its_poster_waits(HOLDING, [6, 9, 10]);
 }
 
 #[test]

@@ -212,16 +212,24 @@ fn le(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
+/// A 64-byte region of B's granting remote writes (filled with 0x11) and
+/// a well-formed write entry of 8 bytes into its start, as A would send
+/// it: type 1, length 8, id 0, key, address, cookie, data.
+fn granted(p: &Pair) -> (Arc<MemRegion>, Vec<u8>, Arc<dyn Lmr>) {
+    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x11);
+    let ctx = tl.rmr_context();
+    let a = p.a.as_any().downcast_ref::<backend_ofi::OfiEp>().unwrap();
+    let addr = backend_ofi::hostile::remote_addr(a, &ctx, 0);
+    (t, le(&[1 | 8 << 8, ctx.keys()[0], addr, 7, u64::MAX]), tl)
+}
+
 /// The same write entry in a well-formed header is applied: the hostile
 /// cases below would fail for what they mean to, not for the entry.
 #[test]
 fn a_well_formed_raw_header_is_applied() {
     let p = pair();
-    let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x11);
-    let ctx = tl.rmr_context();
+    let (t, good, _tl) = granted(&p);
     let a = p.a.as_any().downcast_ref::<backend_ofi::OfiEp>().unwrap();
-    let addr = backend_ofi::hostile::remote_addr(a, &ctx, 0);
-    let good = le(&[1 | 8 << 8, ctx.keys()[0], addr, 7, u64::MAX]);
     let (_rm, rl) = region(&p.pz, 64, Access::LOCAL_WRITE, 0xEE);
     p.b.post_recv(&[Sge::new(&*rl, 0, 64)], Cookie(1), DtoFlags::empty()).unwrap();
     backend_ofi::hostile::send_raw(a, &[good, b"hi".to_vec()].concat(), cq_data(0, 40, 0)).unwrap();
@@ -248,13 +256,8 @@ fn malformed_headers_break_the_receiver_and_apply_nothing() {
         ("a large message with a short header", 100 << 10),
     ] {
         let p = pair();
-        let (t, tl) = region(&p.pz, 64, Access::REMOTE_WRITE | Access::LOCAL_WRITE, 0x11);
-        let ctx = tl.rmr_context();
-        // A well-formed 8-byte write entry: type 1, length 8, id 0, key,
-        // address, cookie, data.
+        let (t, good, _tl) = granted(&p);
         let a = p.a.as_any().downcast_ref::<backend_ofi::OfiEp>().unwrap();
-        let addr = backend_ofi::hostile::remote_addr(a, &ctx, 0);
-        let good = le(&[1 | 8 << 8, ctx.keys()[0], addr, 7, u64::MAX]);
         let (payload, data) = match what {
             "unknown entry" => ([good.clone(), le(&[9])].concat(), cq_data(0, 48, 0)),
             "an entry past the header" => {
