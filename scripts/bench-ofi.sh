@@ -10,7 +10,8 @@
 # ofi section.) Writes JSON lines to OUT (default bench-out/ofi-loopback.jsonl)
 # and BAR (default bench-out/barrier-ofi.jsonl). Each round also runs
 # benches/c/fi_wpp.c: what a write+notify costs in plain libfabric, as two
-# operations (what the backend posts) and as one RMA write with remote CQ
+# operations (what the backend posted before small writes rode in its
+# messages) and as one RMA write with remote CQ
 # data (a design's floor), beside a send ping-pong, in the same process.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -588,9 +588,10 @@ if ofilo:
     rt = med(r["lat_mean_us"] for r in ofilo if r["test"] == "lat" and r["backend"] == "tcp" and r["size"] == 0 and r.get("lat_mean_us"))
     if fp and ro:
         print(f"| 16 B send only (like with like) | {q(fp)} | {q(ro)} | {ro / fp:.2f} | - | {q(rt)} | {f'{ro / rt:.2f}' if rt else '-'} |")
-    print("\nrmr's write+notify is two libfabric operations each way (an RMA write, then the send that tells "
-          "the peer), and libfabric's `tcp` provider hands each to the kernel in a `sendmsg` of its own "
-          "(on loopback, the peer's receive processing runs inside that call); fi_pingpong's is one send. "
+    print("\nrmr's 8 B write+notify is one libfabric send each way where the write rides in the send's header "
+          "(`tcp`, a suppressed write of up to 88 bytes), else two operations (an RMA write, then the send that "
+          "tells the peer: the 4 KiB row), each handed by libfabric's `tcp` provider to the kernel in a `sendmsg` "
+          "of its own (on loopback, the peer's receive processing runs inside that call); fi_pingpong's is one send. "
           "The send-only row (rmr-bench `--sizes 0`: one 16-byte control message each way, beside "
           "`fi_pingpong -S 16`) is the like-with-like pair. The tcp backend sends the write and the "
           "notify in one `sendmsg`.")
@@ -598,7 +599,7 @@ if ofilo:
     if all(wpp.values()):
         print("\nThe same in plain libfabric (`benches/c/fi_wpp.c`, one `tcp` endpoint busy-polling its CQ, three 8 B "
               "ping-pongs taking turns; us, median over the rounds, and ratios of those medians): a send "
-              f"{wpp['msg']:.1f}; an RMA write then a 24 B send, the ofi backend's two operations, {wpp['wn']:.1f} "
+              f"{wpp['msg']:.1f}; an RMA write then a 24 B send, what the ofi backend posted before small writes rode, {wpp['wn']:.1f} "
               f"({wpp['wn'] / wpp['msg']:.2f}x the send); the same bytes as one RMA write of two pieces with remote CQ "
               f"data {wpp['wd']:.1f} ({wpp['wd'] / wpp['msg']:.2f}x).")
 

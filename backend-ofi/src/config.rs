@@ -51,8 +51,8 @@ pub struct OfiConfig {
     /// A suppressed RDMA write of up to this many bytes rides in a
     /// message, placed by the receiver before it completes the receive: on
     /// the `tcp` provider it is held for the next send (posted alone when
-    /// none comes in time; needs what corking needs), and a write with
-    /// immediate rides in its own message (`eager_max`,
+    /// none comes in time; needs what corking needs), and there a write
+    /// with immediate of up to 80 bytes rides in its own message (`eager_max`,
     /// `RMR_OFI_EAGER_MAX`, default and most 88; 0: never).
     pub eager_max: u64,
 }

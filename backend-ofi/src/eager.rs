@@ -8,9 +8,9 @@
 //! the receiver checks the write against its own registrations, exactly
 //! as the provider checks a real write, places it and only then completes
 //! the receive. When no send follows soon enough the held write is posted
-//! as an ordinary RDMA write, at the moments [`crate::cork`] lists (a
-//! thread begins to wait or drives, the CQ's progress thread wakes, the
-//! endpoint posts an operation of another kind).
+//! as an ordinary RDMA write: by the endpoint's next post that does not
+//! take it along, or at the moments [`crate::cork`] lists (a thread
+//! begins to wait or drives, the CQ's progress thread wakes).
 //!
 //! ## Wire format
 //! Every message (where the provider carries 8 bytes of remote CQ data

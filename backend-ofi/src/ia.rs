@@ -66,9 +66,9 @@ pub(crate) struct Features {
     /// Messages carry rmr's header (see [`crate::eager`]): the provider
     /// offers 8 bytes of remote CQ data and two segments per operation.
     pub(crate) eager: bool,
-    /// Writes up to this size ride in a message: a write with immediate
-    /// in its own, a suppressed write, if `hold`, in the next send (0:
-    /// none do; see [`crate::eager`]).
+    /// Writes up to this size ride in a message, both only if `hold`: a
+    /// suppressed write in the next send, a write with immediate (up to 80
+    /// bytes) in its own (0: none do; see [`crate::eager`]).
     pub(crate) eager_max: u64,
     /// Suppressed small writes are held for the next send (corking's
     /// conditions: `tcp`, progress threads).

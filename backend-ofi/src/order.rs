@@ -16,12 +16,13 @@
 //!   ride (checked under the transmit lock it is posted under), the
 //!   writer reads the peer's control words (an RDMA read, served after
 //!   the message, so it sees the number once rmr placed it) until the
-//!   ride is acknowledged: the post waits for the peer, at most 10 s
-//!   (then `Error::Timeout`);
+//!   ride is acknowledged: the post waits for the peer, [`CONFIRM_FOR`]
+//!   at most (then `Error::Timeout`);
 //! - rides are told apart by key: the same bytes registered twice, under
 //!   two keys, are not ordered across them;
-//! - at most [`RIDES_MAX`] rides wait for acknowledgement: beyond, writes
-//!   go alone.
+//! - about [`RIDES_MAX`] rides at most wait for acknowledgement (checked
+//!   before a write rides, not under the lock it rides under): beyond,
+//!   writes go alone.
 //!
 //! Messages keep their order among themselves, so rides need nothing
 //! against each other or against later messages.
@@ -53,7 +54,7 @@ const PROBE_AT: u64 = 72;
 /// Marks a number as set.
 const SET: u64 = 1 << 63;
 /// How long an operation waits for the rides it overlaps.
-const CONFIRM_FOR: Duration = Duration::from_secs(10);
+pub(crate) const CONFIRM_FOR: Duration = Duration::from_secs(10);
 
 fn overlaps(x: &Ride, r: &Remote) -> bool {
     x.key == r.key
@@ -127,15 +128,16 @@ impl EpShared {
             if Instant::now() > deadline {
                 return Err(Error::Timeout);
             }
-            let v = self.probe()?;
+            let v = self.probe(deadline)?;
             if v & SET != 0 {
                 self.confirmed(v);
             }
         }
     }
 
-    /// Reads the peer's number of the last write of ours it placed.
-    fn probe(&self) -> Result<u64> {
+    /// Reads the peer's number of the last write of ours it placed,
+    /// waiting for the read until `by`.
+    fn probe(&self, by: Instant) -> Result<u64> {
         let (peer, before) = {
             let c = self.lock_conn();
             (c.peer_ctl, c.probes)
@@ -143,10 +145,9 @@ impl EpShared {
         let Some((key, addr)) = peer else { return Err(self.not_connected()) };
         let r = Remote { addr: addr + PLACED_AT, len: 8, key };
         self.post_ctl(r, PROBE_AT as usize, TxKind::Probe)?;
-        let deadline = Instant::now() + Duration::from_secs(5);
         let mut spins = 0u32;
         while self.lock_conn().probes == before {
-            if Instant::now() > deadline {
+            if Instant::now() > by {
                 return Err(Error::Timeout);
             }
             if self.state() != rmr_api::EpState::Connected {

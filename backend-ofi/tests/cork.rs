@@ -91,7 +91,7 @@ fn held(ep: &Arc<dyn Ep>) -> [u64; 5] {
 }
 
 /// The holding cases' IA (pinned: the environment may say otherwise).
-const HOLDING: &str = "ofi:tcp:127.0.0.1;eager_max=88;cork_max=16384";
+const HOLDING: &str = "ofi:tcp:127.0.0.1;eager_max=88;cork_max=16384;progress_thread=1";
 
 /// The kernel corking cases' IA: no write is held.
 const CORKING: &str = "ofi:tcp:127.0.0.1;eager_max=0;cork_max=16384";

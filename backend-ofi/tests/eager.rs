@@ -35,8 +35,12 @@ struct Pair {
 
 fn pair() -> Pair {
     backend_ofi::register();
-    // Pinned: the cases need writes to ride and 64 KiB receives staged.
-    let ia = rmr_api::open("ofi:tcp:127.0.0.1;eager_max=88;bounce_max=65536").unwrap();
+    // Pinned: the cases need writes to ride (held: progress threads, corking)
+    // and 64 KiB receives staged.
+    let ia = rmr_api::open(
+        "ofi:tcp:127.0.0.1;eager_max=88;bounce_max=65536;cork_max=16384;progress_thread=1",
+    )
+    .unwrap();
     let (pz, pevd) = (ia.create_pz().unwrap(), ia.create_evd().unwrap());
     let psp = ia.create_psp(0, &pevd).unwrap();
     let (aevd, bevd) = (ia.create_evd().unwrap(), ia.create_evd().unwrap());

@@ -77,8 +77,9 @@ impl Ctrl {
     }
 
     /// The message and its length: only as many bytes as it carries (a
-    /// notify or a pong 16, a ping 24, a context's message 40 and the
-    /// context), as an MPI header is; receives take up to [`CTRL`].
+    /// notify or a pong 16, a ping 24 with a write and 16 without, a
+    /// context's message 40 and the context), as an MPI header is;
+    /// receives take up to [`CTRL`].
     fn encode(&self) -> ([u8; CTRL as usize], u64) {
         let mut b = [0u8; CTRL as usize];
         b[0] = self.kind as u8;
