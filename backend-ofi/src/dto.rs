@@ -132,6 +132,26 @@ impl TxState {
         self.hdrs.pop().unwrap_or_else(|| vec![0; HDR_MAX])
     }
 
+    /// Whether a post the user asked no completion of (`must` false)
+    /// carries one anyway, so that the window drains, and the
+    /// completion flags it then takes (`read_like`: no delivery-complete).
+    pub(crate) fn signal(
+        &self,
+        must: bool,
+        read_like: bool,
+        f: &crate::ia::Features,
+    ) -> (bool, u64) {
+        let signal = must || self.blind + 1 >= (f.tx_size / 4).max(1);
+        let mut flags = 0;
+        if signal {
+            flags |= sys::FI_COMPLETION as u64;
+            if f.delivery_complete && !read_like {
+                flags |= sys::FI_DELIVERY_COMPLETE as u64;
+            }
+        }
+        (signal, flags)
+    }
+
     /// Keeps a header buffer for reuse.
     pub(crate) fn give_hdr(&mut self, h: Vec<u8>) {
         if self.hdrs.len() < HDR_POOL && h.len() == HDR_MAX {
@@ -332,17 +352,10 @@ impl EpShared {
                 if tx.q.len() < f.tx_size {
                     let seq = tx.next_seq;
                     meta.seq = seq;
-                    meta.prov_signal = meta.user_signal
-                        || meta.read_like
-                        || meta.kind != TxKind::User
-                        || tx.blind + 1 >= (f.tx_size / 4).max(1);
-                    let mut flags = base_flags;
-                    if meta.prov_signal {
-                        flags |= sys::FI_COMPLETION as u64;
-                        if f.delivery_complete && !meta.read_like {
-                            flags |= sys::FI_DELIVERY_COMPLETE as u64;
-                        }
-                    }
+                    let must = meta.user_signal || meta.read_like || meta.kind != TxKind::User;
+                    let (signal, completion) = tx.signal(must, meta.read_like, f);
+                    meta.prov_signal = signal;
+                    let mut flags = base_flags | completion;
                     // The message's header: the held write's (with this
                     // message's entries after it), its own, or none.
                     let (mut pre, mut data, mut rode, mut acked) = (None, 0, None, None);

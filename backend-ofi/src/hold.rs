@@ -14,7 +14,6 @@ use crate::eager;
 use crate::ep::EpShared;
 use crate::ffi::{EAGAIN, EpH};
 use crate::msg::{self, Iov, Remote};
-use ofi_sys as sys;
 use rmr_api::{DtoCompletion, Event, Result, Sge, Status};
 use std::sync::atomic::Ordering;
 
@@ -66,7 +65,7 @@ impl EpShared {
     pub(crate) fn post_held(&self, ep: &EpH, tx: &mut TxState, by: By) -> isize {
         let f = &self.ia.feat;
         let idx = self.tx_idx.load(Ordering::Relaxed);
-        let signal = tx.blind + 1 >= (f.tx_size / 4).max(1);
+        let (signal, flags) = tx.signal(false, false, f);
         let Some(m) = tx.q.back_mut().filter(|m| m.held.is_some()) else {
             // Flushed meanwhile: nothing is held any more.
             tx.holding = false;
@@ -76,13 +75,6 @@ impl EpShared {
             return 0;
         };
         let (Some(r), Some(h)) = (m.held, m.hdr.as_ref()) else { return 0 };
-        let mut flags = 0;
-        if signal {
-            flags |= sys::FI_COMPLETION as u64;
-            if f.delivery_complete {
-                flags |= sys::FI_DELIVERY_COMPLETE as u64;
-            }
-        }
         let iov =
             [Iov { addr: h.as_ptr() as usize + eager::WRITE_DATA, len: r.len as usize, desc: 0 }];
         // SAFETY: the header buffer stays in the record (which is only
