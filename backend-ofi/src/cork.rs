@@ -33,7 +33,10 @@
 //!   only the coalescing);
 //! - the CQ's progress thread uncorks each time it wakes (it lingers
 //!   [`crate::evd::LINGER`] after a waiter left), and is woken by the
-//!   corker if it already sleeps on the CQ.
+//!   corker if it already sleeps on the CQ. While it stands back from
+//!   waiters that come and go, its naps grow (up to 16 ms); a write left
+//!   to it or to a waiter ([`left_to_others`]) makes them short again, so
+//!   only the first lone write after a long ping-pong waits that long.
 //!
 //! Locks: an endpoint's transmit lock, then [`LISTED`]'s; [`uncork_all`]
 //! lets go of [`LISTED`] before it takes any transmit lock.
@@ -47,11 +50,14 @@ use crate::evd::CqDriver;
 use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Endpoints corked now (a hint for drivers: zero means nothing to do).
 static CORKED: AtomicUsize = AtomicUsize::new(0);
+/// Corked sockets and held writes that were sent by a waiter or a
+/// progress thread, not by the next post (see [`left_to_others`]).
+static LEFT_OVER: AtomicU64 = AtomicU64::new(0);
 /// Endpoints that corked since the last [`uncork_all`] (each listed once
 /// per opening of its connection).
 static LISTED: Mutex<Vec<Weak<crate::ep::EpShared>>> = Mutex::new(Vec::new());
@@ -65,6 +71,21 @@ pub(crate) enum By {
     Waiter,
     /// A CQ's progress thread.
     Progress,
+}
+
+impl By {
+    /// Whether the write was left to others than the next post.
+    fn left_over(self) -> bool {
+        !matches!(self, By::Post)
+    }
+}
+
+/// How many corked sockets and held writes of the process a waiter or a
+/// progress thread sent, not the next post (a lone write whose poster went
+/// on without posting or waiting): a progress thread that sees this grow
+/// looks often, since such writes wait for its wake-ups.
+pub(crate) fn left_to_others() -> u64 {
+    LEFT_OVER.load(Ordering::Relaxed)
 }
 
 /// One connection's socket, as the transmit state holds it (all under the
@@ -267,6 +288,9 @@ impl Cork {
             self.holding = false;
             CORKED.fetch_sub(1, Ordering::SeqCst);
             self.counts[by.map_or(6, |b| 7 + b as usize)] += 1;
+            if by.is_some_and(By::left_over) {
+                LEFT_OVER.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -294,6 +318,9 @@ impl Cork {
             self.on = false;
             self.held = 0;
             self.counts[1 + by as usize] += 1;
+            if by.left_over() {
+                LEFT_OVER.fetch_add(1, Ordering::Relaxed);
+            }
             CORKED.fetch_sub(1, Ordering::SeqCst);
             // An error here (the connection broke) leaves nothing to send.
             let _ = rustix::net::sockopt::set_tcp_cork(&self.fd, false);

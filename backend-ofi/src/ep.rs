@@ -490,6 +490,13 @@ impl EpShared {
         }
     }
 
+    /// The `ofi.progress` note: the wake-ups of the progress thread of the
+    /// endpoint's receive CQ (`off` where it has none, or before the
+    /// endpoint is bound to its CQs).
+    pub(crate) fn progress_note(&self) -> String {
+        self.bound_cqs().map_or_else(|| "off".into(), |b| b[1].progress_note())
+    }
+
     /// The `ofi.cork` note: what corking did on this connection, or
     /// `off` (another provider, `cork_max=0`, no progress threads, its
     /// socket not found, or the connection closed).
@@ -623,6 +630,7 @@ impl Ep for OfiEp {
                 ("ofi.msg_order".into(), format!("{:#x}", f.msg_order)),
                 ("ofi.cork".into(), self.sh.cork_note()),
                 ("ofi.cq_wait".into(), self.sh.cq_wait_note()),
+                ("ofi.progress".into(), self.sh.progress_note()),
             ],
         }
     }

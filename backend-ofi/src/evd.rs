@@ -24,8 +24,9 @@
 //! Providers whose progress happens only inside CQ calls (libfabric 1.x's
 //! `tcp`: manual progress) need someone to read the CQ while nobody waits,
 //! or one-sided operations at a passive target never land: each CQ then has
-//! a progress thread, which stands back while a waiter drives (it sleeps
-//! on its kick eventfd, woken when the last waiter leaves) and otherwise
+//! a progress thread, which stands back while a waiter drives (it naps on
+//! its kick eventfd, longer while waiters keep coming back, and after a
+//! long wait sleeps until the last waiter leaves and kicks it) and otherwise
 //! reads the CQ and sleeps in `poll` on its wait fd. Where a CQ has no
 //! usable wait fd (`fi_trywait` unsupported), waiters and the progress
 //! thread read it every [`NAP`] instead.
@@ -129,6 +130,8 @@ pub(crate) struct CqDriver {
     deep: AtomicBool,
     pump_started: AtomicBool,
     stop: AtomicBool,
+    /// The progress thread's wake-ups so far (the `ofi.progress` note).
+    wakes: std::sync::atomic::AtomicU64,
 }
 
 impl CqDriver {
@@ -218,6 +221,15 @@ impl CqDriver {
     /// Whether the CQ's progress thread runs (started, not stopped).
     pub(crate) fn pumping(&self) -> bool {
         self.pump_started.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire)
+    }
+
+    /// The `ofi.progress` note: the progress thread's wake-ups so far, or
+    /// `off` where the CQ has none.
+    pub(crate) fn progress_note(&self) -> String {
+        if !self.pumping() {
+            return "off".into();
+        }
+        format!("{} wake-ups", self.wakes.load(Ordering::Relaxed))
     }
 
     /// Whether the last waiter left less than [`LINGER`] ago.
@@ -357,6 +369,7 @@ impl EvdShared {
             deep: AtomicBool::new(false),
             pump_started: AtomicBool::new(false),
             stop: AtomicBool::new(false),
+            wakes: std::sync::atomic::AtomicU64::new(0),
         });
         let as_driver: Arc<dyn Driver> = d.clone();
         self.q.add_driver(&as_driver);

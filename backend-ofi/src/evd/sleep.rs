@@ -20,6 +20,20 @@ const SLICE: Duration = Duration::from_millis(50);
 /// until the last waiter kicks it on leaving (a long wait).
 const DEEP_AFTER: u32 = 8;
 
+/// The longest nap of a progress thread that finds, look after look, that
+/// waiters came and went meanwhile (a ping-pong, whose threads are never
+/// away for long): its naps double from [`LINGER`] up to this. Each
+/// wake-up preempts a thread of the process on its CPU, and at one every
+/// [`LINGER`] a ping-pong's mean round trip took about 0.5-1 us more (its
+/// median the same; the thread's wake-ups on both sides, each hitting a
+/// few round trips). What it costs: when such threads stop waiting for
+/// good, the progress thread takes their CQ over up to this late (a
+/// passive target's RDMA waits that long once). Naps start again at
+/// [`LINGER`] when it takes a CQ over, and whenever a corked socket or a
+/// held write was left to be sent by a waiter or by this thread (see
+/// [`crate::cork::left_to_others`]), which it sends at its wake-ups.
+const STAND_MAX: Duration = Duration::from_millis(16);
+
 /// Live endpoints one poll-set CQ carries at most: a progress pass polls
 /// every socket in the set (about 0.07 us each here: 256 endpoints on one
 /// CQ made a round trip 2.4 times as long), where an epoll set costs the
@@ -72,15 +86,46 @@ impl CqDriver {
     /// never holds the reader lock while it sleeps.
     fn pump(&self) {
         let mut standing = 0u32;
+        // Its nap while waiters come and go (see `STAND_MAX`), the last
+        // leave it saw, and the writes left to others it knew of.
+        let mut nap = LINGER;
+        let mut seen_left = self.left_at.load(Ordering::SeqCst);
+        let mut seen_left_over = crate::cork::left_to_others();
         while !self.stop.load(Ordering::Acquire) {
+            self.wakes.fetch_add(1, Ordering::Relaxed);
             // Each wake-up sends what a lone write left corked.
             if crate::cork::any() {
                 crate::cork::uncork_all(crate::cork::By::Progress);
             }
-            if self.active.load(Ordering::SeqCst) > 0 {
-                // A waiter drives: stand back. Short naps first (the waiter
-                // may leave for good); after a while, sleep until the last
-                // waiter kicks on leaving (announced first, then re-checked).
+            let left_over = crate::cork::left_to_others();
+            if left_over != seen_left_over {
+                // Lone writes wait for wake-ups like this one: look often.
+                (seen_left_over, nap) = (left_over, LINGER);
+            }
+            let active = self.active.load(Ordering::SeqCst) > 0;
+            let left = self.left_at.load(Ordering::SeqCst);
+            let since = Duration::from_nanos(now_ns().saturating_sub(left));
+            if left != seen_left {
+                // A waiter left since the last look: a wait that is going
+                // on now is another one.
+                (seen_left, standing) = (left, 0);
+                let long = self.deep.swap(false, Ordering::SeqCst);
+                if (active || since < LINGER) && !long {
+                    // Waiters came and went (a ping-pong) and are back or
+                    // about to be: nobody needs this thread; look less
+                    // often. (Not after a long wait, whose waiter kicked
+                    // this thread as it left, to be taken over at once.)
+                    poll_in(&[self.kick.borrow()], nap);
+                    nap = (nap * 2).min(STAND_MAX);
+                    self.kick.reset();
+                    continue;
+                }
+            }
+            if active {
+                // The same wait as at the last look: stand back. Short naps
+                // first (the waiter may leave for good); after a while,
+                // sleep until the last waiter kicks on leaving (announced
+                // first, then re-checked).
                 standing = standing.saturating_add(1);
                 if standing > DEEP_AFTER {
                     self.deep.store(true, Ordering::SeqCst);
@@ -95,8 +140,6 @@ impl CqDriver {
             }
             standing = 0;
             self.deep.store(false, Ordering::SeqCst);
-            let since =
-                Duration::from_nanos(now_ns().saturating_sub(self.left_at.load(Ordering::SeqCst)));
             if since < LINGER {
                 // The last waiter just left: it (or the next) is likely back
                 // at once.
@@ -104,6 +147,8 @@ impl CqDriver {
                 self.kick.reset();
                 continue;
             }
+            // The waiters left for good: take over, and look often again.
+            nap = LINGER;
             let read = self.read_if_free();
             if read.is_some() && self.active.load(Ordering::SeqCst) > 0 {
                 // A waiter came while this pass ran: an RDMA write the pass
