@@ -31,12 +31,12 @@
 //!   posted a lone write sends it as its wait begins; a waiter on another
 //!   EVD may so send a write before the send it waited for, which costs
 //!   only the coalescing);
-//! - the CQ's progress thread uncorks each time it wakes (it lingers
-//!   [`crate::evd::LINGER`] after a waiter left), and is woken by the
-//!   corker if it already sleeps on the CQ. While it stands back from
-//!   waiters that come and go, its naps grow (up to 16 ms); a write left
-//!   to it or to a waiter ([`left_to_others`]) makes them short again, so
-//!   only the first lone write after a long ping-pong waits that long.
+//! - the CQ's progress thread uncorks each time it wakes, and is woken by
+//!   the corker if it already sleeps on the CQ. It looks every
+//!   [`crate::evd::LINGER`] while it stands back, but its naps grow (up to
+//!   16 ms) while waiters keep coming and going, so then a lone write may
+//!   wait about that long; one it sent ([`left_to_others`]) makes its naps
+//!   short again until the waiters have come and gone for a while.
 //!
 //! Locks: an endpoint's transmit lock, then [`LISTED`]'s; [`uncork_all`]
 //! lets go of [`LISTED`] before it takes any transmit lock.
@@ -55,8 +55,8 @@ use std::sync::{Arc, Mutex, Weak};
 
 /// Endpoints corked now (a hint for drivers: zero means nothing to do).
 static CORKED: AtomicUsize = AtomicUsize::new(0);
-/// Corked sockets and held writes that were sent by a waiter or a
-/// progress thread, not by the next post (see [`left_to_others`]).
+/// Corked sockets and held writes that a progress thread sent (see
+/// [`left_to_others`]).
 static LEFT_OVER: AtomicU64 = AtomicU64::new(0);
 /// Endpoints that corked since the last [`uncork_all`] (each listed once
 /// per opening of its connection).
@@ -74,16 +74,17 @@ pub(crate) enum By {
 }
 
 impl By {
-    /// Whether the write was left to others than the next post.
+    /// Whether the write waited for a progress thread's wake-up.
     fn left_over(self) -> bool {
-        !matches!(self, By::Post)
+        matches!(self, By::Progress)
     }
 }
 
-/// How many corked sockets and held writes of the process a waiter or a
-/// progress thread sent, not the next post (a lone write whose poster went
-/// on without posting or waiting): a progress thread that sees this grow
-/// looks often, since such writes wait for its wake-ups.
+/// How many corked sockets and held writes of the process a progress
+/// thread sent (a lone write whose poster went on without posting or
+/// waiting, or one it could not send at once): a progress thread that
+/// sees this grow looks often again, since such writes wait for its
+/// wake-ups.
 pub(crate) fn left_to_others() -> u64 {
     LEFT_OVER.load(Ordering::Relaxed)
 }

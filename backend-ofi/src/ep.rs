@@ -490,7 +490,7 @@ impl EpShared {
         }
     }
 
-    /// The `ofi.progress` note: the wake-ups of the progress thread of the
+    /// The `ofi.progress` note: the passes of the progress thread of the
     /// endpoint's receive CQ (`off` where it has none, or before the
     /// endpoint is bound to its CQs).
     pub(crate) fn progress_note(&self) -> String {

@@ -130,8 +130,9 @@ pub(crate) struct CqDriver {
     deep: AtomicBool,
     pump_started: AtomicBool,
     stop: AtomicBool,
-    /// The progress thread's wake-ups so far (the `ofi.progress` note).
-    wakes: std::sync::atomic::AtomicU64,
+    /// The progress thread's passes so far (each wake-up, and each read in
+    /// a row while it drives; the `ofi.progress` note).
+    passes: std::sync::atomic::AtomicU64,
 }
 
 impl CqDriver {
@@ -223,13 +224,13 @@ impl CqDriver {
         self.pump_started.load(Ordering::Acquire) && !self.stop.load(Ordering::Acquire)
     }
 
-    /// The `ofi.progress` note: the progress thread's wake-ups so far, or
-    /// `off` where the CQ has none.
+    /// The `ofi.progress` note: the progress thread's passes so far, or
+    /// `off` where the CQ has none (or it stopped).
     pub(crate) fn progress_note(&self) -> String {
         if !self.pumping() {
             return "off".into();
         }
-        format!("{} wake-ups", self.wakes.load(Ordering::Relaxed))
+        format!("{} passes", self.passes.load(Ordering::Relaxed))
     }
 
     /// Whether the last waiter left less than [`LINGER`] ago.
@@ -369,7 +370,7 @@ impl EvdShared {
             deep: AtomicBool::new(false),
             pump_started: AtomicBool::new(false),
             stop: AtomicBool::new(false),
-            wakes: std::sync::atomic::AtomicU64::new(0),
+            passes: std::sync::atomic::AtomicU64::new(0),
         });
         let as_driver: Arc<dyn Driver> = d.clone();
         self.q.add_driver(&as_driver);

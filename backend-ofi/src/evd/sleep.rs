@@ -23,15 +23,14 @@ const DEEP_AFTER: u32 = 8;
 /// The longest nap of a progress thread that finds, look after look, that
 /// waiters came and went meanwhile (a ping-pong, whose threads are never
 /// away for long): its naps double from [`LINGER`] up to this. Each
-/// wake-up preempts a thread of the process on its CPU, and at one every
-/// [`LINGER`] a ping-pong's mean round trip took about 0.5-1 us more (its
-/// median the same; the thread's wake-ups on both sides, each hitting a
-/// few round trips). What it costs: when such threads stop waiting for
-/// good, the progress thread takes their CQ over up to this late (a
-/// passive target's RDMA waits that long once). Naps start again at
-/// [`LINGER`] when it takes a CQ over, and whenever a corked socket or a
-/// held write was left to be sent by a waiter or by this thread (see
-/// [`crate::cork::left_to_others`]), which it sends at its wake-ups.
+/// wake-up preempts a thread of the process on its CPU; with a look every
+/// [`LINGER`], an 8-byte ping-pong's mean half round trip was 5% (loopback)
+/// to 8% (a shaped 1 Gbit/s rail) longer, its median the same. What it
+/// costs: when such waiters stop waiting for good, the CQ is taken over up
+/// to this plus [`LINGER`] later (a passive target's RDMA waits that long
+/// once), and so is a lone write left to this thread. Naps are short again
+/// after a takeover, and after this thread sent a lone write (see
+/// [`crate::cork::left_to_others`]).
 const STAND_MAX: Duration = Duration::from_millis(16);
 
 /// Live endpoints one poll-set CQ carries at most: a progress pass polls
@@ -92,7 +91,7 @@ impl CqDriver {
         let mut seen_left = self.left_at.load(Ordering::SeqCst);
         let mut seen_left_over = crate::cork::left_to_others();
         while !self.stop.load(Ordering::Acquire) {
-            self.wakes.fetch_add(1, Ordering::Relaxed);
+            self.passes.fetch_add(1, Ordering::Relaxed);
             // Each wake-up sends what a lone write left corked.
             if crate::cork::any() {
                 crate::cork::uncork_all(crate::cork::By::Progress);
@@ -106,15 +105,17 @@ impl CqDriver {
             let left = self.left_at.load(Ordering::SeqCst);
             let since = Duration::from_nanos(now_ns().saturating_sub(left));
             if left != seen_left {
-                // A waiter left since the last look: a wait that is going
-                // on now is another one.
-                (seen_left, standing) = (left, 0);
+                // A waiter left since the last look: a wait going on now is
+                // another one. After a long wait, one more look that finds
+                // the next wait going on sleeps until its waiter leaves.
+                seen_left = left;
                 let long = self.deep.swap(false, Ordering::SeqCst);
-                if (active || since < LINGER) && !long {
+                standing = if long { DEEP_AFTER } else { 0 };
+                if active || (since < LINGER && !long) {
                     // Waiters came and went (a ping-pong) and are back or
                     // about to be: nobody needs this thread; look less
-                    // often. (Not after a long wait, whose waiter kicked
-                    // this thread as it left, to be taken over at once.)
+                    // often. (A long wait's waiter that left and is not
+                    // back is taken over after `LINGER`, below.)
                     poll_in(&[self.kick.borrow()], nap);
                     nap = (nap * 2).min(STAND_MAX);
                     self.kick.reset();
