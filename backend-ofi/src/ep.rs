@@ -102,7 +102,9 @@ pub(crate) struct ConnState {
     /// [`crate::fault`]), and whether its write completed.
     pub(crate) fault: Option<[u64; 3]>,
     pub(crate) fault_done: bool,
-    /// Reads of the peer's placed number completed (see [`crate::order`]).
+    /// Reads of the peer's placed number posted and completed (see
+    /// [`crate::order`]).
+    pub(crate) probes_posted: u64,
     pub(crate) probes: u64,
 }
 
@@ -151,6 +153,9 @@ pub(crate) struct EpShared {
     /// number last acknowledged.
     pub(crate) placed: AtomicU64,
     pub(crate) acked: AtomicU64,
+    /// Held by a thread reading the peer's placed number (one read at a
+    /// time lands in the control word, see [`crate::order`]).
+    pub(crate) probing: Mutex<()>,
 }
 
 impl EpShared {
@@ -198,6 +203,7 @@ impl EpShared {
             refused: AtomicBool::new(false),
             placed: AtomicU64::new(0),
             acked: AtomicU64::new(0),
+            probing: Mutex::new(()),
         });
         Ok(sh)
     }

@@ -18,6 +18,8 @@
 //!   the message, so it sees the number once rmr placed it) until the
 //!   ride is acknowledged: the post waits for the peer, [`CONFIRM_FOR`]
 //!   at most (then `Error::Timeout`);
+//! - one thread of the endpoint reads the peer's number at a time (the
+//!   reads land in one control word);
 //! - rides are told apart by key: the same bytes registered twice, under
 //!   two keys, are not ordered across them;
 //! - about [`RIDES_MAX`] rides at most wait for acknowledgement (checked
@@ -136,17 +138,24 @@ impl EpShared {
     }
 
     /// Reads the peer's number of the last write of ours it placed,
-    /// waiting for the read until `by`.
+    /// waiting for the read until `by`. One thread at a time: each read
+    /// lands in the same control word, which another read in flight could
+    /// be writing while this one loads it.
     fn probe(&self, by: Instant) -> Result<u64> {
-        let (peer, before) = {
-            let c = self.lock_conn();
-            (c.peer_ctl, c.probes)
-        };
+        let _one = self.probing.lock().unwrap_or_else(|e| e.into_inner());
+        let peer = self.lock_conn().peer_ctl;
         let Some((key, addr)) = peer else { return Err(self.not_connected()) };
         let r = Remote { addr: addr + PLACED_AT, len: 8, key };
         self.post_ctl(r, PROBE_AT as usize, TxKind::Probe)?;
+        // Until every read posted so far completed (one that an earlier
+        // probe gave up on included): none writes the word as it is read.
+        let posted = {
+            let mut c = self.lock_conn();
+            c.probes_posted += 1;
+            c.probes_posted
+        };
         let mut spins = 0u32;
-        while self.lock_conn().probes == before {
+        while self.lock_conn().probes < posted {
             if Instant::now() > by {
                 return Err(Error::Timeout);
             }
