@@ -98,8 +98,10 @@ for l in sys.stdin:
   sleep 1
   rounds lab "ip netns exec $P-a" 198.18.0.2 "ip netns exec $P-b"
 } | tee "$OUT"
-python3 - "$OUT" <<'PY'
-import collections, statistics as st, sys
+# Whether the old build predates 25af373 (control messages of 128 bytes).
+OLD128=1; git merge-base --is-ancestor 25af373 "$REV" 2>/dev/null && OLD128=0
+OLD128=$OLD128 python3 - "$OUT" <<'PY'
+import collections, os, statistics as st, sys
 d = collections.defaultdict(dict)
 for line in open(sys.argv[1]):
     p = line.split()
@@ -120,7 +122,8 @@ for link in ("loopback", "lab"):
             n = (link, "lat", size, who)
             if n in d:
                 # A build before 25af373 sends 128-byte control messages.
-                note = " (a build before 25af373: 128-byte messages, not like with like)" if size == 0 and who == "old" else ""
+                old128 = os.environ.get("OLD128") == "1"
+                note = " (a build before 25af373: 128-byte messages, not like with like)" if size == 0 and who == "old" and old128 else ""
                 print(f"{link} lat {size}: {who}/fi_pingpong({fs}) {ratio(n, (link, 'lat', fs, 'fipp'))}; "
                       f"{who}/tcp backend {ratio(n, (link, 'lat', size, 'tcp'))}{note}")
 PY
