@@ -589,7 +589,8 @@ impl EpShared {
             match m.kind {
                 TxKind::Bye => c.bye_done = true,
                 TxKind::Fault => c.fault_done = true,
-                _ => c.probes += 1,
+                TxKind::Probe => c.probes += 1,
+                TxKind::User => {}
             }
             return None;
         }

@@ -143,6 +143,10 @@ impl EpShared {
     /// be writing while this one loads it.
     fn probe(&self, by: Instant) -> Result<u64> {
         let _one = self.probing.lock().unwrap_or_else(|e| e.into_inner());
+        // (Another thread's probe may have held it up to its deadline.)
+        if Instant::now() > by {
+            return Err(Error::Timeout);
+        }
         let peer = self.lock_conn().peer_ctl;
         let Some((key, addr)) = peer else { return Err(self.not_connected()) };
         let r = Remote { addr: addr + PLACED_AT, len: 8, key };

@@ -19,7 +19,8 @@
 //!   thread; one whose poster then waits, as the wait begins;
 //! - beside a ping-pong, progress threads nap longer than a millisecond
 //!   (their `ofi.progress` wake-ups), and after it a lone held write is
-//!   still posted by one and placed at its target by the other's;
+//!   still posted by one and placed at its target by the other's; beside
+//!   waits of 30 ms, one sleeps until each wait ends (a few passes a wait);
 //! - a small write with immediate rides in its own message.
 
 use rmr_api::{Access, Cookie, DtoFlags, Ep, EpEvds, Event, Ia, Lmr, MemRegion, Psp, Pz, Sge};
@@ -530,6 +531,38 @@ fn progress_threads_nap_longer_beside_a_ping_pong_and_still_send_a_lone_write() 
     // With their naps grown, a lone write whose poster then sleeps is still
     // posted by a progress thread, and B's takes B's CQ over to place it.
     lone_held_write_goes_by_a_progress_thread(&a, &b, i);
+}
+
+#[test]
+fn a_progress_thread_sleeps_through_long_waits() {
+    if ran_alone("a_progress_thread_sleeps_through_long_waits") {
+        return;
+    }
+    let (_s, a, b) = connected(HOLDING);
+    let actx = a.tl.rmr_context();
+    round(&a, &b, 0);
+    let before = passes(&a.ep);
+    const WAITS: u64 = 15;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=WAITS {
+                std::thread::sleep(Duration::from_millis(30));
+                b.write(&actx, i, true, 8);
+            }
+        });
+        for i in 1..=WAITS {
+            a.post_recv();
+            assert_eq!(a.recv(), i, "B's notify");
+        }
+    });
+    // Through a wait's first milliseconds the thread looks every
+    // millisecond, then sleeps until the waiter leaves and kicks it: about
+    // ten passes for the first wait. After a long wait, one look that finds
+    // the next one going on is enough (it was ten for every wait until the
+    // thread kept its count across a kick that came before the waiter was
+    // back: 150 passes here then, 39 now).
+    let n = passes(&a.ep) - before;
+    assert!(n < 5 * WAITS, "{n} passes of A's progress thread over {WAITS} waits of 30 ms");
 }
 
 #[test]

@@ -139,17 +139,17 @@ impl CqDriver {
                 self.kick.reset();
                 continue;
             }
-            standing = 0;
             self.deep.store(false, Ordering::SeqCst);
             if since < LINGER {
                 // The last waiter just left: it (or the next) is likely back
-                // at once.
+                // at once. (Its count of looks stays: after a long wait,
+                // the next look that finds the same wait sleeps deep.)
                 poll_in(&[self.kick.borrow()], LINGER - since);
                 self.kick.reset();
                 continue;
             }
             // The waiters left for good: take over, and look often again.
-            nap = LINGER;
+            (standing, nap) = (0, LINGER);
             let read = self.read_if_free();
             if read.is_some() && self.active.load(Ordering::SeqCst) > 0 {
                 // A waiter came while this pass ran: an RDMA write the pass
