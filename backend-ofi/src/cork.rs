@@ -50,14 +50,16 @@ use crate::evd::CqDriver;
 use smallvec::SmallVec;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 /// Endpoints corked now (a hint for drivers: zero means nothing to do).
 static CORKED: AtomicUsize = AtomicUsize::new(0);
-/// Corked sockets and held writes that a progress thread sent (see
-/// [`left_to_others`]).
-static LEFT_OVER: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Corked sockets and held writes that this thread, a progress
+    /// thread, sent (see [`left_to_others`]).
+    static LEFT_OVER: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 /// Endpoints that corked since the last [`uncork_all`] (each listed once
 /// per opening of its connection).
 static LISTED: Mutex<Vec<Weak<crate::ep::EpShared>>> = Mutex::new(Vec::new());
@@ -80,13 +82,15 @@ impl By {
     }
 }
 
-/// How many corked sockets and held writes of the process a progress
-/// thread sent (a lone write whose poster went on without posting or
-/// waiting, or one it could not send at once): a progress thread that
-/// sees this grow looks often again, since such writes wait for its
-/// wake-ups.
+/// How many corked sockets and held writes the calling progress thread
+/// sent (a lone write whose poster went on without posting or waiting, or
+/// one it could not send at once): a progress thread that sees this grow
+/// looks often again, since such writes wait for its wake-ups. Counted per
+/// thread: any progress thread sends every endpoint's (see
+/// [`uncork_all`]), so the one that found such writes keeps looking often
+/// and the others' naps may grow.
 pub(crate) fn left_to_others() -> u64 {
-    LEFT_OVER.load(Ordering::Relaxed)
+    LEFT_OVER.with(std::cell::Cell::get)
 }
 
 /// One connection's socket, as the transmit state holds it (all under the
@@ -290,7 +294,7 @@ impl Cork {
             CORKED.fetch_sub(1, Ordering::SeqCst);
             self.counts[by.map_or(6, |b| 7 + b as usize)] += 1;
             if by.is_some_and(By::left_over) {
-                LEFT_OVER.fetch_add(1, Ordering::Relaxed);
+                LEFT_OVER.with(|n| n.set(n.get() + 1));
             }
         }
     }
@@ -320,7 +324,7 @@ impl Cork {
             self.held = 0;
             self.counts[1 + by as usize] += 1;
             if by.left_over() {
-                LEFT_OVER.fetch_add(1, Ordering::Relaxed);
+                LEFT_OVER.with(|n| n.set(n.get() + 1));
             }
             CORKED.fetch_sub(1, Ordering::SeqCst);
             // An error here (the connection broke) leaves nothing to send.
