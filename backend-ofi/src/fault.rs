@@ -52,7 +52,7 @@ impl EpShared {
     /// nothing more is applied, and the record goes to the peer as the
     /// connection ends.
     pub(crate) fn refuse(&self, s: Status, seq: u64, cookie: u64) {
-        self.refused.store(true, std::sync::atomic::Ordering::Release);
+        self.stop_taking();
         let mut c = self.lock_conn();
         if c.fault.is_none() {
             c.fault = Some([FAULT | code(s) << 32, seq, cookie]);

@@ -56,7 +56,7 @@ const PROBE_AT: u64 = 72;
 /// Marks a number as set.
 const SET: u64 = 1 << 63;
 /// How long an operation waits for the rides it overlaps.
-pub(crate) const CONFIRM_FOR: Duration = Duration::from_secs(10);
+const CONFIRM_FOR: Duration = Duration::from_secs(10);
 
 fn overlaps(x: &Ride, r: &Remote) -> bool {
     x.key == r.key

@@ -199,7 +199,7 @@ impl EpShared {
 
     /// Takes in no later message: this one failed and the connection
     /// breaks (no later message's writes are placed, nor acknowledged).
-    fn stop_taking(&self) {
+    pub(crate) fn stop_taking(&self) {
         self.refused.store(true, std::sync::atomic::Ordering::Release);
     }
 
